@@ -1,0 +1,59 @@
+"""The official `qwen-tts` 0.1.1 package, instantiated offline: ground truth for parity tests.
+
+qwen-tts is installed with `--no-deps` (its declared deps pin torchaudio and gradio, which have
+no build for the newest torch). Its import chain touches librosa, soundfile, sox, onnxruntime and
+torchaudio only for audio file I/O, resampling, the 25 Hz tokenizer and the speaker encoder of the
+Base models, none of which a CustomVoice/VoiceDesign parity run calls. `install_import_stubs()`
+puts empty stand-ins for exactly those modules into `sys.modules` (only where the real package is
+missing); calling any stubbed function raises, so a parity run can never silently depend on one.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+import types
+
+_STUBBED = ["librosa", "librosa.filters", "soundfile", "sox", "onnxruntime", "torchaudio",
+            "torchaudio.compliance", "torchaudio.compliance.kaldi", "gradio"]
+
+
+def _unavailable(name: str):
+    def fn(*args, **kwargs):
+        raise RuntimeError(f"{name} is stubbed for parity tests and must not be called")
+
+    return fn
+
+
+def _stub_attr(module: str, attr: str):
+    if attr.startswith("__"):
+        raise AttributeError(attr)
+    return _unavailable(f"{module}.{attr}")
+
+
+def _really_installed(root: str) -> bool:
+    mod = sys.modules.get(root)
+    if mod is not None:
+        return not getattr(mod, "__cadence_stub__", False)
+    return importlib.util.find_spec(root) is not None
+
+
+def install_import_stubs() -> None:
+    for name in _STUBBED:
+        if name in sys.modules or _really_installed(name.split(".")[0]):
+            continue
+        mod = types.ModuleType(name)
+        mod.__cadence_stub__ = True
+        # transformers probes optional packages with find_spec(), which needs a __spec__.
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, loader=None)
+        mod.__getattr__ = lambda attr, _n=name: _stub_attr(_n, attr)
+        sys.modules[name] = mod
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, mod)
+
+
+def official_available() -> bool:
+    return importlib.util.find_spec("qwen_tts") is not None and importlib.util.find_spec(
+        "transformers") is not None

@@ -1,0 +1,1 @@
+"""Cadence TTS engine: Qwen3-TTS 12 Hz model, runtime and serving."""
