@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 
-def _pick(cls, raw: dict[str, Any], **overrides):
-    """Build dataclass `cls` from the keys of `raw` it declares; unknown keys are ignored."""
+def _pick(cls, source: dict[str, Any], **overrides):
+    """Build dataclass `cls` from the keys of `source` it declares; unknown keys are ignored."""
     names = {f.name for f in fields(cls)}
-    kwargs = {k: v for k, v in raw.items() if k in names}
+    kwargs = {k: v for k, v in source.items() if k in names}
     kwargs.update(overrides)
     return cls(**kwargs)
 
@@ -83,7 +83,7 @@ class ModelConfig:
     @property
     def languages(self) -> list[str]:
         """Languages a user may ask for: `auto` plus every non-dialect language id."""
-        return ["auto"] + sorted(k for k in self.talker.codec_language_id if "dialect" not in k)
+        return ["auto", *sorted(k for k in self.talker.codec_language_id if "dialect" not in k)]
 
     @property
     def supports_instruct(self) -> bool:
