@@ -85,11 +85,18 @@ def random_talker_state_dict(cfg: ModelConfig, seed: int, dtype: torch.dtype,
     return out
 
 
+VARIANTS = ("custom_voice", "voice_design")
+
+
 def make_checkpoint(size: str, out: str | Path, *, seed: int = 0, dtype: torch.dtype | None = None,
-                    device: str | torch.device = "cpu",
+                    device: str | torch.device = "cpu", variant: str = "custom_voice",
                     chars_per_second: float = DEFAULT_CHARS_PER_SECOND) -> Path:
+    """Write a complete random-weight checkpoint. `variant`: CustomVoice (9 built-in voices) or
+    VoiceDesign (no voices, an instruction describes the voice; same tensors)."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of: {', '.join(SIZES)}")
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose one of: {', '.join(VARIANTS)}")
     if not chars_per_second > 0:
         raise ValueError("chars_per_second must be > 0")
     model_cfg_name, codec_cfg_name, default_dtype = SIZES[size]
@@ -98,6 +105,10 @@ def make_checkpoint(size: str, out: str | Path, *, seed: int = 0, dtype: torch.d
     (out / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
 
     raw = json.loads((CONFIG_DIR / model_cfg_name).read_text())
+    if variant == "voice_design":
+        raw["tts_model_type"] = "voice_design"
+        raw["talker_config"]["spk_id"] = {}
+        raw["talker_config"]["spk_is_dialect"] = {}
     raw["random_weights"] = {
         "seed": seed, "chars_per_second": chars_per_second,
         "note": "random weights made by `cadence make-checkpoint`; generation stops at the length "

@@ -11,6 +11,7 @@ A row ends on EOS, at its frame budget, or (random-weight checkpoints) at its fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -48,8 +49,9 @@ def _embed_rows(model: Qwen3TTS, text_ids: list[int | None], codec_ids: list[int
 
 
 @torch.inference_mode()
-def generate_codes(model: Qwen3TTS, inputs: list[GenerationInput]) -> list[torch.Tensor]:
-    """-> per input, codes [frames, 16] (long, on CPU)."""
+def generate_codes(model: Qwen3TTS, inputs: list[GenerationInput],
+                   on_frame: Callable[[int], None] | None = None) -> list[torch.Tensor]:
+    """-> per input, codes [frames, 16] (long, on CPU). `on_frame(k)` after each frame."""
     talker = model.talker
     cfg = talker.cfg
     device = talker.codec_head.weight.device
@@ -118,4 +120,6 @@ def generate_codes(model: Qwen3TTS, inputs: list[GenerationInput]) -> list[torch
         hidden, logits = talker(x, positions, cache, key_ok[:, None, None, :])
         hidden, logits = hidden[:, -1], logits[:, -1].float()
         frame += 1
+        if on_frame is not None:
+            on_frame(frame)
     return [torch.stack(f) if f else torch.zeros(0, 16, dtype=torch.long) for f in frames]

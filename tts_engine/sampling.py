@@ -83,23 +83,26 @@ class SamplingParams:
         return self
 
 
-def warp_and_pick(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, u: float) -> int:
-    """Sample one id from fp32 logits [V] with the uniform `u`: temperature, top-k, top-p, then
-    inverse CDF over the surviving ids in id order."""
+def warp(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Temperature, top-k, top-p on fp32 logits [V]; filtered ids become -inf."""
     scores = logits / temperature
     if 0 < top_k < scores.shape[-1]:
         kth = torch.topk(scores, top_k).values[-1]
         scores = scores.masked_fill(scores < kth, -math.inf)
     if top_p < 1.0:
         sorted_scores, order = torch.sort(scores, descending=False)
-        cum = sorted_scores.softmax(-1).cumsum(-1)
-        drop = cum <= 1 - top_p
+        drop = sorted_scores.softmax(-1).cumsum(-1) <= 1 - top_p
         drop[-1] = False  # keep at least one
         scores = scores.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), -math.inf)
+    return scores
+
+
+def pick(scores: torch.Tensor, u: float) -> int:
+    """Inverse CDF in id order over softmax(scores) [V] with the uniform `u` in [0, 1)."""
     cdf = scores.softmax(-1).cumsum(-1)
     idx = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype), right=True))
     idx = min(idx, scores.shape[-1] - 1)
-    # Never land on an id that was filtered out (possible only through rounding at the edges).
+    # Never land on a filtered id (possible only through rounding at the edges of the CDF).
     while scores[idx] == -math.inf:
         idx -= 1
     return idx
@@ -124,17 +127,16 @@ def pick_codebook0(logits: torch.Tensor, generated: list[int], frame: int, param
     scores = codebook0_logits(logits, generated, frame, params, eos_id, suppress)
     if not params.do_sample:
         return int(scores.argmax())
-    u = counter_uniform(seed, frame, 0)
-    return warp_and_pick(scores, params.temperature, params.top_k, params.top_p, u)
+    scores = warp(scores, params.temperature, params.top_k, params.top_p)
+    return pick(scores, counter_uniform(seed, frame, 0))
 
 
 def pick_codebook(logits: torch.Tensor, frame: int, codebook: int, params: SamplingParams, seed: int) -> int:
     """Codebooks 1..15: no penalty, no suppression."""
     if not params.subtalker_dosample:
         return int(logits.argmax())
-    u = counter_uniform(seed, frame, codebook)
-    return warp_and_pick(logits, params.subtalker_temperature, params.subtalker_top_k,
-                         params.subtalker_top_p, u)
+    scores = warp(logits, params.subtalker_temperature, params.subtalker_top_k, params.subtalker_top_p)
+    return pick(scores, counter_uniform(seed, frame, codebook))
 
 
 def suppress_mask(vocab_size: int, eos_id: int) -> torch.Tensor:

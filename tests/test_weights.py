@@ -1,0 +1,60 @@
+"""Checkpoint loading by official names: single file, shards, dtype, and errors naming tensors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tts_engine.checkpoint import random_talker_state_dict
+from tts_engine.config import CONFIG_DIR, ModelConfig
+from tts_engine.model.qwen3_tts import Qwen3TTS
+from tts_engine.weights import CheckpointError, load_into, safetensors_files
+
+CFG = ModelConfig.from_file(CONFIG_DIR / "tiny-customvoice.config.json")
+
+
+def _meta_model():
+    with torch.device("meta"):
+        return Qwen3TTS(CFG)
+
+
+def _state():
+    return random_talker_state_dict(CFG, seed=3, dtype=torch.float32)
+
+
+def test_sharded_checkpoint_loads_like_a_single_file(tmp_path):
+    state = _state()
+    names = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    for file, keys in shards.items():
+        save_file({k: state[k] for k in keys}, str(tmp_path / file))
+    index = {"metadata": {}, "weight_map": {k: f for f, keys in shards.items() for k in keys}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    model = load_into(_meta_model(), safetensors_files(tmp_path), dtype=torch.bfloat16)
+    for k, v in model.state_dict().items():
+        assert v.dtype == torch.bfloat16
+        assert torch.equal(v, state[k].to(torch.bfloat16))
+
+
+def test_missing_unexpected_and_misshaped_tensors_are_all_named(tmp_path):
+    state = _state()
+    del state["talker.codec_head.weight"]
+    del state["talker.model.layers.1.mlp.up_proj.weight"]
+    state["talker.extra.weight"] = torch.zeros(2)
+    state["talker.model.norm.weight"] = torch.ones(7)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError) as err:
+        load_into(_meta_model(), safetensors_files(tmp_path))
+    msg = str(err.value)
+    for name in ("missing: talker.codec_head.weight", "missing: talker.model.layers.1.mlp.up_proj.weight",
+                 "unexpected: talker.extra.weight", "shape: talker.model.norm.weight"):
+        assert name in msg
+
+
+def test_directory_without_weights_is_a_clear_error(tmp_path):
+    with pytest.raises(CheckpointError, match=r"no model\.safetensors"):
+        safetensors_files(tmp_path)

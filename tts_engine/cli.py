@@ -1,0 +1,137 @@
+"""`cadence` console command.
+
+Every user error (bad argument, unknown voice or language, missing model directory) ends in one
+line on stderr and exit status 2; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import wave
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _add_make_checkpoint(sub) -> None:
+    p = sub.add_parser("make-checkpoint", help="write a random-weight checkpoint in the official layout")
+    p.add_argument("--size", required=True, choices=["tiny", "0.6b", "1.7b"])
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variant", choices=["custom-voice", "voice-design"], default="custom-voice")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None,
+                   help="talker weights dtype (default: fp32 for tiny, bf16 otherwise)")
+    p.add_argument("--device", default="cpu", help="where to draw the random tensors (e.g. cuda)")
+    p.add_argument("--chars-per-second", type=float, default=None,
+                   help="speaking rate that sets the length of random-weight output (default 14.5)")
+    p.set_defaults(func=_make_checkpoint)
+
+
+def _add_say(sub) -> None:
+    p = sub.add_parser("say", help="synthesise text to a WAV file (reference path)")
+    p.add_argument("text", nargs="?", default=None, help="text to speak; omit or '-' to read stdin")
+    p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
+    p.add_argument("--voice", default=None, help="built-in voice (CustomVoice models)")
+    p.add_argument("--language", default="auto")
+    p.add_argument("--instruct", default=None, help="style instruction (required for VoiceDesign)")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--layout", choices=["non-streaming", "streaming"], default="non-streaming")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--max-frames", type=int, default=None, help="stop after this many 80 ms frames")
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(func=_say)
+
+
+def _make_checkpoint(args) -> int:
+    import torch
+
+    from .checkpoint import DEFAULT_CHARS_PER_SECOND, make_checkpoint
+
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, None: None}[args.dtype]
+    out = make_checkpoint(args.size, args.out, seed=args.seed, dtype=dtype, device=args.device,
+                          variant=args.variant.replace("-", "_"),
+                          chars_per_second=args.chars_per_second or DEFAULT_CHARS_PER_SECOND)
+    print(f"wrote random-weight {args.size} checkpoint to {out}", file=sys.stderr)
+    return 0
+
+
+def write_wav(path: Path, pcm: np.ndarray, sample_rate: int) -> None:
+    pcm16 = (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(pcm16.tobytes())
+
+
+def _say(args) -> int:
+    from tqdm import tqdm
+
+    from .prompt import Layout, VoiceSpec, resolve_voice
+    from .sampling import SamplingParams
+    from .synthesizer import Synthesizer, load_model_dir
+
+    text = args.text if args.text not in (None, "-") else sys.stdin.read()
+    if not text.strip():
+        raise ValueError("no text given (pass it as an argument or on stdin)")
+    if args.max_frames is not None and args.max_frames < 1:
+        raise ValueError("--max-frames must be >= 1")
+    voice = VoiceSpec(args.voice, args.language, args.instruct)
+    _, cfg = load_model_dir(args.model)
+    resolve_voice(cfg, voice)  # fail on a bad voice or language before loading weights
+    if not args.out.parent.is_dir():
+        raise ValueError(f"output directory {args.out.parent} does not exist")
+
+    synth = Synthesizer(args.model, device=args.device)
+    params = SamplingParams.greedy() if args.greedy else SamplingParams.from_defaults(synth.defaults)
+    overrides = {"seed": args.seed, "temperature": args.temperature, "top_k": args.top_k,
+                 "top_p": args.top_p}
+    params = replace(params, **{k: v for k, v in overrides.items() if v is not None})
+    layout = Layout.STREAMING if args.layout == "streaming" else Layout.NON_STREAMING
+    item = synth.prepare(text, voice, layout=layout, params=params, max_frames=args.max_frames)
+    total = item.forced_frames or item.max_frames
+    with tqdm(total=total, unit="frame", desc="synthesising", file=sys.stderr,
+              disable=not sys.stderr.isatty() and total > 10_000) as bar:
+        (speech,) = synth.synthesize([item], on_frame=lambda k: bar.update(1))
+    write_wav(args.out, speech.pcm, speech.sample_rate)
+    seconds = len(speech.pcm) / speech.sample_rate
+    print(f"wrote {args.out} ({seconds:.2f} s, {speech.codes.shape[0]} frames, 24 kHz)", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cadence", description="Cadence: real-time Qwen3-TTS voice agents")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_make_checkpoint(sub)
+    _add_say(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .weights import CheckpointError
+
+    try:
+        return args.func(args)
+    except (ValueError, CheckpointError, FileNotFoundError, PermissionError) as e:
+        print(f"cadence {args.command}: error: {e or type(e).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"cadence {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
