@@ -1,0 +1,68 @@
+"""`cadence say` and `cadence make-checkpoint` as a user runs them: real processes, real files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import wave
+
+import numpy as np
+import pytest
+
+
+def cadence(*args, stdin: str | None = None):
+    return subprocess.run([sys.executable, "-m", "tts_engine.cli", *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_say_writes_an_audible_24khz_wav(tiny_checkpoint, tmp_path):
+    out = tmp_path / "hello.wav"
+    r = cadence("say", "Hello there, general Kenobi.", "--model", tiny_checkpoint, "--voice", "ryan",
+                "--language", "english", "--out", out, "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    with wave.open(str(out)) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (24000, 1, 2)
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float64) / 32768
+    # Random-weight checkpoint: length follows the text (28 chars at 14.5 chars/s + frame 0).
+    frames = len(pcm) / 1920
+    assert frames == 1 + np.ceil(len("Hello there, general Kenobi.") / 14.5 * 12.5)
+    assert 20 * np.log10(np.sqrt(np.mean(pcm**2))) > -45
+
+
+def test_say_reads_text_from_stdin(tiny_checkpoint, tmp_path):
+    out = tmp_path / "stdin.wav"
+    r = cadence("say", "--model", tiny_checkpoint, "--voice", "aiden", "--out", out, "--greedy",
+                stdin="Read from standard input.\n")
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 44
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--voice", "bob"], "unknown voice 'bob'"),
+    (["--voice", "ryan", "--language", "klingon"], "unknown language 'klingon'"),
+    (["--voice", "ryan", "--model", "/nonexistent/model"], "does not exist"),
+    (["--voice", "ryan", "--temperature", "0"], "temperature must be"),
+    (["--voice", "ryan", "--max-frames", "0"], "--max-frames"),
+    (["--voice", "ryan", "--temperature", "hot"], "invalid float value"),
+])
+def test_bad_arguments_give_one_line_and_exit_2(tiny_checkpoint, tmp_path, args, message):
+    base = ["say", "Some text.", "--out", tmp_path / "x.wav"]
+    if "--model" not in args:
+        base += ["--model", tiny_checkpoint]
+    r = cadence(*base, *args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert message in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_empty_stdin_is_an_error(tiny_checkpoint, tmp_path):
+    r = cadence("say", "--model", tiny_checkpoint, "--voice", "ryan", "--out", tmp_path / "x.wav",
+                stdin="  \n")
+    assert r.returncode == 2 and "no text" in r.stderr
+
+
+def test_make_checkpoint_rejects_unknown_size(tmp_path):
+    r = cadence("make-checkpoint", "--size", "70b", "--out", tmp_path)
+    assert r.returncode == 2 and "invalid choice" in r.stderr and len(r.stderr.strip().splitlines()) == 1
