@@ -1,0 +1,257 @@
+"""Codec decoder: 16 codebooks at 12.5 Hz -> 24 kHz PCM, whole or as a stream of chunks.
+
+Data flow (shapes for the real config, t frames):
+  codes [B, 16, t] -> RVQ rows summed, 1x1 projections -> [B, 512, t]
+  -> causal conv k3 -> [B, 1024, t] -> sliding-window transformer (window 72) -> [B, 1024, t]
+  -> 2 x (x2 transposed conv + ConvNeXt) -> [B, 1024, 4t] -> causal conv k7 -> [B, 1536, 4t]
+  -> 4 decoder blocks (x8, x5, x4, x3) -> [B, 96, 1920t] -> SnakeBeta, conv k7 -> clamp -> [B, 1920t]
+
+Everything is causal with zero lookahead, so streaming is exact: `decode_chunk` keeps the last
+`sliding_window - 1` keys/values per layer and every conv's left input history in a
+`CodecState` of fixed-size tensors, and the samples of frame t are final as soon as frame t's
+codes arrive. `forward` is the whole-sequence reference the streaming path is tested against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import CodecDecoderConfig
+from .codec_blocks import (
+    CausalConv1d,
+    CausalConvTranspose1d,
+    ConvCache,
+    DecoderBlock,
+    SnakeBeta,
+    SplitQuantizer,
+    UpsampleStage,
+)
+
+
+@dataclass
+class CodecState(ConvCache):
+    """Streaming state of a batch of codec rows; every tensor has a fixed shape.
+
+    history: per stateful conv, its last inputs [B, C_in, n] (see `ConvCache`).
+    frames:  [B] int64, frames decoded so far per row = RoPE position of the next frame.
+    keys, values: [num_layers, B, kv_heads, sliding_window - 1, head_dim], oldest slot first;
+             slot i holds position frames - (sliding_window - 1) + i, negative positions are
+             empty (masked). `sliding_window - 1` because a frame attends to itself plus the
+             previous `sliding_window - 1` frames.
+    `decode_chunk` updates these tensors in place (their addresses never change).
+    """
+
+    frames: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.frames, self.keys, self.values, *self.history]
+
+
+# ---- sliding-window transformer ----------------------------------------------------------------
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32, scale in the input dtype, as the reference does.
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int, init: float):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), init))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE. x [B, heads, t, D]; cos/sin [B, 1, t, D]."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class WindowAttention(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                kv_cache: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """x [B, t, hidden]; mask [B, 1, t, cached + t] (True = attend); kv_cache updated in place."""
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, t, D]
+        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        if kv_cache is not None:
+            k_cache, v_cache = kv_cache  # [B, Hkv, S, D], S = window - 1
+            k = torch.cat([k_cache, k], dim=2)  # [B, Hkv, S + t, D]
+            v = torch.cat([v_cache, v], dim=2)
+            k_cache.copy_(k[:, :, -k_cache.shape[2]:])
+            v_cache.copy_(v[:, :, -v_cache.shape[2]:])
+        if self.num_kv_heads != self.num_heads:
+            k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+            v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))  # [B, t, H*D]
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.self_attn = WindowAttention(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
+        self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
+
+    def forward(self, x, cos, sin, mask, kv_cache):
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache))
+        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+class WindowTransformer(nn.Module):
+    """`pre_transformer`: latent -> hidden, causal sliding-window layers, final norm, -> latent."""
+
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
+        self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
+
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [B, t] -> cos, sin [B, 1, t, D], computed in fp32 then cast (as the reference)."""
+        d = self.cfg.head_dim
+        exponent = torch.arange(0, d, 2, device=positions.device).float() / d
+        inv_freq = 1.0 / (self.cfg.rope_theta**exponent)  # [D/2]
+        angles = positions.float()[..., None] * inv_freq  # [B, t, D/2]
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # [B, 1, t, D]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def forward(self, x: torch.Tensor, state: CodecState | None) -> torch.Tensor:
+        """x [B, t, latent] -> [B, t, latent]; frames before x come from `state` (None: none)."""
+        b, t, _ = x.shape
+        h = self.input_proj(x)
+        steps = torch.arange(t, device=x.device)
+        if state is None:
+            start = torch.zeros(b, dtype=torch.long, device=x.device)
+            cached = 0
+        else:
+            start, cached = state.frames, state.keys.shape[3]
+        q_pos = start[:, None] + steps  # [B, t]
+        k_pos = start[:, None] - cached + torch.arange(cached + t, device=x.device)  # [B, cached + t]
+        # Key kp is visible from query qp iff qp - window < kp <= qp (the reference's sliding
+        # window counts the query itself); negative kp are empty cache slots.
+        delta = q_pos[:, :, None] - k_pos[:, None, :]  # [B, t, cached + t]
+        mask = ((delta >= 0) & (delta < self.cfg.sliding_window) & (k_pos[:, None, :] >= 0))[:, None]
+        cos, sin = self._rope(q_pos, h.dtype)
+        for i, layer in enumerate(self.layers):
+            kv_cache = None if state is None else (state.keys[i], state.values[i])
+            h = layer(h, cos, sin, mask, kv_cache)
+        return self.output_proj(self.norm(h))
+
+
+# ---- decoder ---------------------------------------------------------------------------------
+
+class CodecDecoder(nn.Module):
+    """The official `Qwen3TTSTokenizerV2Decoder` with identical parameter names, plus streaming."""
+
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.samples_per_frame = cfg.samples_per_frame
+        self.pre_transformer = WindowTransformer(cfg)
+        # The reference decoder always splits off exactly one semantic codebook, whatever
+        # `num_semantic_quantizers` says.
+        self.quantizer = SplitQuantizer(cfg.num_quantizers, 1, cfg.codebook_size, cfg.codebook_dim)
+        self.pre_conv = CausalConv1d(cfg.codebook_dim, cfg.latent_dim, 3)
+        self.upsample = nn.ModuleList(UpsampleStage(cfg.latent_dim, r) for r in cfg.upsampling_ratios)
+        dims = [cfg.decoder_dim // 2**i for i in range(len(cfg.upsample_rates) + 1)]
+        self.decoder = nn.ModuleList([
+            CausalConv1d(cfg.latent_dim, dims[0], 7),
+            *(DecoderBlock(dims[i], dims[i + 1], r) for i, r in enumerate(cfg.upsample_rates)),
+            SnakeBeta(dims[-1]),
+            CausalConv1d(dims[-1], 1, 7),
+        ])
+        # Shapes [C_in, n] of every conv input history, in slot order.
+        self._history_shapes: list[tuple[int, int]] = []
+        for module in self.modules():
+            if isinstance(module, (CausalConv1d, CausalConvTranspose1d)) and module.history_len > 0:
+                module.slot = len(self._history_shapes)
+                self._history_shapes.append((module.conv.in_channels, module.history_len))
+
+    def new_state(self, batch: int, device: torch.device | str | None = None,
+                  dtype: torch.dtype | None = None) -> CodecState:
+        """Zeroed state for `batch` fresh streams (zeros = the reference's left padding)."""
+        ref = self.pre_conv.conv.weight
+        device = ref.device if device is None else device
+        dtype = ref.dtype if dtype is None else dtype
+        cfg = self.cfg
+        kv_shape = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, cfg.sliding_window - 1,
+                    cfg.head_dim)
+        return CodecState(
+            history=[torch.zeros(batch, c, n, device=device, dtype=dtype) for c, n in self._history_shapes],
+            frames=torch.zeros(batch, dtype=torch.long, device=device),
+            keys=torch.zeros(kv_shape, device=device, dtype=dtype),
+            values=torch.zeros(kv_shape, device=device, dtype=dtype),
+        )
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, num_quantizers, T] (int64, 0..codebook_size-1) -> PCM [B, T * 1920] in [-1, 1]."""
+        return self._decode(codes, None)
+
+    def decode_chunk(self, codes: torch.Tensor, state: CodecState) -> tuple[torch.Tensor, CodecState]:
+        """Continue the streams in `state` by codes [B, num_quantizers, t] -> PCM [B, t * 1920].
+
+        The state is updated in place and returned; cost depends on t only, not on the history.
+        """
+        if state.frames.shape[0] != codes.shape[0]:
+            raise ValueError(f"state holds {state.frames.shape[0]} rows, codes have {codes.shape[0]}")
+        pcm = self._decode(codes, state)
+        state.frames.add_(codes.shape[2])
+        return pcm, state
+
+    def _decode(self, codes: torch.Tensor, state: CodecState | None) -> torch.Tensor:
+        if codes.dim() != 3 or codes.shape[1] != self.cfg.num_quantizers:
+            raise ValueError(f"codes must be [B, {self.cfg.num_quantizers}, T], got {tuple(codes.shape)}")
+        h = self.quantizer(codes)  # [B, codebook_dim, t]
+        h = self.pre_conv(h, state).transpose(1, 2)  # [B, t, latent]
+        h = self.pre_transformer(h, state).transpose(1, 2)  # [B, latent, t]
+        for stage in self.upsample:
+            h = stage(h, state)  # [B, latent, t * prod(upsampling_ratios)]
+        for block in self.decoder:
+            h = block(h, state)  # ends as [B, 1, t * samples_per_frame]
+        return h[:, 0].clamp(-1.0, 1.0)

@@ -1,0 +1,219 @@
+"""Convolutional building blocks of the codec decoder, each usable whole or chunk by chunk.
+
+Every block is causal with zero lookahead. Called with `cache=None` a block decodes a whole
+sequence (zero left padding, as the reference does). Called with a `ConvCache` it continues a
+stream: each causal conv reads and overwrites in place its fixed-size input history
+`cache.history[slot]`, so decoding in chunks equals decoding at once.
+
+Attribute names follow the official checkpoint, so `state_dict()` keys are the official names.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class ConvCache:
+    """Left input history of every stateful conv, indexed by the conv's `slot`: [B, C_in, n]."""
+
+    history: list[torch.Tensor]
+
+
+class CausalConv1d(nn.Module):
+    """Stride-1 conv padded on the left only; its state is the last (k-1)*dilation inputs."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1,
+                 groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
+        self.history_len = (kernel_size - 1) * dilation
+        self.slot = -1  # assigned by the owning decoder when history_len > 0
+
+    def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
+        n = self.history_len
+        if n == 0:
+            return self.conv(x)
+        if cache is None:
+            return self.conv(F.pad(x, (n, 0)))
+        history = cache.history[self.slot]
+        x = torch.cat([history, x], dim=-1)  # [B, C, n + t]
+        history.copy_(x[..., -n:])  # in place: state buffers keep their addresses (CUDA graphs)
+        return self.conv(x)
+
+
+class CausalConvTranspose1d(nn.Module):
+    """Upsampling by `stride`; the right `kernel - stride` outputs are dropped, which makes it causal.
+
+    Output samples [i*stride, (i+1)*stride) depend on inputs i-m..i with m = ceil(k/stride) - 1,
+    so the streaming state is the last m inputs (the overlap tail is recomputed from them, which
+    keeps every state in this module an input history of fixed size).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
+        self.stride = stride
+        self.history_len = math.ceil(kernel_size / stride) - 1
+        self.slot = -1
+
+    def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
+        out_len = x.shape[-1] * self.stride
+        m = self.history_len
+        if cache is None or m == 0:
+            return self.conv(x)[..., :out_len]
+        history = cache.history[self.slot]
+        x = torch.cat([history, x], dim=-1)  # [B, C, m + t]
+        history.copy_(x[..., -m:])
+        skip = m * self.stride  # outputs that belong to the previous chunk, already emitted
+        return self.conv(x)[..., skip : skip + out_len]
+
+
+class SnakeBeta(nn.Module):
+    """x + sin^2(x * e^alpha) / e^beta, per channel; alpha and beta are stored as logs."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
+        del cache  # pointwise in time: no state; the argument keeps block lists uniform
+        freq = self.alpha.exp()[None, :, None]  # [1, C, 1]
+        # The 1e-9 guard is part of the reference numerics (it matters in bf16 only in theory).
+        inv_mag = 1.0 / (self.beta.exp()[None, :, None] + 1e-9)
+        return x + inv_mag * torch.sin(x * freq).pow(2)
+
+
+class ConvNeXtBlock(nn.Module):
+    """Depthwise causal conv k7, LayerNorm, 4x pointwise MLP with GELU, scaled residual."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = CausalConv1d(dim, dim, 7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
+        h = self.dwconv(x, cache).transpose(1, 2)  # [B, C, T] -> [B, T, C]
+        h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
+        return x + (self.gamma * h).transpose(1, 2)  # back to [B, C, T]
+
+
+class UpsampleStage(nn.ModuleList):
+    """`upsample.i`: [0] transposed conv (kernel == stride, stateless), [1] ConvNeXt block."""
+
+    def __init__(self, dim: int, factor: int):
+        super().__init__([CausalConvTranspose1d(dim, dim, factor, factor), ConvNeXtBlock(dim)])
+
+    def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
+        for block in self:
+            x = block(x, cache)
+        return x
+
+
+class ResidualUnit(nn.Module):
+    def __init__(self, dim: int, dilation: int):
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv1d(dim, dim, 1)
+
+    def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
+        h = self.conv1(self.act1(x), cache)
+        return x + self.conv2(self.act2(h), cache)
+
+
+class DecoderBlock(nn.Module):
+    """`decoder.{1..4}`: SnakeBeta, x`rate` causal transposed conv (k = 2*rate), 3 residual units."""
+
+    def __init__(self, in_dim: int, out_dim: int, rate: int):
+        super().__init__()
+        self.block = nn.ModuleList([
+            SnakeBeta(in_dim),
+            CausalConvTranspose1d(in_dim, out_dim, 2 * rate, rate),
+            *(ResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)),
+        ])
+
+    def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
+        for block in self.block:
+            x = block(x, cache)
+        return x
+
+
+# ---- RVQ dequantiser -------------------------------------------------------------------------
+
+class Codebook(nn.Module):
+    """EMA codebook as trained: the row of code c is embedding_sum[c] / max(cluster_usage[c], eps)."""
+
+    def __init__(self, size: int, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.cluster_usage = nn.Parameter(torch.ones(size))
+        self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+        self.eps = eps
+
+    def lookup(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [...] -> [..., dim]. Gather first, divide after: same values, no full-table pass."""
+        usage = F.embedding(codes, self.cluster_usage[:, None]).clamp(min=self.eps)  # [..., 1]
+        return F.embedding(codes, self.embedding_sum) / usage
+
+
+class _CodebookSlot(nn.Module):
+    """Exists only to reproduce the official key path `vq.layers.i._codebook.*`."""
+
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self._codebook = Codebook(size, dim)
+
+
+class _CodebookList(nn.Module):
+    def __init__(self, count: int, size: int, dim: int):
+        super().__init__()
+        self.layers = nn.ModuleList(_CodebookSlot(size, dim) for _ in range(count))
+
+
+class CodebookGroup(nn.Module):
+    """Residual codebooks whose summed rows go through one 1x1 projection up to `out_dim`.
+
+    `input_proj` is the encoder-side projection; decoding never uses it, the checkpoint has it.
+    """
+
+    def __init__(self, count: int, size: int, dim: int, out_dim: int):
+        super().__init__()
+        self.input_proj = nn.Conv1d(out_dim, dim, 1, bias=False)
+        self.output_proj = nn.Conv1d(dim, out_dim, 1, bias=False)
+        self.vq = _CodebookList(count, size, dim)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, K, T] -> [B, out_dim, T]."""
+        summed = None
+        for k, slot in enumerate(self.vq.layers):
+            rows = slot._codebook.lookup(codes[:, k])  # [B, T, dim]
+            summed = rows if summed is None else summed + rows
+        return self.output_proj(summed.transpose(1, 2))  # [B, dim, T] -> [B, out_dim, T]
+
+
+class SplitQuantizer(nn.Module):
+    """Codebook 0 (semantic) and codebooks 1.. (acoustic) have separate output projections."""
+
+    def __init__(self, num_quantizers: int, num_semantic: int, size: int, codebook_dim: int):
+        super().__init__()
+        if not 0 < num_semantic < num_quantizers:
+            raise ValueError(f"need 0 < num_semantic ({num_semantic}) < num_quantizers ({num_quantizers})")
+        self.num_semantic = num_semantic
+        dim = codebook_dim // 2
+        self.rvq_first = CodebookGroup(num_semantic, size, dim, codebook_dim)
+        self.rvq_rest = CodebookGroup(num_quantizers - num_semantic, size, dim, codebook_dim)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, num_quantizers, T] -> [B, codebook_dim, T]."""
+        n = self.num_semantic
+        return self.rvq_first(codes[:, :n]) + self.rvq_rest(codes[:, n:])
