@@ -53,6 +53,50 @@ def _add_say(sub) -> None:
     p.set_defaults(func=_say)
 
 
+def _add_serve(sub) -> None:
+    p = sub.add_parser("serve", help="run the streaming HTTP/WebSocket server (docs/streaming-api.md)")
+    p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--max-active-streams", type=int, default=None, help="engine admission cap")
+    p.add_argument("--max-queued-streams", type=int, default=None, help="engine admission cap")
+    p.add_argument("--max-body-bytes", type=int, default=64 * 1024)
+    p.add_argument("--max-text-chars", type=int, default=5000)
+    p.add_argument("--max-ws-message-bytes", type=int, default=1024 * 1024)
+    p.add_argument("--max-contexts-per-connection", type=int, default=16)
+    p.add_argument("--max-ws-send-buffer-bytes", type=int, default=4 * 1024 * 1024)
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args) -> int:
+    from .server.config import ServerConfig
+    from .server.run import bind, serve
+    from .synthesizer import load_model_dir
+
+    cfg = ServerConfig(host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
+                       max_text_chars=args.max_text_chars, max_ws_message_bytes=args.max_ws_message_bytes,
+                       max_contexts_per_connection=args.max_contexts_per_connection,
+                       max_ws_send_buffer_bytes=args.max_ws_send_buffer_bytes,
+                       log_level=args.log_level).validate()
+    for name in ("max_active_streams", "max_queued_streams"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    load_model_dir(args.model)  # a missing or wrong directory fails before the socket is taken
+    sock = bind(cfg)
+    from .engine.core import StreamingEngine
+
+    caps = {k: getattr(args, k) for k in ("max_active_streams", "max_queued_streams")
+            if getattr(args, k) is not None}
+    engine = StreamingEngine(args.model, device=args.device, **caps)
+    host, port = sock.getsockname()[:2]
+    print(f"cadence serve: listening on http://{host}:{port} (model {args.model}, device {args.device})",
+          file=sys.stderr)
+    serve(engine, cfg, sock)
+    return 0
+
+
 def _make_checkpoint(args) -> int:
     import torch
 
@@ -115,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_make_checkpoint(sub)
     _add_say(sub)
+    _add_serve(sub)
     return parser
 
 

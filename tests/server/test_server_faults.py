@@ -1,0 +1,136 @@
+"""What the real engine cannot be made to do on demand, on the fake engine: fail mid-stream, stay
+unready, never confirm a cancel; plus a client that stops reading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import replace
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from tts_engine.server import ServerConfig
+
+from .conftest import ServerThread
+from .fake_engine import FakeEngine
+
+BODY = {"input": "Hello there, this is a test.", "voice": "ryan"}
+OPEN = {"type": "open", "context_id": "a", "voice": "ryan"}
+
+
+class SlowStartEngine(FakeEngine):
+    """Warm-up lasts until `finish_warm_up()` is called (from any thread)."""
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.go = asyncio.Event()
+        await self.go.wait()
+        self.ready = True
+
+    def finish_warm_up(self) -> None:
+        self.loop.call_soon_threadsafe(self.go.set)
+
+
+def test_ready_is_503_during_warm_up_and_websocket_connect_gets_1013():
+    engine = SlowStartEngine()
+    with ServerThread(engine, ServerConfig()) as s:
+        assert httpx.get(s.url + "/health").json() == {"status": "starting"}
+        r = httpx.get(s.url + "/ready")
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        r = httpx.post(s.url + "/v1/audio/speech", json=BODY)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
+        assert "retry-after" in r.headers
+        with connect(s.ws_url, proxy=None) as conn, pytest.raises(ConnectionClosed) as info:
+            conn.recv(timeout=5)
+        assert info.value.rcvd.code == 1013
+        engine.finish_warm_up()
+        s.wait_ready(5)
+        assert httpx.post(s.url + "/v1/audio/speech", json=BODY).status_code == 200
+
+
+def test_health_is_503_after_an_engine_fault(fake_server):
+    fake_server.engine.alive = False
+    assert httpx.get(fake_server.url + "/health").status_code == 503
+    assert httpx.get(fake_server.url + "/ready").status_code == 503
+
+
+def test_engine_error_mid_stream(fake_server):
+    fake_server.engine.fail_after_frames = 3
+    r = httpx.post(fake_server.url + "/v1/audio/speech", json={**BODY, "stream_format": "sse"})
+    events = [json.loads(b.removeprefix("data: ")) for b in r.text.split("\n\n") if b]
+    assert events[0]["type"] == "speech.audio.delta"
+    assert events[-1] == {"type": "error", "error": {"code": "engine_error", "message": "injected fault"}}
+    with pytest.raises(httpx.RemoteProtocolError):  # raw audio: the response is cut short
+        httpx.post(fake_server.url + "/v1/audio/speech", json=BODY)
+    fake_server.engine.fail_after_frames = 0  # before any audio: a proper status
+    r = httpx.post(fake_server.url + "/v1/audio/speech", json=BODY)
+    assert r.status_code == 500 and r.json()["error"]["code"] == "engine_error"
+    fake_server.engine.fail_after_frames = 3
+    with connect(fake_server.ws_url, proxy=None) as conn:
+        conn.send(json.dumps({**OPEN, "text": BODY["input"], "end": True}))
+        messages = []
+        while not messages or messages[-1]["type"] != "done":
+            messages.append(json.loads(conn.recv(timeout=5)))
+        assert messages[-2] == {"type": "error", "context_id": "a", "code": "engine_error",
+                                "message": "injected fault"}
+        assert messages[-1]["reason"] == "error" and messages[-1]["frames"] == 3
+    fake_server.wait_empty()
+
+
+def test_cancel_is_acknowledged_even_if_the_engine_never_confirms():
+    engine = FakeEngine(frame_s=0.02)
+    engine.ignore_cancel = True
+    with ServerThread(engine, ServerConfig(cancel_ack_timeout_s=0.3)) as s:
+        s.wait_ready()
+        with connect(s.ws_url, proxy=None) as conn:
+            conn.send(json.dumps({**OPEN, "text": "x" * 200, "end": True}))
+            assert json.loads(conn.recv(timeout=5))["type"] == "audio"
+            t0 = time.monotonic()
+            conn.send(json.dumps({"type": "cancel", "context_id": "a"}))
+            while (m := json.loads(conn.recv(timeout=5)))["type"] != "done":
+                assert m["type"] != "audio" or time.monotonic() - t0 < 0.05
+            assert m["reason"] == "cancelled" and time.monotonic() - t0 >= 0.25
+
+
+def test_a_client_that_stops_reading_is_closed_with_1008_and_others_are_unaffected(fake_server):
+    fake_server.engine.frame_s = 0.0
+    slow = connect(fake_server.ws_url, proxy=None, max_queue=1, legacy=True)
+    slow.send(json.dumps({**OPEN, "text": "x" * 5000, "end": True, "chunk_schedule": [64]}))
+    with connect(fake_server.ws_url, proxy=None) as other:
+        other.send(json.dumps({**OPEN, "text": "Fine.", "end": True}))
+        while json.loads(other.recv(timeout=10))["type"] != "done":
+            pass
+    deadline = time.monotonic() + 20
+    code = None
+    while time.monotonic() < deadline and code is None:
+        time.sleep(0.2)
+        try:
+            while True:
+                slow.recv(timeout=0)
+        except TimeoutError:
+            continue
+        except ConnectionClosed as e:
+            code = e.rcvd.code if e.rcvd else None
+    slow.close()
+    assert code == 1008
+    fake_server.wait_empty()
+
+
+def test_error_table_matches_the_docs():
+    from pathlib import Path
+
+    from tts_engine.server.errors import markdown_table
+
+    doc = (Path(__file__).parents[2] / "docs" / "streaming-api.md").read_text()
+    assert markdown_table() in doc
+
+
+def test_config_rejects_nonsense():
+    with pytest.raises(ValueError, match="max_text_chars"):
+        replace(ServerConfig(), max_text_chars=0).validate()
+    with pytest.raises(ValueError, match="port"):
+        ServerConfig(port=70000).validate()

@@ -1,0 +1,45 @@
+"""Server limits and listen address: one dataclass, built by `cadence serve` from its arguments.
+
+Admission caps (active and queued streams) are the engine's, not the server's: the server never
+queues a request of its own, it asks the engine and answers 503 when the engine says no.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # HTTP: request bodies above this are refused with 413 (uvicorn itself has no limit).
+    max_body_bytes: int = 64 * 1024
+    # Characters of `input` (HTTP) or of all text appended to one context (WebSocket).
+    max_text_chars: int = 5000
+    # WebSocket: a bigger client message closes the connection with 1009.
+    max_ws_message_bytes: int = 1024 * 1024
+    max_contexts_per_connection: int = 16
+    # WebSocket: bytes of server messages waiting for a slow client before the connection is
+    # closed with 1008. 4 MiB holds about 60 s of base64 audio.
+    max_ws_send_buffer_bytes: int = 4 * 1024 * 1024
+    ws_ping_interval_s: float = 20.0
+    ws_ping_timeout_s: float = 20.0
+    # After a WebSocket `cancel`, how long to wait for the engine's confirmation before the
+    # server acknowledges the cancel anyway.
+    cancel_ack_timeout_s: float = 2.0
+    log_level: str = "info"
+
+    def validate(self) -> ServerConfig:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        for name in ("max_body_bytes", "max_text_chars", "max_ws_message_bytes",
+                     "max_contexts_per_connection", "max_ws_send_buffer_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "cancel_ack_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_ws_send_buffer_bytes < 2 * 64 * 1024:
+            raise ValueError("max_ws_send_buffer_bytes must hold at least two audio messages (128 KiB)")
+        return self

@@ -1,0 +1,45 @@
+"""Run the app under uvicorn with the server's limits (message size, pings) applied."""
+
+from __future__ import annotations
+
+import socket
+
+import uvicorn
+
+from .app import create_app
+from .config import ServerConfig
+from .engine_link import ServedEngine
+
+
+def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
+    options = dict(
+        host=cfg.host, port=cfg.port, lifespan="on", log_level=cfg.log_level,
+        ws="websockets-sansio", ws_max_size=cfg.max_ws_message_bytes,
+        ws_ping_interval=cfg.ws_ping_interval_s, ws_ping_timeout=cfg.ws_ping_timeout_s,
+        # Audio is incompressible; deflate would only cost CPU on the event loop.
+        ws_per_message_deflate=False, timeout_graceful_shutdown=5, server_header=False,
+    )
+    options.update(overrides)
+    return uvicorn.Config(app, **options)
+
+
+def bind(cfg: ServerConfig) -> socket.socket:
+    """Listen on host:port now, so that an address in use is a clear error before the model loads."""
+    family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((cfg.host, cfg.port))
+    except OSError as e:
+        sock.close()
+        raise ValueError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(engine: ServedEngine, cfg: ServerConfig, sock: socket.socket | None = None) -> None:
+    """Blocks until the server is stopped (Ctrl-C / SIGTERM)."""
+    sock = sock or bind(cfg)
+    server = uvicorn.Server(uvicorn_config(create_app(engine, cfg), cfg))
+    server.run(sockets=[sock])

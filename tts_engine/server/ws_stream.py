@@ -1,0 +1,325 @@
+"""`/v1/stream`: input-streaming WebSocket, many contexts (utterances) per connection.
+
+Tasks of one connection:
+  reader   the only task that receives; handles each client message synchronously (engine calls
+           do not block), so messages take effect in the order they were sent
+  pump     one per context: engine events -> encoded messages -> outbox
+  writer   the only task that sends: outbox -> socket, in order
+The outbox is bounded in bytes; overflowing it (a client that does not read) closes the
+connection with 1008. Cancelling a context drops its queued audio and makes its pump drop any
+later audio, so after the cancel's acknowledgement (`done` with reason "cancelled") nothing of
+it is sent. The connection ending, however it ends, cancels every context it still holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ..engine.api import AudioEvent, DoneEvent, ErrorEvent, FlushDoneEvent, StreamEvent, TTSStream
+from .config import ServerConfig
+from .encoding import b64
+from .engine_link import ServedEngine, engine_alive, open_stream
+from .errors import ApiError, engine_error_code
+from .metrics import ServerMetrics
+from .schemas import (
+    AppendMessage,
+    ContextMessage,
+    OpenMessage,
+    PlayoutMessage,
+    check_text,
+    parse_client_message,
+    parse_json_object,
+)
+from .ws_outbox import Outbox, OutMessage
+
+log = logging.getLogger(__name__)
+ENDPOINT = "/v1/stream"
+# Messages a cancel drops from the outbox; `done` / `error` (the terminal message) never are.
+CANCELLABLE = frozenset({"audio", "timestamps", "flush_done"})
+# A close frame waits behind what is already buffered for the client; a client that reads
+# nothing for this long gets no close frame (its streams were cancelled before, in any case).
+CLOSE_TIMEOUT_S = 10.0
+
+
+@dataclass(eq=False)
+class Context:
+    id: str
+    stream: TTSStream
+    opened: float  # perf_counter() when the open message was handled
+    timestamps: bool
+    chars: int = 0
+    has_text: bool = False  # any non-whitespace text so far
+    audio_s: float = 0.0  # audio queued for the client
+    ended: bool = False
+    cancelled: bool = False
+    first_audio: bool = True
+    pump: asyncio.Task | None = None
+    ack_deadline: asyncio.Timeout | None = field(default=None, repr=False)
+
+
+class Connection:
+    def __init__(self, ws: WebSocket, engine: ServedEngine, cfg: ServerConfig, metrics: ServerMetrics):
+        self.ws = ws
+        self.engine = engine
+        self.cfg = cfg
+        self.metrics = metrics
+        self.contexts: dict[str, Context] = {}
+        # Finished context ids, so a late cancel / playout for them is not an error.
+        self.finished: OrderedDict[str, None] = OrderedDict()
+        self.outbox = Outbox(cfg.max_ws_send_buffer_bytes)
+        self.close: tuple[int, str] | None = None  # set when the server decides to close
+        self._closing = asyncio.Event()
+
+    async def run(self) -> None:
+        await self.ws.accept()
+        if not (self.engine.ready and engine_alive(self.engine)):
+            await self._send_close(1013, "engine not ready")
+            return
+        self.metrics.ws_connections.inc()
+        reader = asyncio.create_task(self._read_loop())
+        writer = asyncio.create_task(self._write_loop())
+        closing = asyncio.create_task(self._closing.wait())
+        try:
+            await asyncio.wait({reader, writer, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reader, writer, closing):
+                task.cancel()
+            pumps = self._cancel_all()
+            await asyncio.gather(reader, writer, closing, *pumps, return_exceptions=True)
+            self.metrics.ws_connections.dec()
+        for task in (reader, writer):
+            exc = task.exception() if task.done() and not task.cancelled() else None
+            if self.close is None and exc is not None and not _is_disconnect(exc):
+                log.error("WebSocket connection failed", exc_info=exc)
+                self.close = (1011, "internal error")
+        if self.close is not None:
+            await self._send_close(*self.close)
+
+    # --- reader ---------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                self.metrics.ws_closes.labels(str(message.get("code", 1005))).inc()
+                return
+            text = message.get("text")
+            if text is None:
+                self._send_error(ApiError("binary_frame", "binary frames are not accepted: send JSON text"))
+                continue
+            if len(text) > self.cfg.max_ws_message_bytes or (
+                    4 * len(text) > self.cfg.max_ws_message_bytes
+                    and len(text.encode("utf-8", "surrogatepass")) > self.cfg.max_ws_message_bytes):
+                self._fail(1009, f"message over {self.cfg.max_ws_message_bytes} bytes")
+                return
+            context_id = None
+            try:
+                obj = parse_json_object(text, "message")
+                context_id = obj.get("context_id") if isinstance(obj.get("context_id"), str) else None
+                self._handle(obj)
+            except ApiError as e:
+                if e.failure.ws_close is not None:
+                    self._fail(e.failure.ws_close, e.message)
+                    return
+                self.metrics.rejections.labels(e.code).inc()
+                self._send_error(e, context_id)
+            except Exception:
+                log.exception("failed to handle a WebSocket message")
+                self._send_error(ApiError("internal_error", "the server failed to handle this message"),
+                                 context_id)
+
+    def _handle(self, obj: dict) -> None:
+        msg = parse_client_message(obj)
+        if isinstance(msg, OpenMessage):
+            self._open(msg)
+            return
+        ctx = self.contexts.get(msg.context_id)
+        if ctx is None:
+            if msg.context_id in self.finished and msg.type in ("cancel", "playout"):
+                return  # the context finished while this message was on its way
+            state = "has finished" if msg.context_id in self.finished else "is not open"
+            raise ApiError("unknown_context", f"context {msg.context_id!r} {state}")
+        if isinstance(msg, AppendMessage):
+            self._append(ctx, msg.text)
+        elif isinstance(msg, PlayoutMessage):
+            ctx.stream.report_playout(msg.played_s, time.monotonic())
+        elif isinstance(msg, ContextMessage) and msg.type == "cancel":
+            self._cancel(ctx)
+        elif ctx.cancelled:
+            return  # flush / end of a cancelled context: nothing left to do
+        elif msg.type == "end":
+            if not ctx.has_text:
+                raise ApiError("invalid_request", f"context {ctx.id!r} has no text to speak: append text "
+                               "before end, or cancel it")
+            if not ctx.ended:
+                ctx.ended = True
+                _engine_call(ctx.stream.end_input)
+        elif msg.type == "flush":
+            if ctx.ended:
+                raise ApiError("input_ended", f"context {ctx.id!r} has ended its input")
+            _engine_call(ctx.stream.flush)
+
+    def _open(self, msg: OpenMessage) -> None:
+        if msg.context_id in self.contexts:
+            raise ApiError("duplicate_context", f"context {msg.context_id!r} is already open")
+        if len(self.contexts) >= self.cfg.max_contexts_per_connection:
+            raise ApiError("too_many_contexts", f"{len(self.contexts)} contexts are open on this "
+                           f"connection; the limit is {self.cfg.max_contexts_per_connection}")
+        text = check_text(msg.text, self.cfg.max_text_chars, param="text", empty_ok=True)
+        if msg.end and not text.strip():
+            raise ApiError("invalid_request", "open with end: true needs text", param="text")
+        options = msg.stream_options(self.engine.model_config)
+        stream = open_stream(self.engine, options, text, end_input=msg.end)
+        ctx = Context(msg.context_id, stream, time.perf_counter(), msg.timestamps, chars=len(msg.text),
+                      has_text=bool(text.strip()), ended=msg.end)
+        self.contexts[ctx.id] = ctx
+        self.finished.pop(ctx.id, None)
+        self.metrics.streams_open.labels(ENDPOINT).inc()
+        ctx.pump = asyncio.create_task(self._pump(ctx))
+
+    def _append(self, ctx: Context, text: str) -> None:
+        if ctx.cancelled:
+            return
+        if ctx.ended:
+            raise ApiError("input_ended", f"context {ctx.id!r} has ended its input")
+        room = self.cfg.max_text_chars - ctx.chars
+        if len(text) > room:
+            raise ApiError("text_too_long", f"context {ctx.id!r} would have {ctx.chars + len(text)} "
+                           f"characters; the limit is {self.cfg.max_text_chars}", param="text")
+        ctx.chars += len(text)
+        text = check_text(text, room, param="text", empty_ok=True)
+        ctx.has_text = ctx.has_text or bool(text.strip())
+        _engine_call(ctx.stream.append, text)
+
+    def _cancel(self, ctx: Context) -> None:
+        if ctx.cancelled:
+            return
+        ctx.cancelled = True
+        self.outbox.purge(ctx.id, CANCELLABLE)
+        ctx.stream.cancel()
+        if ctx.ack_deadline is not None:
+            ctx.ack_deadline.reschedule(asyncio.get_running_loop().time() + self.cfg.cancel_ack_timeout_s)
+
+    def _cancel_all(self) -> list[asyncio.Task]:
+        pumps = []
+        for ctx in list(self.contexts.values()):
+            ctx.cancelled = True
+            ctx.stream.cancel()
+            if ctx.pump is not None:
+                ctx.pump.cancel()
+                pumps.append(ctx.pump)
+        return pumps
+
+    # --- pumps ----------------------------------------------------------------------------
+
+    async def _pump(self, ctx: Context) -> None:
+        terminal = False
+        try:
+            async with asyncio.timeout(None) as ctx.ack_deadline:
+                if ctx.cancelled:  # cancelled before this task first ran
+                    ctx.ack_deadline.reschedule(asyncio.get_running_loop().time()
+                                                + self.cfg.cancel_ack_timeout_s)
+                async for event in ctx.stream.events():
+                    if self._forward(ctx, event):
+                        terminal = True
+                        break
+        except TimeoutError:
+            log.warning("context %s: the engine did not confirm the cancel within %.1f s", ctx.id,
+                        self.cfg.cancel_ack_timeout_s)
+            self._put(ctx, "done", {"type": "done", "context_id": ctx.id, "frames": round(ctx.audio_s * 12.5),
+                                    "audio_s": round(ctx.audio_s, 6), "reason": "cancelled"})
+            terminal = True
+        finally:
+            if not terminal:
+                ctx.stream.cancel()
+            self.contexts.pop(ctx.id, None)
+            self.finished[ctx.id] = None
+            while len(self.finished) > 4 * self.cfg.max_contexts_per_connection:
+                self.finished.popitem(last=False)
+            self.metrics.streams_open.labels(ENDPOINT).dec()
+
+    def _forward(self, ctx: Context, event: StreamEvent) -> bool:
+        """Queue the messages for one engine event; True for the terminal event."""
+        if isinstance(event, AudioEvent):
+            if ctx.cancelled:
+                return False
+            ctx.audio_s += event.duration_s
+            self._put(ctx, "audio", {
+                "type": "audio", "context_id": ctx.id, "index": event.index, "audio": b64(event.pcm),
+                "start_s": round(event.start_s, 6), "duration_s": round(event.duration_s, 6)})
+            if event.words and ctx.timestamps:
+                self._put(ctx, "timestamps", {
+                    "type": "timestamps", "context_id": ctx.id,
+                    "words": [{"word": w.word, "start_s": round(w.start_s, 6), "end_s": round(w.end_s, 6)}
+                              for w in event.words]})
+            return False
+        if isinstance(event, FlushDoneEvent):
+            if not ctx.cancelled:
+                self._put(ctx, "flush_done", {"type": "flush_done", "context_id": ctx.id})
+            return False
+        if isinstance(event, DoneEvent):
+            reason = "cancelled" if ctx.cancelled else event.reason
+            self._put(ctx, "done", {"type": "done", "context_id": ctx.id, "frames": event.frames,
+                                    "audio_s": round(event.audio_s, 6), "reason": reason})
+            return True
+        if isinstance(event, ErrorEvent):
+            err = ApiError(engine_error_code(event.code), event.message)
+            self._put(ctx, "error", err.ws_event(ctx.id))
+            self._put(ctx, "done", {"type": "done", "context_id": ctx.id, "frames": round(ctx.audio_s * 12.5),
+                                    "audio_s": round(ctx.audio_s, 6), "reason": "error"})
+            return True
+        return False
+
+    # --- writer ---------------------------------------------------------------------------
+
+    def _put(self, ctx: Context | None, kind: str, message: dict) -> None:
+        if self._closing.is_set():
+            return
+        ttfa_from = None
+        if kind == "audio" and ctx is not None and ctx.first_audio:
+            ctx.first_audio = False
+            ttfa_from = ctx.opened
+        out = OutMessage(ctx.id if ctx else None, json.dumps(message, separators=(",", ":")), kind, ttfa_from)
+        if not self.outbox.put(out):
+            self._fail(1008, "slow consumer: send buffer full")
+
+    def _send_error(self, err: ApiError, context_id: str | None = None) -> None:
+        self._put(None, "error", err.ws_event(context_id))
+
+    async def _write_loop(self) -> None:
+        while True:
+            msg = await self.outbox.get()
+            await self.ws.send_text(msg.text)
+            if msg.ttfa_from is not None:
+                self.metrics.ttfa.labels(ENDPOINT).observe(time.perf_counter() - msg.ttfa_from)
+
+    # --- closing --------------------------------------------------------------------------
+
+    def _fail(self, code: int, reason: str) -> None:
+        if self.close is None:
+            self.close = (code, reason)
+        self._closing.set()
+
+    async def _send_close(self, code: int, reason: str) -> None:
+        self.metrics.ws_closes.labels(str(code)).inc()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.ws.close(code, reason[:120]), CLOSE_TIMEOUT_S)
+
+
+def _engine_call(fn, *args) -> None:
+    try:
+        fn(*args)
+    except ValueError as e:
+        raise ApiError("invalid_request", str(e)) from None
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    return isinstance(exc, WebSocketDisconnect | OSError)
