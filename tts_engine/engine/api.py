@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ..prompt import VoiceSpec
+from ..prompt import Layout, VoiceSpec
 from ..sampling import SamplingParams
 
 SAMPLE_RATE = 24000
@@ -29,6 +29,8 @@ class StreamOptions:
     # Leading silence below this level (short-window RMS, dBFS) is not sent; None keeps it.
     silence_threshold_dbfs: float | None = -45.0
     max_frames: int | None = None
+    # None: non-streaming layout when the whole text is given at open, else streaming.
+    layout: Layout | None = None
 
     def validate(self) -> StreamOptions:
         if not self.chunk_schedule or any(not isinstance(n, int) or n < 1 or n > 64

@@ -1,0 +1,60 @@
+"""PCM helpers for streaming: float -> s16le, and the leading-silence onset detector."""
+
+from __future__ import annotations
+
+import numpy as np
+
+SAMPLE_RATE = 24000
+WINDOW = 480  # 20 ms
+HOP = 240  # 10 ms
+GUARD = 240  # keep 10 ms before the detected onset so no attack is cut
+
+
+def to_s16le(pcm: np.ndarray) -> bytes:
+    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+
+
+def find_onset(pcm: np.ndarray, threshold_dbfs: float) -> int | None:
+    """First sample of the first of two consecutive 20 ms windows (10 ms hop, DC removed) whose
+    RMS reaches `threshold_dbfs`, minus a 10 ms guard; None if there is none yet."""
+    if len(pcm) < WINDOW + HOP:
+        return None
+    n = (len(pcm) - WINDOW) // HOP + 1
+    idx = np.arange(WINDOW)[None, :] + HOP * np.arange(n)[:, None]
+    frames = pcm[idx].astype(np.float64)
+    frames = frames - frames.mean(axis=1, keepdims=True)
+    rms = np.sqrt((frames**2).mean(axis=1))
+    loud = 20 * np.log10(np.maximum(rms, 1e-12)) >= threshold_dbfs
+    hits = np.flatnonzero(loud[:-1] & loud[1:])
+    if len(hits) == 0:
+        return None
+    return max(0, int(hits[0]) * HOP - GUARD)
+
+
+class OnsetTrimmer:
+    """Holds back leading silence of one stream until speech starts; afterwards passes through.
+
+    Audio before the onset is dropped (it would only delay what the listener hears); at most one
+    window + hop of held audio is carried between chunks, so a quiet onset spanning a chunk
+    boundary is still found."""
+
+    def __init__(self, threshold_dbfs: float | None):
+        self.threshold = threshold_dbfs
+        self.started = threshold_dbfs is None
+        self.held = np.zeros(0, dtype=np.float32)
+        self.trimmed_samples = 0
+
+    def push(self, pcm: np.ndarray) -> np.ndarray:
+        if self.started:
+            return pcm
+        buf = np.concatenate((self.held, pcm))
+        onset = find_onset(buf, self.threshold)
+        if onset is None:
+            keep = min(len(buf), WINDOW + HOP)
+            self.trimmed_samples += len(buf) - keep
+            self.held = buf[len(buf) - keep:]
+            return np.zeros(0, dtype=np.float32)
+        self.started = True
+        self.trimmed_samples += onset
+        self.held = np.zeros(0, dtype=np.float32)
+        return buf[onset:]
