@@ -1,0 +1,269 @@
+"""Single-GPU latency benchmark: per-stage GPU times, the bandwidth floor, the plain reference loop,
+and request-to-first-PCM over a real socket.
+
+    python -m bench.latency --model /tmp/ckpt-1.7b --make --out bench/results/latency.json
+
+Stage times are medians of CUDA-event-timed graph replays (warm-up first). The socket figure runs
+`cadence serve` in a subprocess and times, per sequential request, from just before the request
+is written to the arrival of the first PCM byte of the response body.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+BATCHES = (1, 8, 32, 64)
+
+
+def cuda_time_ms(fn, warmup: int = 10, reps: int = 50) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def graph_of(fn):
+    """Capture fn() in a CUDA graph (after warm-up on a side stream); returns graph.replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def bandwidth_tbs(gib: int = 4) -> float:
+    n = gib * (1 << 30) // 2
+    a = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
+    b = torch.empty_like(a)
+    ms = cuda_time_ms(lambda: b.copy_(a), warmup=3, reps=10)
+    return 2 * a.numel() * 2 / (ms * 1e-3) / 1e12
+
+
+def stage_times(runner, prompt_rows, batches) -> dict:
+    from tts_engine.sampling import SamplingParams
+
+    for slot in range(runner.max_slots):
+        runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
+        runner.prefill(slot, prompt_rows)
+    out = {}
+    with torch.inference_mode():
+        for b in batches:
+            out[b] = _stage_times_at(runner, b, prompt_rows.shape[0])
+            print(f"batch {b}: {out[b]}", flush=True)
+    return out
+
+
+def _stage_times_at(runner, b: int, t_len: int) -> dict:
+    slots = torch.arange(b, device="cuda")
+    positions = torch.full((b,), t_len, device="cuda")
+    x = runner.hidden[:b].clone()
+    frames = torch.full((b,), 5, device="cuda")
+    rows = runner.rows.gather(slots)
+    c0 = torch.randint(0, 2048, (b,), device="cuda")
+    text = torch.zeros(b, dtype=torch.long, device="cuda")
+    talker = graph_of(lambda: runner._talker_decode(slots, x, positions))
+    cp = graph_of(lambda: runner._code_predict(x, c0, frames, rows))
+    step = graph_of(lambda: runner._frame_step(slots, frames, positions, text))
+    return {"talker_step_ms": cuda_time_ms(talker), "code_predictor_frame_ms": cuda_time_ms(cp),
+            "frame_step_ms": cuda_time_ms(step)}
+
+
+def codec_times(codec, batches) -> dict:
+    out = {}
+    with torch.inference_mode():
+        for b in batches:
+            row = {}
+            for t in (1, 2, 4, 8, 12):
+                codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
+                fresh = codec.new_state(b)
+                warm = codec.new_state(b)
+                codec.decode_chunk(torch.randint(0, 2048, (b, 16, 30), device="cuda"), warm)
+                keep = [x.clone() for x in warm.tensors()]
+
+                def incremental(_codes=codes, _warm=warm, _keep=keep):
+                    for dst, src in zip(_warm.tensors(), _keep):
+                        dst.copy_(src)
+                    codec.decode_chunk(_codes, _warm)
+
+                def first(_codes=codes, _fresh=fresh):
+                    for x in _fresh.tensors():
+                        x.zero_()
+                    codec.decode_chunk(_codes, _fresh)
+
+                row[f"eager_first_{t}f_ms"] = cuda_time_ms(first, 3, 10)
+                row[f"eager_incremental_{t}f_ms"] = cuda_time_ms(incremental, 3, 10)
+                row[f"graph_first_{t}f_ms"] = cuda_time_ms(graph_of(first))
+                row[f"graph_incremental_{t}f_ms"] = cuda_time_ms(graph_of(incremental))
+            out[b] = row
+            print(f"codec batch {b}: {row}", flush=True)
+    return out
+
+
+def reference_loop_ms_per_frame(model, cfg, frames: int = 8) -> float:
+    from tts_engine.prompt import Layout, VoiceSpec, build_prompt
+    from tts_engine.reference import GenerationInput, generate_codes
+    from tts_engine.sampling import SamplingParams
+
+    prompt = build_prompt(cfg, [151644, 77091, 198, *range(1000, 1012), 151645, 198, 151644, 77091, 198],
+                          VoiceSpec("ryan", "english"), Layout.NON_STREAMING)
+    inp = GenerationInput(prompt, SamplingParams(seed=1), 1, frames)
+    generate_codes(model, [inp])
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    generate_codes(model, [inp])
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3 / frames
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def socket_first_pcm(model_dir: Path, requests: int, texts: list[str]) -> dict:
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(model_dir),
+                               "--device", "cuda", "--port", str(port), "--log-level", "warning"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"server exited: {server.stderr.read()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                    s.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    if s.recv(64).startswith(b"HTTP/1.1 200"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server not ready after 300 s")
+            time.sleep(0.5)
+        first_pcm, totals = [], []
+        for i in range(requests + 5):
+            body = json.dumps({"model": "qwen3-tts", "input": texts[i % len(texts)], "voice": "ryan",
+                               "language": "english", "response_format": "pcm", "seed": i}).encode()
+            head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                t0 = time.perf_counter()
+                s.sendall(head + body)
+                buf, t_first = b"", None
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                    if t_first is None and b"\r\n\r\n" in buf:
+                        rest = buf.split(b"\r\n\r\n", 1)[1]
+                        # chunked transfer: the first chunk-size line then PCM bytes
+                        if b"\r\n" in rest and len(rest.split(b"\r\n", 1)[1]) > 0:
+                            t_first = time.perf_counter()
+                total = time.perf_counter() - t0
+            if i >= 5:  # the first requests warm the allocator and the HTTP stack
+                first_pcm.append((t_first - t0) * 1e3)
+                totals.append(total * 1e3)
+        first_pcm.sort()
+
+        def pct(p: float) -> float:
+            return first_pcm[max(0, int(-(-p * len(first_pcm) // 100)) - 1)]
+
+        return {"requests": len(first_pcm), "first_pcm_ms_p50": pct(50), "first_pcm_ms_p95": pct(95),
+                "first_pcm_ms_max": first_pcm[-1], "total_ms_p50": statistics.median(totals)}
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.latency")
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--size", default="1.7b")
+    p.add_argument("--make", action="store_true", help="write a random-weight checkpoint first if missing")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--requests", type=int, default=100)
+    p.add_argument("--skip-socket", action="store_true")
+    args = p.parse_args(argv)
+    from tts_engine.checkpoint import make_checkpoint
+    from tts_engine.config import CodecConfig, ModelConfig
+    from tts_engine.model.codec import CodecDecoder
+    from tts_engine.model.qwen3_tts import Qwen3TTS
+    from tts_engine.runtime.runner import ModelRunner
+    from tts_engine.weights import load_into, safetensors_files
+
+    if args.make and not (args.model / "model.safetensors").exists():
+        t0 = time.time()
+        make_checkpoint(args.size, args.model, device="cuda")
+        print(f"checkpoint written in {time.time() - t0:.0f} s", flush=True)
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
+              "commit": os.environ.get("CADENCE_COMMIT", "unknown"), "model": args.size}
+    result["copy_bandwidth_tbs"] = bandwidth_tbs()
+    cfg = ModelConfig.from_file(args.model / "config.json")
+    with torch.device("meta"):
+        model = Qwen3TTS(cfg)
+    model = load_into(model, safetensors_files(args.model), dtype=torch.bfloat16, device="cuda").eval()
+    talker_bytes = sum(t.numel() * 2 for n, t in model.state_dict().items()
+                       if n.startswith("talker.model.layers") or n in ("talker.codec_head.weight",
+                                                                      "talker.model.norm.weight"))
+    state = model.state_dict()
+    cp_layer_bytes = sum(t.numel() * 2 for n, t in state.items() if n.startswith("talker.code_predictor.model.layers"))
+    cp_head_bytes = sum(t.numel() * 2 for n, t in state.items() if "lm_head" in n)
+    bw = result["copy_bandwidth_tbs"] * 1e12
+    result["floor_talker_step_ms"] = talker_bytes / bw * 1e3
+    # 15 passes through the predictor's layers per frame, and each of the 15 heads once.
+    result["floor_code_predictor_frame_ms"] = (15 * cp_layer_bytes + cp_head_bytes) / bw * 1e3
+    result["reference_loop_ms_per_frame"] = reference_loop_ms_per_frame(model, cfg)
+    print(f"reference loop: {result['reference_loop_ms_per_frame']:.1f} ms/frame", flush=True)
+    runner = ModelRunner(model, max_slots=max(BATCHES), max_context=512)
+    prompt = runner.embed_prompt([151644, 77091, 198] + [151671] * 6 + [151672, 1000],
+                                 [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149])
+    result["stages"] = stage_times(runner, prompt, BATCHES)
+    del runner
+    torch.cuda.empty_cache()
+    with torch.device("meta"):
+        codec = CodecDecoder(CodecConfig.from_file(args.model / "speech_tokenizer" / "config.json").decoder)
+    codec = load_into(codec, safetensors_files(args.model / "speech_tokenizer"), prefix="decoder.",
+                      ignore_prefixes=("encoder.",), device="cuda").eval()
+    result["codec"] = codec_times(codec, (1, 8, 32))
+    del model, codec
+    torch.cuda.empty_cache()
+    if not args.skip_socket:
+        corpus = (Path(__file__).resolve().parents[1] / "tts_engine" / "data" / "harvard-sentences.txt")
+        texts = [line.strip() for line in corpus.read_text().splitlines() if line.strip()]
+        result["socket"] = socket_first_pcm(args.model, args.requests, texts)
+        print(f"socket: {result['socket']}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
