@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 
 def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
     for item in items:
-        item.add_marker(pytest.mark.gpu)
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.gpu)
 
 
 @pytest.fixture(scope="session")
