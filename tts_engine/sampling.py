@@ -100,7 +100,8 @@ def warp(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> 
 def pick(scores: torch.Tensor, u: float) -> int:
     """Inverse CDF in id order over softmax(scores) [V] with the uniform `u` in [0, 1)."""
     cdf = scores.softmax(-1).cumsum(-1)
-    idx = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype), right=True))
+    target = torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype, device=cdf.device)
+    idx = int(torch.searchsorted(cdf, target, right=True))
     idx = min(idx, scores.shape[-1] - 1)
     # Never land on a filtered id (possible only through rounding at the edges of the CDF).
     while scores[idx] == -math.inf:
@@ -113,7 +114,7 @@ def codebook0_logits(logits: torch.Tensor, generated: list[int], frame: int, par
     """Penalty, min-new-tokens and suppression on fp32 logits [V] for codebook 0 of `frame`."""
     scores = logits.clone()
     if params.repetition_penalty != 1.0 and generated:
-        ids = torch.tensor(sorted(set(generated)), dtype=torch.long)
+        ids = torch.tensor(sorted(set(generated)), dtype=torch.long, device=scores.device)
         picked = scores[ids]
         scores[ids] = torch.where(picked < 0, picked * params.repetition_penalty,
                                   picked / params.repetition_penalty)

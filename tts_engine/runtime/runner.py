@@ -67,6 +67,7 @@ class ModelRunner:
         self.logits = torch.zeros(n, self.cfg.vocab_size, device=self.device)
         self.seen = torch.zeros(n, self.cfg.vocab_size, dtype=torch.bool, device=self.device)
         self.eos_allowed = torch.ones(n, dtype=torch.bool, device=self.device)
+        self._true = torch.ones((), dtype=torch.bool, device=self.device)
         self.rows = SamplingRows.empty(n, self.device)
         bmax = max(self.buckets)
         self.cp_k = torch.zeros(len(c.layers), bmax, c.num_kv_heads, CP_POSITIONS, c.head_dim, **f)
@@ -174,7 +175,7 @@ class ModelRunner:
         rows = self.rows.gather(slots)
         c0 = sample_codebook0(self.logits[slots], self.seen[slots], frames, rows,
                               self.cfg.codec_eos_token_id, self.suppress, self.eos_allowed[slots])
-        self.seen[slots, c0] = True
+        self.seen.index_put_((slots, c0), self._true)  # a device scalar: no host copy in a graph
         rest = self._code_predict(self.hidden[slots], c0, frames, rows)
         codes = torch.cat((c0[:, None], rest), dim=1)  # [B, 16]
         feedback = self.codec_embedding[c0] + self.cp_feedback[torch.arange(15, device=self.device), rest].sum(1)
