@@ -7,6 +7,7 @@ line on stderr and exit status 2; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import wave
 from dataclasses import replace
@@ -93,7 +94,9 @@ def _serve(args) -> int:
     host, port = sock.getsockname()[:2]
     print(f"cadence serve: listening on http://{host}:{port} (model {args.model}, device {args.device})",
           file=sys.stderr)
-    serve(engine, cfg, sock)
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
+        serve(engine, cfg, sock)
+    print("cadence serve: stopped", file=sys.stderr)
     return 0
 
 
