@@ -97,7 +97,13 @@ def pick(scores: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse CDF in id order: [B, V], uniforms [B] (f64) -> ids [B]."""
     cdf = scores.softmax(-1).cumsum(-1)
     target = (u * cdf[:, -1].double()).float()[:, None]
-    return torch.searchsorted(cdf, target, right=True)[:, 0].clamp(max=scores.shape[-1] - 1)
+    idx = torch.searchsorted(cdf, target, right=True).clamp(max=scores.shape[-1] - 1)  # [B, 1]
+    # u close to 1 can round the target up to the total: searchsorted then points past every id,
+    # possibly at a filtered one. Step back to the last unfiltered id at or before it, as the
+    # reference's walk-back does (without it codebook 0 can return a suppressed control id).
+    ids = torch.arange(scores.shape[-1], device=scores.device).expand_as(scores)
+    last_kept = torch.where(scores > -math.inf, ids, 0).cummax(-1).values  # [B, V]
+    return last_kept.gather(1, idx)[:, 0]
 
 
 def sample_codebook0(logits: torch.Tensor, seen: torch.Tensor, frame: torch.Tensor, rows: SamplingRows,
