@@ -165,8 +165,6 @@ def test_odd_but_valid_text_is_synthesised(server, text):
     server.wait_empty()
 
 
-@pytest.mark.xfail(strict=True, reason="engine: a prompt longer than the runner's max_context raises in the "
-                   "engine thread and faults the whole engine, instead of being refused at open_stream")
 def test_a_word_as_long_as_the_limit_is_synthesised_or_refused_never_a_fault(tiny_checkpoint):
     """4000 characters of one word is within max_text_chars; on the tiny checkpoint it tokenises
     to more rows than the engine's context. Either outcome is fine except a fault."""

@@ -191,7 +191,11 @@ class StreamingEngine:
         plan = plan_step(states, len(self._free_slots), max(self.runner.buckets), 4, now,
                          cfg.tts_eos_token_id, cfg.tts_pad_token_id)
         for sid in plan.prefill:
-            self._prefill(self._entries[sid])
+            entry = self._entries[sid]
+            try:
+                self._prefill(entry)
+            except ValueError as exc:  # this stream's input cannot run (e.g. longer than the context)
+                self._finish(entry, error=str(exc))
         if plan.decode:
             self._decode([self._entries[sid] for sid in plan.decode])
         for entry in list(self._entries.values()):
@@ -219,7 +223,10 @@ class StreamingEngine:
                 if entry.tokenizer is not None:
                     self._add_text(entry, entry.tokenizer.finish())
                     entry.tokenizer = StreamingTokenizer(self.tokenizer)
-                entry.flush_targets.append(len(entry.state.content_ids))
+                # Frame k needs text token k + 2, so the text so far yields frames 0 .. n - 2: a flush
+                # completes when those exist and are sent. (The last token's frames need more text or
+                # end of input, which feeds tts_eos.)
+                entry.flush_targets.append(max(0, len(entry.state.content_ids) - 1))
             elif kind == "end":
                 entry.state.input_ended = True
                 self._add_text(entry, entry.tokenizer.finish() if entry.tokenizer is not None else [])
@@ -278,6 +285,9 @@ class StreamingEngine:
         instruct_ids = self.tokenizer.encode(instruct_text(opts.voice.instruct)) if opts.voice.instruct else None
         prompt = build_prompt(self.model_config, [*self._role_ids, *state.content_ids, *self._tail_ids],
                               opts.voice, state.layout, instruct_ids)
+        if len(prompt) >= self.runner.max_context - 1:
+            raise ValueError(f"text is too long: its prompt of {len(prompt)} tokens exceeds the engine's "
+                             f"context of {self.runner.max_context}")
         if len(prompt) + state.frame_limit >= self.runner.max_context:
             state.max_frames = max(1, self.runner.max_context - len(prompt) - 1)
         state.slot = self._free_slots.pop()
@@ -308,13 +318,16 @@ class StreamingEngine:
             if not (state.drop_first_frame and state.frames_done == 1):
                 entry.pending_frames.append(row)
             if state.frames_done >= state.frame_limit:
-                state.finish_reason = "length"
+                # A random-weight stream reaching its forced length is where a real one would emit EOS.
+                forced = state.forced_frames is not None and state.frames_done >= state.forced_frames
+                state.finish_reason = "eos" if forced else "length"
 
     def _emit_audio(self, entry: _Entry) -> bool:
         """Decode pending frames on the chunk schedule; finish streams that are done."""
         state = entry.state
         ending = state.finish_reason is not None
-        flushing = bool(entry.flush_targets)
+        # A flush sends a short chunk only once every frame of the flushed text exists.
+        flushing = bool(entry.flush_targets) and state.frames_done >= entry.flush_targets[0]
         did = False
         while entry.pending_frames:
             want = state.next_chunk_frames()
@@ -366,7 +379,7 @@ class StreamingEngine:
         with self._lock:
             self._admitted -= 1
         if error is not None:
-            entry.handle.deliver(ErrorEvent(state.id, error, "invalid_input"))
+            entry.handle.deliver(ErrorEvent(state.id, error, "invalid_input"))  # the server's 422 class
             return
         self.stats["cancelled" if reason == "cancelled" else "finished"] += 1
         entry.handle.deliver(DoneEvent(state.id, state.frames_decoded, entry.out.audio_s, reason))

@@ -73,7 +73,9 @@ class StreamState:
     # -- frames and chunks -----------------------------------------------------------------
     @property
     def frame_limit(self) -> int:
-        return self.forced_frames if self.forced_frames is not None else self.max_frames
+        if self.forced_frames is None:
+            return self.max_frames
+        return min(self.forced_frames, self.max_frames)
 
     def next_chunk_frames(self) -> int:
         s = self.chunk_schedule
