@@ -15,8 +15,12 @@ def to_s16le(pcm: np.ndarray) -> bytes:
 
 
 def find_onset(pcm: np.ndarray, threshold_dbfs: float) -> int | None:
-    """First sample of the first of two consecutive 20 ms windows (10 ms hop, DC removed) whose
-    RMS reaches `threshold_dbfs`, minus a 10 ms guard; None if there is none yet."""
+    """Where sound starts, minus a 10 ms guard; None if there is no sound yet.
+
+    Sound is the first of two consecutive 20 ms windows (10 ms hop, DC removed) whose RMS reaches
+    `threshold_dbfs`. A window is that loud once a few samples of a loud sound enter it, so the
+    sound starts at its first sample that deviates from the window's median (the silence level
+    while sound fills less than half of it) by the threshold level."""
     if len(pcm) < WINDOW + HOP:
         return None
     n = (len(pcm) - WINDOW) // HOP + 1
@@ -28,7 +32,12 @@ def find_onset(pcm: np.ndarray, threshold_dbfs: float) -> int | None:
     hits = np.flatnonzero(loud[:-1] & loud[1:])
     if len(hits) == 0:
         return None
-    return max(0, int(hits[0]) * HOP - GUARD)
+    start = int(hits[0]) * HOP
+    window = pcm[start:start + WINDOW].astype(np.float64)
+    level = 10 ** (threshold_dbfs / 20)
+    # Some sample deviates by >= level: the RMS about the median is >= the RMS about the mean.
+    first = int(np.argmax(np.abs(window - np.median(window)) >= level))
+    return max(0, start + first - GUARD)
 
 
 class OnsetTrimmer:
