@@ -218,6 +218,8 @@ class StreamingEngine:
             if entry is None:
                 continue
             if kind == "append":
+                if entry.tokenizer is not None and not entry.state.content_ids and not entry.tokenizer.pending_text:
+                    payload = payload.lstrip()  # as at open: leading whitespace is not text to speak
                 self._add_text(entry, entry.tokenizer.push(payload) if entry.tokenizer else [])
             elif kind == "flush":
                 if entry.tokenizer is not None:
