@@ -1,0 +1,118 @@
+"""CodecRunner on the GPU, real codec config with random weights: every captured (chunk length,
+bucket) graph replays to what the eager path gives, padded rows included, and the streams it
+decodes equal whole-sequence decodes. fp32 with TF32 off (the runner turns it off itself too)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tts_engine.config import CONFIG_DIR, CodecConfig
+from tts_engine.model.codec import CodecDecoder
+from tts_engine.model.codec_init import random_codec_state_dict
+from tts_engine.runtime.codec_runner import BUCKETS, CHUNK_SIZES, CodecRunner
+
+pytestmark = pytest.mark.gpu
+
+TOL = 1e-4
+MAX_STREAMS = 20  # > the largest bucket: batches of 17..20 are split
+
+
+@pytest.fixture(scope="module")
+def codec(cuda) -> CodecDecoder:
+    cfg = CodecConfig.from_file(CONFIG_DIR / "speech_tokenizer.config.json")
+    weights = {k.removeprefix("decoder."): v for k, v in random_codec_state_dict(cfg, 0).items()
+               if k.startswith("decoder.")}
+    with torch.device("meta"):
+        decoder = CodecDecoder(cfg.decoder)
+    decoder.load_state_dict(weights, strict=True, assign=True)
+    return decoder.to(cuda).eval()
+
+
+class _Pair:
+    """A graph runner and an eager runner fed the same chunks; every chunk's PCM is compared."""
+
+    def __init__(self, codec: CodecDecoder, **kw):
+        self.graphs = CodecRunner(codec, MAX_STREAMS, **kw)
+        self.eager = CodecRunner(codec, MAX_STREAMS, use_graphs=False, pad_batches=True, **kw)
+        self.report = self.graphs.capture()
+        self.gen = torch.Generator().manual_seed(0)
+        self.codes: list[list[torch.Tensor]] = [[] for _ in range(MAX_STREAMS)]  # [16, t] per chunk
+        self.pcm: list[list[torch.Tensor]] = [[] for _ in range(MAX_STREAMS)]
+        self.offset = 0
+
+    def next_slots(self, n: int) -> list[int]:
+        """n distinct slots, rotating so that every slot gets a share of the frames."""
+        slots = [(self.offset + i) % MAX_STREAMS for i in range(n)]
+        self.offset = (self.offset + n) % MAX_STREAMS
+        return slots
+
+    def step(self, slots: list[int], t: int, tol: float) -> None:
+        codes = torch.randint(0, 2048, (len(slots), 16, t), generator=self.gen)
+        got = self.graphs.decode(slots, codes)
+        want = self.eager.decode(slots, codes)
+        assert got.shape == want.shape == (len(slots), t * 1920)
+        diff = (got.float() - want.float()).abs().max().item()
+        assert diff <= tol, f"t={t}, batch {len(slots)}: graph vs eager max diff {diff:.2e}"
+        for i, s in enumerate(slots):
+            self.codes[s].append(codes[i])
+            self.pcm[s].append(got[i])
+
+
+def test_graph_replay_equals_eager_for_every_captured_chunk_and_bucket(codec):
+    pair = _Pair(codec)
+    expected = {(t, b) for t in CHUNK_SIZES for b in BUCKETS}
+    assert not pair.report["skipped"], f"skipped on an H200: {pair.report}"
+    assert set(pair.graphs.graphs) == expected
+    # Prime every slot past the 72-frame window so the K/V rings are full (bucket 16 and 4, t=12).
+    for _ in range(7):
+        pair.step(list(range(16)), 12, TOL)
+        pair.step(list(range(16, MAX_STREAMS)), 12, TOL)
+    previous = {b: p for p, b in zip((0, *BUCKETS), BUCKETS)}
+    for t, bucket in sorted(expected):
+        # A full bucket, and the smallest batch that maps to it (the most padding rows).
+        for n in sorted({bucket, previous[bucket] + 1}):
+            pair.step(pair.next_slots(n), t, TOL)
+    # Above the largest bucket and the largest chunk: split into captured pieces.
+    pair.step(list(range(MAX_STREAMS)), 13, TOL)
+    pair.step(pair.next_slots(5), 30, TOL)
+
+    g, e = pair.graphs.state, pair.eager.state
+    assert torch.equal(g.frames[:MAX_STREAMS], e.frames[:MAX_STREAMS])
+    for a, b in zip(g.tensors()[1:], e.tensors()[1:]):
+        rows = a[:, :MAX_STREAMS] if a.dim() == 5 else a[:MAX_STREAMS]
+        ref = b[:, :MAX_STREAMS] if b.dim() == 5 else b[:MAX_STREAMS]
+        assert (rows - ref).abs().max().item() <= TOL
+
+    # The plain reference: each slot's chunks equal one whole-sequence decode of its codes.
+    with torch.inference_mode():
+        for s in range(MAX_STREAMS):
+            codes = torch.cat(pair.codes[s], dim=1)[None].cuda()  # [1, 16, T]
+            full = codec(codes)[0]
+            diff = (torch.cat(pair.pcm[s]) - full).abs().max().item()
+            assert diff <= TOL, f"slot {s} ({codes.shape[2]} frames): max diff {diff:.2e}"
+            assert g.frames[s].item() == codes.shape[2]
+
+
+def test_eager_decode_restores_the_callers_tf32_flags(codec):
+    runner = CodecRunner(codec, 2, use_graphs=False)
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        runner.decode([0], torch.zeros(1, 16, 1, dtype=torch.long))
+        assert torch.backends.cudnn.allow_tf32 is True
+        assert torch.backends.cuda.matmul.allow_tf32 is saved[0]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_bf16_codec_graphs_replay_to_eager(codec):
+    model = copy.deepcopy(codec).to(torch.bfloat16)
+    pair = _Pair(model, chunk_sizes=(1, 4), buckets=(1, 4))
+    assert pair.graphs.state.keys.dtype == torch.bfloat16
+    assert set(pair.graphs.graphs) == {(1, 1), (1, 4), (4, 1), (4, 4)}
+    for t, n in ((4, 3), (1, 1), (4, 4), (1, 2), (5, 4), (4, 1)):
+        pair.step(pair.next_slots(n), t, 1e-2)
+    assert all(torch.cat(p).isfinite().all() for p in pair.pcm if p)

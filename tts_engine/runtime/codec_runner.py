@@ -1,0 +1,225 @@
+"""CodecRunner: batched incremental codec decoding over per-slot stream states, graph-captured on CUDA.
+
+State pool: the tensors of one `CodecState` with batch = max_streams + 1 (the last row is scratch):
+  frames [N]; keys, values [layers, N, kv_heads, window - 1, head_dim]; history[i] [N, C_i, n_i]
+A slot is one stream's row. `decode(slots, codes [B, Q, t])` continues B streams by t frames in
+one call: gather the slots' rows into a batch state, `CodecDecoder.decode_chunk`, scatter the rows
+back. A batch may be padded up to a bucket with rows that point at the scratch slot: their PCM is
+dropped and their state lands in scratch, which no stream reads.
+
+On CUDA, `capture()` records that gather -> decode_chunk -> scatter as one graph per (chunk length
+t, bucket); `decode` copies slot ids and codes into the graph's static inputs and replays it. What
+no graph covers runs the same function eagerly; that eager function is the CPU path and the
+reference the graphs are tested against (tests/runtime, tests/gpu). fp32 codecs run with TF32 off
+(eager and at capture), so the fast path equals `CodecDecoder.decode_chunk` to fp32 rounding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from ..model.codec import CodecDecoder, CodecState
+
+CHUNK_SIZES = tuple(range(1, 13))
+BUCKETS = (1, 2, 4, 8, 16)
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    slot_ids: torch.Tensor  # [bucket] static input
+    codes: torch.Tensor  # [bucket, Q, t] static input
+    pcm: torch.Tensor  # [bucket, t * samples_per_frame] static output
+
+
+@contextlib.contextmanager
+def no_tf32() -> Iterator[None]:
+    """Exact fp32 matmuls and convolutions on CUDA for the duration (global flags, restored after)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+class CodecRunner:
+    def __init__(self, codec: CodecDecoder, max_streams: int, *, chunk_sizes: tuple[int, ...] = CHUNK_SIZES,
+                 buckets: tuple[int, ...] = BUCKETS, use_graphs: bool | None = None,
+                 pad_batches: bool | None = None, allow_tf32: bool = False):
+        """use_graphs: replay captured graphs (default: on CUDA; `capture()` must still be called).
+        pad_batches: pad eager batches to a bucket too (default: as use_graphs; tests use it on CPU
+        to exercise the scratch rows)."""
+        if max_streams < 1:
+            raise ValueError("max_streams must be >= 1")
+        if not chunk_sizes or min(chunk_sizes) < 1:
+            raise ValueError("chunk_sizes must be frame counts >= 1")
+        if not buckets or min(buckets) < 1:
+            raise ValueError("buckets must be batch sizes >= 1")
+        self.codec = codec
+        weight = codec.pre_conv.conv.weight
+        self.device, self.dtype = weight.device, weight.dtype
+        self.use_graphs = self.device.type == "cuda" if use_graphs is None else use_graphs
+        self.pad_batches = self.use_graphs if pad_batches is None else pad_batches
+        self.exact = self.device.type == "cuda" and self.dtype == torch.float32 and not allow_tf32
+        self.max_streams = max_streams
+        self.scratch = max_streams
+        self.chunk_sizes = tuple(sorted(set(chunk_sizes)))
+        # No bucket beyond the first one that holds every stream: larger ones would only pad.
+        buckets = sorted(set(buckets))
+        self.buckets = tuple(b for b in buckets if b < max_streams) + tuple(b for b in buckets if b >= max_streams)[:1]
+        self.state = codec.new_state(max_streams + 1)
+        self.graphs: dict[tuple[int, int], _Graph] = {}
+
+    # -- slots ---------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def reset(self, slot: int) -> None:
+        """Zero a slot's state: its next chunk decodes as the start of a fresh stream."""
+        if not 0 <= slot < self.max_streams:
+            raise ValueError(f"slot {slot} is outside 0..{self.max_streams - 1}")
+        s = self.state
+        s.frames[slot] = 0
+        s.keys[:, slot].zero_()
+        s.values[:, slot].zero_()
+        for h in s.history:
+            h[slot].zero_()
+
+    def _gather(self, slot_ids: torch.Tensor) -> CodecState:
+        s = self.state
+        return CodecState(history=[h.index_select(0, slot_ids) for h in s.history],
+                          frames=s.frames.index_select(0, slot_ids),
+                          keys=s.keys.index_select(1, slot_ids), values=s.values.index_select(1, slot_ids))
+
+    def _scatter(self, slot_ids: torch.Tensor, batch: CodecState) -> None:
+        # Padding rows all name the scratch slot; which of them lands there last does not matter.
+        s = self.state
+        s.frames.index_copy_(0, slot_ids, batch.frames)
+        s.keys.index_copy_(1, slot_ids, batch.keys)
+        s.values.index_copy_(1, slot_ids, batch.values)
+        for h, b in zip(s.history, batch.history):
+            h.index_copy_(0, slot_ids, b)
+
+    def _step(self, slot_ids: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """The captured function and the eager reference: slot_ids [B], codes [B, Q, t] -> PCM [B, t * spf]."""
+        batch = self._gather(slot_ids)
+        pcm, batch = self.codec.decode_chunk(codes, batch)
+        self._scatter(slot_ids, batch)
+        return pcm
+
+    # -- decoding ------------------------------------------------------------------------------
+    def _precision(self):
+        return no_tf32() if self.exact else contextlib.nullcontext()
+
+    def _check(self, slots: list[int], codes: torch.Tensor) -> None:
+        q = self.codec.cfg.num_quantizers
+        if not slots:
+            raise ValueError("decode needs at least one slot")
+        if codes.dim() != 3 or codes.shape[0] != len(slots) or codes.shape[1] != q or codes.shape[2] < 1:
+            raise ValueError(f"codes must be [{len(slots)}, {q}, t >= 1] for {len(slots)} slots, "
+                             f"got {tuple(codes.shape)}")
+        if codes.is_floating_point() or codes.is_complex():
+            raise ValueError("codes must be integer code ids")
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"slots must be distinct, got {slots}")
+        if any(not 0 <= s < self.max_streams for s in slots):
+            raise ValueError(f"slots must lie in 0..{self.max_streams - 1}, got {slots}")
+
+    def _bucket(self, n: int) -> int:
+        return next(b for b in self.buckets if b >= n)
+
+    def _split(self, t: int, bucket: int) -> list[int]:
+        """Chunk length -> pieces that sum to it, each the largest available length that fits
+        (captured lengths for this bucket when graphs exist, else `chunk_sizes`); a remainder that
+        nothing covers stays one eager piece. Exact: decoding is causal and chunking-invariant."""
+        if self.use_graphs and self.graphs:
+            sizes = sorted((n for n, b in self.graphs if b == bucket), reverse=True)
+        else:
+            sizes = list(reversed(self.chunk_sizes))
+        pieces = []
+        while t > 0:
+            n = next((s for s in sizes if s <= t), t)
+            pieces.append(n)
+            t -= n
+        return pieces
+
+    @torch.inference_mode()
+    def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        """Continue the streams in `slots` (distinct) by codes [B, Q, t] -> PCM [B, t * spf] on the
+        codec's device. Batches above the largest bucket and chunks longer than the captured
+        lengths are split; each slot's state advances by t frames."""
+        self._check(slots, codes)
+        step = self.buckets[-1]
+        out = [self._decode_group(slots[i:i + step], codes[i:i + step]) for i in range(0, len(slots), step)]
+        return out[0] if len(out) == 1 else torch.cat(out)
+
+    def _decode_group(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        n, bucket = len(slots), self._bucket(len(slots))
+        pieces, start = [], 0
+        for t in self._split(codes.shape[2], bucket):
+            chunk = codes[:, :, start:start + t]
+            graph = self.graphs.get((t, bucket)) if self.use_graphs else None
+            if graph is not None:
+                graph.slot_ids.copy_(torch.tensor(slots + [self.scratch] * (bucket - n)), non_blocking=True)
+                graph.codes[:n].copy_(chunk, non_blocking=True)  # padding rows keep old, valid codes
+                graph.graph.replay()
+                pieces.append(graph.pcm[:n].clone())  # the static output is overwritten by the next replay
+            else:
+                pieces.append(self._eager(slots, chunk, bucket if self.pad_batches else n))
+            start += t
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+
+    def _eager(self, slots: list[int], codes: torch.Tensor, rows: int) -> torch.Tensor:
+        n = len(slots)
+        slot_ids = torch.tensor(slots + [self.scratch] * (rows - n), device=self.device)
+        codes = codes.to(self.device, torch.long)
+        if rows > n:
+            codes = torch.cat([codes, codes.new_zeros(rows - n, *codes.shape[1:])])
+        with self._precision():
+            return self._step(slot_ids, codes)[:n]
+
+    # -- CUDA graphs -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def capture(self, max_batch_frames: int | None = None) -> dict[str, object]:
+        """Capture one graph per (chunk length, bucket), largest first, sharing one memory pool.
+
+        Combinations with t * bucket > max_batch_frames are skipped (capture time and pool size
+        grow with it), as are those whose warm-up runs out of memory. Returns what was captured,
+        what was skipped and the seconds it took."""
+        if self.device.type != "cuda":
+            raise RuntimeError("CUDA graphs need a CUDA device")
+        t0 = time.perf_counter()
+        combos = sorted(((t, b) for t in self.chunk_sizes for b in self.buckets),
+                        key=lambda c: (c[0] * c[1], c[0]), reverse=True)
+        skipped = [c for c in combos if max_batch_frames is not None and c[0] * c[1] > max_batch_frames]
+        pool = torch.cuda.graph_pool_handle()
+        q = self.codec.cfg.num_quantizers
+        with self._precision():
+            for t, bucket in combos:
+                if (t, bucket) in skipped:
+                    continue
+                slot_ids = torch.full((bucket,), self.scratch, device=self.device)
+                codes = torch.zeros(bucket, q, t, dtype=torch.long, device=self.device)
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                try:
+                    with torch.cuda.stream(stream):
+                        for _ in range(2):  # warm-up: allocator, cuBLAS/cuDNN handles and plans
+                            self._step(slot_ids, codes)
+                except torch.OutOfMemoryError:
+                    torch.cuda.current_stream().wait_stream(stream)
+                    torch.cuda.empty_cache()
+                    skipped.append((t, bucket))
+                    continue
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    pcm = self._step(slot_ids, codes)
+                self.graphs[(t, bucket)] = _Graph(graph, slot_ids, codes, pcm)
+        torch.cuda.synchronize()
+        return {"captured": sorted(self.graphs), "skipped": sorted(skipped),
+                "seconds": round(time.perf_counter() - t0, 3)}
