@@ -5,8 +5,8 @@ Data flow of one stream:
   engine step    -> text: incremental tokenisation commits stable BPE tokens
                  -> prefill: prompt rows -> ModelRunner.prefill(slot)        (phase QUEUED)
                  -> frame steps: ModelRunner.frame_step(batch)               (phase DECODING)
-                 -> codec: pending frames -> CodecDecoder.decode_chunk (stateful) on the chunk
-                    schedule -> onset trimming -> AudioEvent (+ word timings)
+                 -> codec: due chunks (chunk schedule) of all streams, batched by length ->
+                    CodecRunner.decode (state per slot) -> onset trimming -> AudioEvent (+ word timings)
                  -> EOS / length / cancel: slot freed, DoneEvent             (phase FINISHED)
 The scheduling decisions come from `scheduler.policy.plan_step` (no torch).
 """
@@ -23,13 +23,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..checkpoint import speech_frames
 from ..config import CodecConfig, SamplingDefaults
-from ..model.codec import CodecDecoder, CodecState
+from ..model.codec import CodecDecoder
 from ..model.qwen3_tts import Qwen3TTS
 from ..prompt import Layout, assistant_text, build_prompt, instruct_text, resolve_voice
+from ..runtime.codec_runner import CodecRunner
 from ..runtime.runner import ModelRunner
 from ..scheduler.policy import plan_step
 from ..scheduler.request import Phase, StreamState
@@ -52,7 +54,6 @@ class _Entry:
     tokenizer: StreamingTokenizer | None
     out: StreamOutput
     pending_frames: list[torch.Tensor] = field(default_factory=list)  # [16] codes on CPU
-    codec_state: CodecState | None = None
     flush_targets: deque[int] = field(default_factory=deque)
 
 
@@ -78,6 +79,8 @@ class StreamingEngine:
             codec = CodecDecoder(CodecConfig.from_file(codec_dir / "config.json").decoder)
         self.codec = load_into(codec, safetensors_files(codec_dir), prefix="decoder.", ignore_prefixes=("encoder.",),
                                device=self.device).eval()
+        # The codec state of a stream lives in the codec runner's row of its engine slot.
+        self.codec_runner = CodecRunner(self.codec, max_active_streams, use_graphs=use_graphs)
         self.max_active, self.max_queued = max_active_streams, max_queued_streams
         self.max_text_chars = max_text_chars
         self._role_ids = self.tokenizer.encode("<|im_start|>assistant\n")
@@ -178,9 +181,10 @@ class StreamingEngine:
     def _warmup(self) -> None:
         if self.runner.use_graphs:
             self.runner.capture_graphs()
-        codes = torch.zeros(1, 16, 2, dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            self.codec.decode_chunk(codes, self.codec.new_state(1))
+        if self.codec_runner.use_graphs:
+            self.codec_runner.capture()
+        self.codec_runner.decode([0], torch.zeros(1, 16, 2, dtype=torch.long))
+        self.codec_runner.reset(0)
 
     def _step(self) -> bool:
         """One engine iteration; False when there was nothing to do."""
@@ -198,8 +202,7 @@ class StreamingEngine:
                 self._finish(entry, error=str(exc))
         if plan.decode:
             self._decode([self._entries[sid] for sid in plan.decode])
-        for entry in list(self._entries.values()):
-            did |= self._emit_audio(entry)
+        did |= self._emit_audio(list(self._entries.values()))
         self.step_count += 1
         return did or not plan.empty
 
@@ -293,6 +296,7 @@ class StreamingEngine:
         if len(prompt) + state.frame_limit >= self.runner.max_context:
             state.max_frames = max(1, self.runner.max_context - len(prompt) - 1)
         state.slot = self._free_slots.pop()
+        self.codec_runner.reset(state.slot)  # a new stream decodes from scratch
         state.prompt_len = len(prompt)
         # Random weights never stop on EOS: their length comes from the text (forced_frames).
         self.runner.start_slot(state.slot, opts.params, state.seed, eos_allowed=not self.model_config.is_random)
@@ -324,40 +328,59 @@ class StreamingEngine:
                 forced = state.forced_frames is not None and state.frames_done >= state.forced_frames
                 state.finish_reason = "eos" if forced else "length"
 
-    def _emit_audio(self, entry: _Entry) -> bool:
-        """Decode pending frames on the chunk schedule; finish streams that are done."""
+    def _emit_audio(self, entries: list[_Entry]) -> bool:
+        """Decode pending frames on each stream's chunk schedule (streams whose chunks are due
+        together share one codec call per chunk length); finish streams that are done."""
+        did = False
+        while True:
+            by_length: dict[int, list[tuple[_Entry, list[torch.Tensor]]]] = {}
+            for entry in entries:
+                chunk = self._due_chunk(entry)
+                if chunk:
+                    by_length.setdefault(len(chunk), []).append((entry, chunk))
+            if not by_length:
+                break
+            for group in by_length.values():
+                self._decode_chunks(group)
+            did = True
+        for entry in entries:
+            state = entry.state
+            ending = state.finish_reason is not None
+            skip = 1 if state.drop_first_frame else 0
+            while entry.flush_targets and (ending or state.frames_decoded + skip >= entry.flush_targets[0]):
+                entry.flush_targets.popleft()
+                entry.handle.deliver(FlushDoneEvent(state.id))
+            if ending and state.phase is not Phase.FINISHED:
+                self._finish(entry, reason=state.finish_reason)
+                did = True
+        return did
+
+    def _due_chunk(self, entry: _Entry) -> list[torch.Tensor]:
+        """Take the stream's next chunk off its pending frames if it is due, else []."""
         state = entry.state
         ending = state.finish_reason is not None
         # A flush sends a short chunk only once every frame of the flushed text exists.
         flushing = bool(entry.flush_targets) and state.frames_done >= entry.flush_targets[0]
-        did = False
-        while entry.pending_frames:
-            want = state.next_chunk_frames()
-            if len(entry.pending_frames) < want and not (ending or flushing):
-                break
-            chunk, entry.pending_frames = entry.pending_frames[:want], entry.pending_frames[want:]
-            self._decode_chunk(entry, chunk)
-            did = True
-        skip = 1 if state.drop_first_frame else 0
-        while entry.flush_targets and (ending or state.frames_decoded + skip >= entry.flush_targets[0]):
-            entry.flush_targets.popleft()
-            entry.handle.deliver(FlushDoneEvent(state.id))
-        if ending and state.phase is not Phase.FINISHED:
-            self._finish(entry, reason=state.finish_reason)
-            did = True
-        return did
+        want = state.next_chunk_frames()
+        if not entry.pending_frames or (len(entry.pending_frames) < want and not (ending or flushing)):
+            return []
+        chunk, entry.pending_frames = entry.pending_frames[:want], entry.pending_frames[want:]
+        return chunk
 
     @torch.inference_mode()
-    def _decode_chunk(self, entry: _Entry, frames: list[torch.Tensor]) -> None:
+    def _decode_chunks(self, group: list[tuple[_Entry, list[torch.Tensor]]]) -> None:
+        """One codec call for same-length chunks of several streams, then each stream's audio."""
+        codes = torch.stack([torch.stack(frames).T for _, frames in group])  # [B, 16, t]
+        pcm = self.codec_runner.decode([entry.state.slot for entry, _ in group], codes).float().cpu()
+        for (entry, frames), row in zip(group, pcm):
+            self._send_chunk(entry, len(frames), row.numpy())
+
+    def _send_chunk(self, entry: _Entry, num_frames: int, pcm: np.ndarray) -> None:
         state = entry.state
-        if entry.codec_state is None:
-            entry.codec_state = self.codec.new_state(1)
-        codes = torch.stack(frames).T[None].to(self.device)  # [1, 16, t]
-        pcm, _ = self.codec.decode_chunk(codes, entry.codec_state)
         first_frame = state.frames_decoded + (1 if state.drop_first_frame else 0)
-        state.frames_decoded += len(frames)
+        state.frames_decoded += num_frames
         state.chunks_emitted += 1
-        event = entry.out.audio(pcm[0].float().cpu().numpy(), first_frame, len(frames),
+        event = entry.out.audio(pcm, first_frame, num_frames,
                                 final=state.finish_reason is not None and not entry.pending_frames,
                                 first_audible_frame=1 if state.drop_first_frame else 0)
         if event is None:
@@ -377,7 +400,6 @@ class StreamingEngine:
             self._free_slots.append(state.slot)
             state.slot = None
         self._entries.pop(state.id, None)
-        entry.codec_state = None
         with self._lock:
             self._admitted -= 1
         if error is not None:

@@ -1,0 +1,86 @@
+"""The engine's codec path (CPU, tiny checkpoint): streams whose chunks are due in the same step
+share one CodecRunner call per chunk length, and every stream's audio still equals a one-piece
+decode of its own codes, also in slots reused by earlier streams."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import torch
+
+from tts_engine.engine.api import AudioEvent, DoneEvent, StreamOptions
+from tts_engine.engine.audio import to_s16le
+from tts_engine.engine.core import StreamingEngine
+from tts_engine.prompt import VoiceSpec
+from tts_engine.sampling import SamplingParams
+
+TEXTS = ["Hi there, friend.", "A second voice joins in.", "Three is a crowd.", "Four.", "And a fifth one.",
+         "The sixth ends it."]
+SCHEDULES = [(1, 2, 4, 8, 12), (3,), (1, 2, 4, 8, 12), (2, 5), (4, 1), (1, 2, 4, 8, 12)]
+
+
+def test_due_chunks_are_batched_by_length_and_equal_per_stream_decodes(tiny_checkpoint):
+    engine = StreamingEngine(tiny_checkpoint, device="cpu", max_context=512, max_active_streams=4)
+    calls: list[tuple[int, list[int], int]] = []  # (engine step, slots, chunk length)
+    codes_of: dict[str, list[torch.Tensor]] = {}
+    pcm_of: dict[str, list[torch.Tensor]] = {}
+    decode = engine.codec_runner.decode
+
+    def spy(slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        # Runs on the engine thread, where _entries may be read; the warm-up call has no stream.
+        pcm = decode(slots, codes)
+        by_slot = {e.state.slot: e.state.id for e in engine._entries.values() if e.state.slot is not None}
+        if not by_slot:
+            return pcm
+        for i, slot in enumerate(slots):
+            codes_of.setdefault(by_slot[slot], []).append(codes[i])
+            pcm_of.setdefault(by_slot[slot], []).append(pcm[i])
+        calls.append((engine.step_count, list(slots), codes.shape[2]))
+        return pcm
+
+    engine.codec_runner.decode = spy
+    # Hold the engine loop until every stream is open, so that the first three start together.
+    gate = threading.Event()
+    step = engine._step
+
+    def gated_step() -> bool:
+        gate.wait()
+        return step()
+
+    engine._step = gated_step
+
+    async def events(stream) -> tuple[str, list]:
+        return stream.id, [e async for e in stream.events()]
+
+    async def run():
+        await engine.start()
+        try:
+            # 6 streams on 4 slots (all four decode in lockstep): the last two reuse freed slots.
+            streams = [engine.open_stream(StreamOptions(VoiceSpec("ryan"), SamplingParams(seed=i),
+                                                        chunk_schedule=SCHEDULES[i], silence_threshold_dbfs=None),
+                                          TEXTS[i], end_input=True) for i in range(len(TEXTS))]
+            gate.set()
+            return await asyncio.wait_for(asyncio.gather(*(events(s) for s in streams)), 120)
+        finally:
+            gate.set()
+            await engine.stop()
+
+    results = asyncio.run(run())
+    assert engine.fault is None
+    assert max(len(slots) for _, slots, _ in calls) > 1, calls  # same-length chunks share a call
+    lengths_per_step: dict[int, list[int]] = {}
+    for step, _, t in calls:
+        lengths_per_step.setdefault(step, []).append(t)
+    assert any(len(ts) > 1 for ts in lengths_per_step.values()), calls  # a step with several lengths
+    assert len({sid for sid, _ in results}) == len(codes_of) == len(TEXTS)
+    for sid, events in results:
+        assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos"
+        with torch.inference_mode():
+            full = engine.codec(torch.cat(codes_of[sid], dim=1)[None])[0]
+        chunked = torch.cat(pcm_of[sid])
+        assert (chunked - full).abs().max().item() <= 1e-4, sid
+        # What the stream sent is exactly what its slot decoded (no trimming with threshold None).
+        sent = b"".join(e.pcm for e in events if isinstance(e, AudioEvent))
+        assert np.array_equal(np.frombuffer(sent, "<i2"), np.frombuffer(to_s16le(chunked.float().numpy()), "<i2"))
