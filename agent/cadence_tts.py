@@ -1,0 +1,468 @@
+"""Cadence TTS for pipecat: LLM tokens in, audio out, over our WebSocket `/v1/stream`.
+
+One engine context per turn:
+  - an LLM turn (LLMFullResponseStart .. End) shares one pipecat context id; its first token
+    sends `open` + `append`, every later token an `append`, and the end of the turn (pipecat's
+    `flush_audio`) sends `end`. `end`, not `flush`: the turn's text is complete, and only `end`
+    makes the engine finish the utterance with `done`, which closes the audio context (a
+    `flush` would speak the tail and keep the context open, waiting for text that never comes).
+  - text outside a Start/End pair (pipecat would open a new context per token there) joins an
+    implicit turn that stays open while text keeps arriving; it ends after `implicit_turn_idle_s`
+    without text, at the next LLM response, or at the pipeline's EndFrame.
+  - an interruption sends `cancel` for every interrupted context; the service drops everything
+    the server still sends for it, so no stale audio, word or stop frame follows.
+Server events: `audio` -> TTSAudioRawFrame, `timestamps` -> word timestamps (timed TTSTextFrames,
+so the assistant context holds only the words played), `done` -> TTSStoppedFrame and the end of
+the audio context, `error` -> an ErrorFrame (and, if the server no longer knows the context, its
+end). `report_playout` sends what the listener has heard back to the engine (see playout.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from dataclasses import asdict, dataclass, field
+
+from loguru import logger
+from pipecat.frames.frames import (
+    AggregatedTextFrame,
+    ControlFrame,
+    EagerTranscriptionFrame,
+    EndFrame,
+    ErrorFrame,
+    Frame,
+    InterimTranscriptionFrame,
+    InterruptionFrame,
+    LLMFullResponseStartFrame,
+    TextFrame,
+    TranscriptionFrame,
+    TTSAudioRawFrame,
+    TTSStoppedFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.services.settings import NOT_GIVEN, NotGiven, TTSSettings
+from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
+from pipecat.transcriptions.language import Language
+from pipecat.utils.errors import ErrorCategory
+from websockets.protocol import State
+
+SAMPLE_RATE = 24000  # the engine's output: 24 kHz mono s16le
+
+# pipecat's language codes (their base part) -> the engine's language names.
+LANGUAGES = {"zh": "chinese", "en": "english", "fr": "french", "de": "german", "it": "italian",
+             "ja": "japanese", "ko": "korean", "pt": "portuguese", "ru": "russian", "es": "spanish"}
+
+# Server error codes -> why, for pipecat (a permanent category makes the service unusable).
+ERROR_CATEGORIES = {
+    "invalid_request": ErrorCategory.INVALID_REQUEST,  # e.g. an unknown voice: retrying won't help
+    "text_too_long": ErrorCategory.APPLICATION,
+    "overloaded": ErrorCategory.RATE_LIMIT,
+    "engine_error": ErrorCategory.SERVER,
+    "internal_error": ErrorCategory.SERVER,
+}
+# Errors after which the server holds no such context, so no `done` will come for it: a refused
+# `open` (the only message these answer), or a message for a context the server does not know.
+CONTEXT_GONE = frozenset({"overloaded", "too_many_contexts", "duplicate_context", "unknown_context"})
+ENGINE_LANGUAGES = frozenset({"auto", *LANGUAGES.values()})
+
+
+@dataclass
+class CadenceTTSSettings(TTSSettings):
+    """Runtime-updatable settings; a change applies from the next engine context (utterance).
+
+    Parameters:
+        instructions: style instruction (VoiceDesign models need one; None for CustomVoice).
+    """
+
+    instructions: str | NotGiven | None = field(default_factory=lambda: NOT_GIVEN)
+
+
+@dataclass(frozen=True)
+class CadenceStreamOptions:
+    """Per-context engine options sent with `open` (None: the server's default)."""
+
+    seed: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    chunk_schedule: tuple[int, ...] | None = None
+    max_frames: int | None = None
+
+    def fields(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class _EngineContext:
+    """What the service knows of one context on the server."""
+
+    id: str
+    has_text: bool = False  # non-whitespace text was appended
+    ended: bool = False  # `end` sent
+    cancelled: bool = False  # `cancel` sent: drop everything until its `done`
+    gone: bool = False  # the server refused or lost it: the rest of its text is dropped
+    audio_s: float = 0.0  # audio received
+
+
+@dataclass
+class _ImplicitTurnIdleFrame(ControlFrame):
+    """Internal: the implicit turn `context_id` got no text for `implicit_turn_idle_s`."""
+
+    context_id: str = ""
+
+
+class CadenceTTSService(WebsocketTTSService):
+    """pipecat TTS service for a Cadence server's WebSocket `/v1/stream`."""
+
+    Settings = CadenceTTSSettings
+    _settings: CadenceTTSSettings
+
+    def __init__(
+        self,
+        *,
+        url: str = "ws://127.0.0.1:8000/v1/stream",
+        settings: CadenceTTSSettings | None = None,
+        options: CadenceStreamOptions | None = None,
+        text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
+        implicit_turn_idle_s: float = 0.5,
+        **kwargs,
+    ):
+        """Args:
+        url: the server's WebSocket endpoint.
+        settings: voice, language, instructions (defaults: ryan, English, none).
+        options: seed, sampling and chunking sent with every `open`.
+        text_aggregation_mode: TOKEN (default) streams LLM tokens to the engine as they arrive;
+            the engine decides itself when text is final, so sentence aggregation only adds delay.
+        implicit_turn_idle_s: how long text outside an LLM response may pause before its
+            utterance is ended.
+        """
+        if "sample_rate" in kwargs and kwargs["sample_rate"] not in (None, SAMPLE_RATE):
+            raise ValueError(f"the Cadence engine speaks at {SAMPLE_RATE} Hz; the output transport resamples")
+        kwargs.pop("sample_rate", None)
+        if implicit_turn_idle_s <= 0:
+            raise ValueError(f"implicit_turn_idle_s must be > 0, got {implicit_turn_idle_s}")
+        default_settings = CadenceTTSSettings(model=None, voice="ryan", language=Language.EN, instructions=None)
+        if settings is not None:
+            default_settings.apply_update(settings)
+        super().__init__(
+            text_aggregation_mode=text_aggregation_mode,
+            push_text_frames=False,  # words come with timestamps, as they are played
+            push_start_frame=True,
+            pause_frame_processing=False,
+            sample_rate=SAMPLE_RATE,
+            settings=default_settings,
+            **kwargs,
+        )
+        self._url = url
+        self._options = options or CadenceStreamOptions()
+        self._implicit_turn_idle_s = implicit_turn_idle_s
+        self._contexts: dict[str, _EngineContext] = {}
+        self._receive_task: asyncio.Task | None = None
+        self._implicit_turn_id: str | None = None
+        self._implicit_deadline = 0.0
+        self._implicit_watch: asyncio.Task | None = None
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    def language_to_service_language(self, language: Language) -> str | None:
+        return LANGUAGES.get(str(language.value).split("-")[0].lower())
+
+    # --- connection ---------------------------------------------------------------------------
+
+    async def start(self, frame):
+        await super().start(frame)
+        await self._connect()
+
+    async def _connect(self):
+        await super()._connect()
+        await self._connect_websocket()
+        if self._websocket and not self._receive_task:
+            self._receive_task = self.create_task(self._receive_task_handler(self._report_error))
+
+    async def _disconnect(self):
+        await super()._disconnect()
+        await self._cancel_implicit_watch()
+        if self._receive_task:
+            await self.cancel_task(self._receive_task)
+            self._receive_task = None
+        await self._disconnect_websocket()
+
+    async def _connect_websocket(self):
+        try:
+            if self._websocket and self._websocket.state is State.OPEN:
+                return
+            logger.debug(f"{self}: connecting to {self._url}")
+            self._websocket = await self._websocket_connect(self._url, proxy=None)
+            self._contexts.clear()  # contexts live and die with their connection
+            await self._call_event_handler("on_connected")
+        except Exception as e:
+            self._websocket = None
+            await self.push_error(error_msg=f"cannot connect to the Cadence server at {self._url}: {e}",
+                                  exception=e, category=ErrorCategory.CONNECTIVITY)
+            await self._call_event_handler("on_connection_error", f"{e}")
+
+    async def _disconnect_websocket(self):
+        try:
+            await self.stop_all_metrics()
+            if self._websocket:
+                logger.debug(f"{self}: disconnecting from {self._url}")
+                await self._websocket.close()
+        except Exception as e:
+            logger.warning(f"{self}: error closing the WebSocket: {e}")
+        finally:
+            self._websocket = None
+            self._contexts.clear()
+            await self._call_event_handler("on_disconnected")
+
+    async def _send(self, message: dict) -> None:
+        if self._websocket is None:
+            raise ConnectionError("not connected to the Cadence server")
+        await self._websocket.send(json.dumps(message, separators=(",", ":")))
+
+    # --- text in ------------------------------------------------------------------------------
+
+    async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
+        """Send `text` to the engine context `context_id`, opening it on first use."""
+        try:
+            if self._websocket is None or self._websocket.state is not State.OPEN:
+                await self._connect()
+            ctx = self._contexts.get(context_id)
+            if ctx is None:
+                ctx = self._contexts[context_id] = _EngineContext(context_id)
+                await self._send(self._open_message(context_id))
+            if ctx.gone:
+                yield None  # refused by the server (reported): the turn stays silent
+                return
+            if ctx.ended or ctx.cancelled:
+                logger.warning(f"{self}: text for context {context_id} after its end or cancel: {text!r}")
+                yield None
+                return
+            await self._send({"type": "append", "context_id": context_id, "text": text})
+            ctx.has_text = ctx.has_text or bool(text.strip())
+            await self.start_tts_usage_metrics(text)
+            yield None
+        except Exception as e:
+            self._contexts.pop(context_id, None)
+            yield ErrorFrame(error=f"{self}: sending text to the Cadence server failed: {e}")
+            await self._finish_audio_context(context_id)
+
+    def _open_message(self, context_id: str) -> dict:
+        s = self._settings
+        language = s.language if s.language in ENGINE_LANGUAGES else "auto"
+        message = {"type": "open", "context_id": context_id, "voice": s.voice, "language": language,
+                   "timestamps": True, **self._options.fields()}
+        if s.instructions:
+            message["instructions"] = s.instructions
+        return message
+
+    async def flush_audio(self, context_id: str | None = None):
+        """The turn's text is complete: `end` the engine context (cancel it if it has no text)."""
+        context_id = context_id or self.get_active_audio_context_id()
+        ctx = self._contexts.get(context_id) if context_id else None
+        if ctx is None or ctx.ended or ctx.cancelled:
+            return
+        ctx.ended = True
+        if ctx.gone:
+            self._contexts.pop(context_id, None)
+            await self._finish_audio_context(context_id)
+            return
+        # `end` needs text; a turn of whitespace only is cancelled, and its `done` closes it.
+        await self._send_quietly({"type": "end" if ctx.has_text else "cancel", "context_id": context_id})
+
+    async def on_turn_context_completed(self):
+        context_id = self._turn_context_id
+        await super().on_turn_context_completed()
+        # The base class flushes only a turn whose audio context is open; one that timed out
+        # (no audio for stop_frame_timeout_s) may still be open in the engine, waiting for text.
+        if context_id is not None and not self.audio_context_available(context_id):
+            await self.flush_audio(context_id)
+
+    async def on_audio_context_interrupted(self, context_id: str):
+        await self.stop_all_metrics()
+        await self._cancel_context(context_id)
+        await super().on_audio_context_interrupted(context_id)
+
+    async def on_audio_context_completed(self, context_id: str):
+        # Normally the context is gone (its `done` ended it). Still open means pipecat gave up
+        # on it (no audio for stop_frame_timeout_s): nothing of it would be played any more.
+        ctx = self._contexts.get(context_id)
+        if ctx is not None and not ctx.cancelled and context_id != self._turn_context_id:
+            logger.warning(f"{self}: audio context {context_id} timed out; cancelling it in the engine")
+            await self._cancel_context(context_id)
+        await super().on_audio_context_completed(context_id)
+
+    async def _cancel_context(self, context_id: str) -> None:
+        ctx = self._contexts.get(context_id)
+        if ctx is None or ctx.cancelled:
+            return
+        ctx.cancelled = True
+        if ctx.gone:
+            self._contexts.pop(context_id, None)  # nothing to cancel on the server
+            return
+        await self._send_quietly({"type": "cancel", "context_id": context_id})
+
+    async def _send_quietly(self, message: dict) -> None:
+        """Send a control message; a lost connection is the receive loop's to handle."""
+        try:
+            await self._send(message)
+        except Exception as e:
+            logger.warning(f"{self}: could not send {message['type']} for {message.get('context_id')}: {e}")
+
+    # --- playout feedback ---------------------------------------------------------------------
+
+    async def report_playout(self, context_id: str, played_s: float) -> None:
+        """Tell the engine the listener has heard `played_s` seconds of `context_id`'s audio now.
+
+        The server stamps the report with its own clock on arrival; reports for contexts the
+        engine has finished or that were cancelled are not sent (they would inform nothing)."""
+        ctx = self._contexts.get(context_id)
+        if ctx is None or ctx.cancelled or ctx.gone or self._websocket is None:
+            return
+        await self._send_quietly({"type": "playout", "context_id": context_id,
+                                  "played_s": round(max(0.0, played_s), 4), "at_ms": int(time.time() * 1000)})
+
+    # --- events out ---------------------------------------------------------------------------
+
+    async def _receive_messages(self):
+        async for raw in self._websocket:
+            try:
+                message = json.loads(raw)
+            except (TypeError, json.JSONDecodeError):
+                logger.warning(f"{self}: ignoring a message that is not JSON: {raw!r:.80}")
+                continue
+            await self._handle_message(message)
+
+    async def _handle_message(self, message: dict) -> None:
+        kind = message.get("type")
+        context_id = message.get("context_id")
+        ctx = self._contexts.get(context_id) if isinstance(context_id, str) else None
+        if kind == "audio":
+            if ctx is None or ctx.cancelled or ctx.gone:
+                return  # a cancelled or unknown context: stale audio is never pushed
+            pcm = base64.b64decode(message["audio"])
+            ctx.audio_s += len(pcm) / 2 / SAMPLE_RATE
+            await self.append_to_audio_context(
+                context_id, TTSAudioRawFrame(pcm, SAMPLE_RATE, 1, context_id=context_id))
+        elif kind == "timestamps":
+            if ctx is None or ctx.cancelled or ctx.gone:
+                return
+            await self.add_word_timestamps(_split_words(message["words"]), context_id)
+        elif kind == "done":
+            self._contexts.pop(context_id, None)
+            if ctx is not None and not ctx.cancelled:
+                await self.stop_ttfb_metrics()
+                await self._finish_audio_context(context_id)
+        elif kind == "error":
+            await self._handle_error(message, ctx)
+        elif kind != "flush_done":
+            logger.warning(f"{self}: ignoring unknown message type {kind!r}")
+
+    async def _handle_error(self, message: dict, ctx: _EngineContext | None) -> None:
+        code = str(message.get("code"))
+        where = f" (context {ctx.id})" if ctx is not None else ""
+        if ctx is not None and (ctx.cancelled or ctx.gone):
+            return  # e.g. the engine failed while the cancel was on its way: nothing to report
+        await self.push_error(error_msg=f"Cadence server error {code}{where}: {message.get('message')}",
+                              category=ERROR_CATEGORIES.get(code, ErrorCategory.UNKNOWN))
+        if ctx is not None and code in CONTEXT_GONE:
+            ctx.gone = True
+            if ctx.ended:  # else the end of its turn finishes it, so the turn has one audio context
+                self._contexts.pop(ctx.id, None)
+                await self._finish_audio_context(ctx.id)
+
+    async def _finish_audio_context(self, context_id: str) -> None:
+        if self.audio_context_available(context_id):
+            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
+            await self.remove_audio_context(context_id)
+
+    # --- turns outside an LLM response --------------------------------------------------------
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, _ImplicitTurnIdleFrame):
+            if frame.context_id == self._implicit_turn_id:
+                await self._complete_turn()
+            return
+        if isinstance(frame, LLMFullResponseStartFrame) and not frame.skip_tts and self._implicit_turn_id:
+            await self._complete_turn()  # the response gets a context of its own
+        elif isinstance(frame, EndFrame) and self._turn_context_id:
+            # TTSService.stop() waits for every audio context to finish before the base class
+            # ends the open turn, so end it first, or its last words wait for a timeout.
+            await self._complete_turn()
+        elif _is_spoken_text(frame):
+            self._join_implicit_turn()
+        await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame):
+            self._implicit_turn_id = None  # the base class dropped the turn
+            # Contexts whose audio context had already ended (the engine still speaking the tail
+            # of an ended turn) got no interruption hook; every interruptible one stops now.
+            for context_id in list(self._contexts):
+                tts_context = self._tts_contexts.get(context_id)
+                if tts_context is None or tts_context.interruptible:
+                    await self._cancel_context(context_id)
+
+    def _join_implicit_turn(self) -> None:
+        """Text outside an LLM response: continue the implicit turn, or start one."""
+        if self._turn_context_id is None:
+            self._turn_context_id = self._implicit_turn_id = str(uuid.uuid4())
+        if self._turn_context_id != self._implicit_turn_id:
+            return  # inside an LLM response or a TTSSpeakFrame: the base class has the turn
+        self._implicit_deadline = time.monotonic() + self._implicit_turn_idle_s
+        if self._implicit_watch is None or self._implicit_watch.done():
+            self._implicit_watch = self.create_task(self._watch_implicit_turn(self._implicit_turn_id))
+
+    async def _watch_implicit_turn(self, context_id: str) -> None:
+        while self._implicit_turn_id == context_id:
+            delay = self._implicit_deadline - time.monotonic()
+            if delay <= 0:
+                await self.queue_frame(_ImplicitTurnIdleFrame(context_id=context_id))
+                return
+            await asyncio.sleep(delay)
+
+    async def _cancel_implicit_watch(self) -> None:
+        task, self._implicit_watch = self._implicit_watch, None
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            await self.cancel_task(task)
+
+    async def _complete_turn(self) -> None:
+        """End the open turn as LLMFullResponseEndFrame would, without pushing that frame."""
+        self._implicit_turn_id = None
+        await self._cancel_implicit_watch()
+        context_id = self._turn_context_id
+        if context_id is None:
+            return
+        remaining = await self._text_aggregator.flush()
+        if remaining:
+            await self._handle_aggregated_text(self._aggregated_text_frame(remaining))
+        await self._push_sequencer_frames(await self._aggregated_frame_sequencer.finalize(context_id), context_id)
+        if self._streamed_text:
+            logger.debug(f"{self}: Generating TTS [{self._streamed_text}]")
+            await super().start_tts_usage_metrics(self._streamed_text)
+            self._streamed_text = ""
+        self._sent_non_whitespace_in_context = False
+        await self.on_turn_context_completed()  # flush_audio -> `end`; clears the turn
+
+
+def _is_spoken_text(frame: Frame) -> bool:
+    """Text the base class would synthesize (and give a context of its own outside a turn)."""
+    if not isinstance(frame, TextFrame) or frame.skip_tts:
+        return False
+    if isinstance(frame, AggregatedTextFrame):
+        return True
+    return not isinstance(frame, TranscriptionFrame | InterimTranscriptionFrame | EagerTranscriptionFrame)
+
+
+def _split_words(words: list[dict]) -> list[tuple[str, float]]:
+    """The engine's timed words, one pipecat word each: an engine word can span spaces ("the
+    engine", when one token covers both); its parts share its time span in order."""
+    out = []
+    for w in words:
+        parts = str(w["word"]).split()
+        start, end = float(w["start_s"]), float(w["end_s"])
+        out += [(part, start + (end - start) * i / len(parts)) for i, part in enumerate(parts)]
+    return out
