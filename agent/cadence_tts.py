@@ -24,6 +24,7 @@ import base64
 import json
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
 
@@ -162,6 +163,9 @@ class CadenceTTSService(WebsocketTTSService):
         self._options = options or CadenceStreamOptions()
         self._implicit_turn_idle_s = implicit_turn_idle_s
         self._contexts: dict[str, _EngineContext] = {}
+        # Contexts the server refused or lost, recently: their later errors (one per message still
+        # on its way) are expected, and reported once.
+        self._gone: OrderedDict[str, None] = OrderedDict()
         self._receive_task: asyncio.Task | None = None
         self._implicit_turn_id: str | None = None
         self._implicit_deadline = 0.0
@@ -366,12 +370,15 @@ class CadenceTTSService(WebsocketTTSService):
     async def _handle_error(self, message: dict, ctx: _EngineContext | None) -> None:
         code = str(message.get("code"))
         where = f" (context {ctx.id})" if ctx is not None else ""
-        if ctx is not None and (ctx.cancelled or ctx.gone):
-            return  # e.g. the engine failed while the cancel was on its way: nothing to report
+        if (ctx is not None and (ctx.cancelled or ctx.gone)) or message.get("context_id") in self._gone:
+            return  # already reported, or the engine failed while the cancel was on its way
         await self.push_error(error_msg=f"Cadence server error {code}{where}: {message.get('message')}",
                               category=ERROR_CATEGORIES.get(code, ErrorCategory.UNKNOWN))
         if ctx is not None and code in CONTEXT_GONE:
             ctx.gone = True
+            self._gone[ctx.id] = None
+            while len(self._gone) > 64:
+                self._gone.popitem(last=False)
             if ctx.ended:  # else the end of its turn finishes it, so the turn has one audio context
                 self._contexts.pop(ctx.id, None)
                 await self._finish_audio_context(ctx.id)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from pipecat.frames.frames import (
     ErrorFrame,
@@ -19,10 +22,13 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
+from websockets.sync.client import connect as ws_connect
 
 from agent.cadence_tts import CadenceStreamOptions, CadenceTTSService
 from agent.playout import PlayoutReporter
 from agent.scripted_llm import ScriptedLLM
+from tests.server.conftest import ServerThread, real_engine
+from tts_engine.server import ServerConfig
 
 from .helpers import PacedOutputTransport, PushTimes, run, tokens
 
@@ -165,3 +171,27 @@ def test_playout_reports_follow_the_audio_the_transport_wrote(cadence_server):
     assert played[-1] == pytest.approx(output.written_s)  # the final report (at TTSStopped) counts it all
     assert len(played) >= output.written_s / 0.2 - 1  # about every interval_s while playing
     cadence_server.wait_empty()
+
+
+def test_a_context_the_server_refuses_is_an_error_and_its_turn_still_ends(tiny_checkpoint):
+    """Engine full (one stream, held by another client): the open is refused with `overloaded`;
+    the turn ends (Started, Stopped, no audio) instead of waiting for a `done` that never comes."""
+    engine = real_engine(tiny_checkpoint, max_active_streams=1, max_queued_streams=0)
+    with ServerThread(engine, ServerConfig()) as server:
+        server.wait_ready()
+        with ws_connect(server.ws_url, proxy=None) as other:
+            other.send(json.dumps({"type": "open", "context_id": "hold", "voice": "ryan"}))
+            deadline = time.monotonic() + 10
+            while server.active_streams() < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            frames = [LLMFullResponseStartFrame(), *map(LLMTextFrame, tokens(SHORT)), LLMFullResponseEndFrame()]
+            started = time.monotonic()
+            down, up = run(run_test(service(server), frames_to_send=frames))
+
+        assert time.monotonic() - started < 5  # no wait for a stop-frame timeout
+        errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+        assert sum("Cadence server error" in e for e in errors) == 1 and "overloaded" in errors[0], errors
+        seq = tts_frames(down)
+        assert isinstance(seq[0], TTSStartedFrame) and isinstance(seq[-1], TTSStoppedFrame), seq
+        assert not [f for f in seq if isinstance(f, TTSAudioRawFrame)]
+        server.wait_empty(timeout=5)  # closing the other connection cancelled its stream
