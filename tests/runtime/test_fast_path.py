@@ -127,9 +127,10 @@ def test_runner_batch_of_three_equals_reference_batch(synth, mode):
 
 
 def test_requests_joining_at_different_steps_each_get_their_reference_codes(synth):
-    a = make_input(synth, "First request, streamed.", Layout.STREAMING, SAMPLED)
+    # A strong repetition penalty: a slot that kept its last request's history would change c.
+    a = make_input(synth, "First request, streamed.", Layout.STREAMING, replace(SAMPLED, repetition_penalty=2.0))
     b = make_input(synth, "Second one arrives later", Layout.NON_STREAMING, SAMPLED_TOP_P, voice="serena")
-    c = make_input(synth, "Third reuses a slot.", Layout.STREAMING, GREEDY, voice="aiden")
+    c = a  # the same request again, in a's slot: must give a's codes
     d = Driver(new_runner(synth))
     out_a = d.start(3, a)
     d.step([3])
@@ -137,7 +138,7 @@ def test_requests_joining_at_different_steps_each_get_their_reference_codes(synt
     out_b = d.start(1, b)  # joins while a is at frame 2: rows of one step are at different frames
     for _ in range(FRAMES - 2):
         d.step([3, 1])
-    out_c = d.start(3, c)  # a is done; c reuses its slot (cache, repetition history, settings)
+    out_c = d.start(3, c)  # a is done; c reuses its slot (cache, repetition history, settings reset)
     for _ in range(2):
         d.step([1, 3])
     for _ in range(FRAMES - 2):
