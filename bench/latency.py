@@ -3,7 +3,10 @@ and request-to-first-PCM over a real socket.
 
     python -m bench.latency --model /tmp/ckpt-1.7b --make --out bench/results/latency.json
 
-Stage times are medians of CUDA-event-timed graph replays (warm-up first). The socket figure runs
+Stage times are medians of CUDA-event-timed graph replays (warm-up first), for each runner mode
+(`triton`: the Triton kernels; `torch`: the plain-torch reference path); the code predictor and
+the frame step use the sampler variant the default settings get (FAST), the frame step also the
+GENERAL one. `talker_step_long_ms` reads a context of max_context - 64 positions. The socket figure runs
 `cadence serve` in a subprocess and times, per sequential request, from just before the request
 is written to the arrival of the first PCM byte of the response body.
 """
@@ -66,6 +69,8 @@ def bandwidth_tbs(gib: int = 4) -> float:
 def stage_times(runner, prompt_rows, batches) -> dict:
     from tts_engine.sampling import SamplingParams
 
+    runner.k_cache.normal_()  # no timing on zeros: cells past the prompts hold random values
+    runner.v_cache.normal_()
     for slot in range(runner.max_slots):
         runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
         runner.prefill(slot, prompt_rows)
@@ -78,6 +83,8 @@ def stage_times(runner, prompt_rows, batches) -> dict:
 
 
 def _stage_times_at(runner, b: int, t_len: int) -> dict:
+    from tts_engine.runtime.sampler import FAST, GENERAL
+
     slots = torch.arange(b, device="cuda")
     positions = torch.full((b,), t_len, device="cuda")
     x = runner.hidden[:b].clone()
@@ -85,11 +92,15 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
     rows = runner.rows.gather(slots)
     c0 = torch.randint(0, 2048, (b,), device="cuda")
     text = torch.zeros(b, dtype=torch.long, device="cuda")
+    long_positions = torch.full((b,), runner.max_context - 64, device="cuda")
     talker = graph_of(lambda: runner._talker_decode(slots, x, positions))
-    cp = graph_of(lambda: runner._code_predict(x, c0, frames, rows))
-    step = graph_of(lambda: runner._frame_step(slots, frames, positions, text))
-    return {"talker_step_ms": cuda_time_ms(talker), "code_predictor_frame_ms": cuda_time_ms(cp),
-            "frame_step_ms": cuda_time_ms(step)}
+    talker_long = graph_of(lambda: runner._talker_decode(slots, x, long_positions))
+    cp = graph_of(lambda: runner._code_predict(x, c0, frames, rows, variant=FAST))
+    step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
+    step_general = graph_of(lambda: runner._frame_step(slots, frames, positions, text, GENERAL))
+    return {"talker_step_ms": cuda_time_ms(talker), "talker_step_long_ms": cuda_time_ms(talker_long),
+            "code_predictor_frame_ms": cuda_time_ms(cp), "frame_step_ms": cuda_time_ms(step),
+            "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
 
 
 def codec_times(codec, batches) -> dict:
@@ -210,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--skip-socket", action="store_true")
+    p.add_argument("--skip-codec", action="store_true")
+    p.add_argument("--modes", default="triton,torch", help="runner modes to time: triton, torch or both")
     args = p.parse_args(argv)
     from tts_engine.checkpoint import make_checkpoint
     from tts_engine.config import CodecConfig, ModelConfig
@@ -241,18 +254,24 @@ def main(argv: list[str] | None = None) -> int:
     result["floor_code_predictor_frame_ms"] = (15 * cp_layer_bytes + cp_head_bytes) / bw * 1e3
     result["reference_loop_ms_per_frame"] = reference_loop_ms_per_frame(model, cfg)
     print(f"reference loop: {result['reference_loop_ms_per_frame']:.1f} ms/frame", flush=True)
-    runner = ModelRunner(model, max_slots=max(BATCHES), max_context=512)
-    prompt = runner.embed_prompt([151644, 77091, 198] + [151671] * 6 + [151672, 1000],
-                                 [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149])
-    result["stages"] = stage_times(runner, prompt, BATCHES)
-    del runner
-    torch.cuda.empty_cache()
-    with torch.device("meta"):
-        codec = CodecDecoder(CodecConfig.from_file(args.model / "speech_tokenizer" / "config.json").decoder)
-    codec = load_into(codec, safetensors_files(args.model / "speech_tokenizer"), prefix="decoder.",
-                      ignore_prefixes=("encoder.",), device="cuda").eval()
-    result["codec"] = codec_times(codec, (1, 8, 32))
-    del model, codec
+    for mode in args.modes.split(","):
+        if mode not in ("triton", "torch"):
+            raise ValueError(f"--modes: unknown mode {mode!r} (triton, torch)")
+        runner = ModelRunner(model, max_slots=max(BATCHES), max_context=512, use_triton=mode == "triton")
+        prompt = runner.embed_prompt([151644, 77091, 198] + [151671] * 6 + [151672, 1000],
+                                     [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149])
+        print(f"stages, {mode} mode", flush=True)
+        result["stages" if mode == "triton" else f"stages_{mode}"] = stage_times(runner, prompt, BATCHES)
+        del runner
+        torch.cuda.empty_cache()
+    if not args.skip_codec:
+        with torch.device("meta"):
+            codec = CodecDecoder(CodecConfig.from_file(args.model / "speech_tokenizer" / "config.json").decoder)
+        codec = load_into(codec, safetensors_files(args.model / "speech_tokenizer"), prefix="decoder.",
+                          ignore_prefixes=("encoder.",), device="cuda").eval()
+        result["codec"] = codec_times(codec, (1, 8, 32))
+        del codec
+    del model
     torch.cuda.empty_cache()
     if not args.skip_socket:
         corpus = (Path(__file__).resolve().parents[1] / "tts_engine" / "data" / "harvard-sentences.txt")

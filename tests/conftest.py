@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 # Parity tests instantiate the official package from local directories only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Without a GPU, Triton kernels run on CPU tensors through Triton's interpreter, which Triton
+# switches on when a kernel is defined (at first import): set it before any test imports one.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

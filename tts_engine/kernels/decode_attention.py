@@ -1,17 +1,23 @@
-"""Decode attention over a slot-indexed KV cache: one query position per row, GQA.
+"""Decode attention over a slot-indexed KV cache: one query position per row, GQA, split over keys.
 
     q        [B, Hq, D]            this step's queries (RoPE applied)
-    k_cache  [N, Hkv, L, D]        N cache rows (request slots, or CP batch rows)
+    k_cache  [N, Hkv, L, D]        N cache rows (request slots)
     v_cache  [N, Hkv, L, D]
     rows     [B] int64             which cache row each query reads
-    lengths  [B] int64             valid positions of that row (keys 0 .. length-1)
+    lengths  [B] int64             valid positions of that row (keys 0 .. length-1), 1 <= length <= L
     -> out   [B, Hq, D]
 
-Used by the talker (rows = request slots, lengths up to the context limit) and by the code
-predictor (rows = batch rows, lengths 2..16). `decode_attention_ref` is the plain torch
-definition; the Triton kernel must equal it (tests run it under TRITON_INTERPRET=1 on CPU).
-One program per (query row, kv head) streams the row's keys in blocks with an online softmax, so
-the cost follows the row's own length, not the cache size.
+`decode_attention_ref` is the plain torch definition; the Triton kernel must equal it (tests run
+it on CPU through the interpreter).
+
+Version 2 (split-KV). Version 1 (`_decode_attention_kernel`, kept as the baseline) runs one program
+per (row, kv head) over the whole row: at batch 1 that is 8 programs on a 132-SM GPU, each
+streaming up to L keys serially. Now the keys of a row
+are cut into `splits` chunks (more at small batch, one at large batch; the chunk count is a
+function of the static shapes, so one CUDA graph serves any lengths): a program per (row, kv
+head, chunk) handles all the head's GROUP query heads at once (each K/V block is read once) and
+writes an unnormalised partial (acc, max, sum) that a second kernel merges. Chunks past a row's
+length exit at once. With one chunk the first kernel writes the output itself.
 """
 
 from __future__ import annotations
@@ -20,11 +26,17 @@ import math
 
 import torch
 
-try:
+from .backend import HAVE_TRITON, next_pow2
+
+if HAVE_TRITON:
     import triton
     import triton.language as tl
-except ImportError:  # CPU installs without triton use the reference
+
+    from .backend import round_to
+else:
     triton = None
+
+LOG2E = 1.4426950408889634
 
 
 def decode_attention_ref(q, k_cache, v_cache, rows, lengths) -> torch.Tensor:
@@ -37,8 +49,15 @@ def decode_attention_ref(q, k_cache, v_cache, rows, lengths) -> torch.Tensor:
     return out[:, :, 0]
 
 
-if triton is not None:
+def num_splits(batch: int, num_kv_heads: int, max_len: int, block_n: int, target_programs: int = 1024) -> int:
+    """Key chunks per row: enough (row, head, chunk) programs to fill the GPU, chunks >= block_n."""
+    cap = max(1, min(target_programs // (batch * num_kv_heads), max_len // block_n))
+    return 1 << (cap.bit_length() - 1)  # the largest power of two <= cap
 
+
+if HAVE_TRITON:
+
+    # Version 1: one program per (row, kv head) over the whole row. Kept as the baseline.
     @triton.jit
     def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, rows_ptr, len_ptr,
                                  sq_b, sq_h, sk_n, sk_h, sk_l, so_b, so_h, scale,
@@ -72,19 +91,101 @@ if triton is not None:
         tl.store(out_ptr + b * so_b + (kvh * GROUP + g)[:, None] * so_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty))
 
+    # Version 2: split-KV, the one `decode_attention` launches.
+    @triton.jit
+    def _decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, len_ptr, out_ptr, acc_ptr, ml_ptr,
+                      sq_b, sq_h, sk_n, sk_h, sk_l, so_b, so_h, scale,
+                      GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
+                      CHUNK: tl.constexpr, SPLITS: tl.constexpr, HQ: tl.constexpr):
+        b = tl.program_id(0).to(tl.int64)
+        kvh = tl.program_id(1)
+        split = tl.program_id(2)
+        n = tl.load(len_ptr + b)
+        start = split * CHUNK
+        if start < n:
+            row = tl.load(rows_ptr + b)
+            g = tl.arange(0, GROUP_P)
+            g_ok = g < GROUP
+            d = tl.arange(0, D)
+            heads = kvh * GROUP + g
+            q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None], other=0.0)
+            q = q.to(tl.float32) * scale  # scale includes log2(e): exp2 below
+            m = tl.full([GROUP_P], float("-inf"), tl.float32)
+            den = tl.zeros([GROUP_P], tl.float32)
+            acc = tl.zeros([GROUP_P, D], tl.float32)
+            base = row * sk_n + kvh * sk_h
+            end = tl.minimum(start + CHUNK, n)
+            for blk in range(start, end, BLOCK_N):
+                pos = blk + tl.arange(0, BLOCK_N)
+                ok = pos < end
+                kv_off = base + pos[:, None] * sk_l + d[None, :]
+                k = tl.load(k_ptr + kv_off, mask=ok[:, None], other=0.0).to(tl.float32)  # [BLOCK_N, D]
+                v = tl.load(v_ptr + kv_off, mask=ok[:, None], other=0.0).to(tl.float32)
+                s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)  # [GROUP_P, BLOCK_N]
+                s = tl.where(ok[None, :], s, float("-inf"))
+                m_new = tl.maximum(m, tl.max(s, axis=1))
+                p = tl.exp2(s - m_new[:, None])
+                alpha = tl.exp2(m - m_new)
+                den = den * alpha + tl.sum(p, axis=1)
+                acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+                m = m_new
+            if SPLITS == 1:
+                dt = out_ptr.dtype.element_ty
+                out = round_to(acc / den[:, None], dt)
+                tl.store(out_ptr + b * so_b + heads[:, None] * so_h + d[None, :], out.to(dt), mask=g_ok[:, None])
+            else:
+                part = (b * HQ + heads) * SPLITS + split  # [GROUP_P] rows of [B, Hq, SPLITS]
+                tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=g_ok[:, None])
+                tl.store(ml_ptr + part * 2, m, mask=g_ok)
+                tl.store(ml_ptr + part * 2 + 1, den, mask=g_ok)
 
-def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int = 32) -> torch.Tensor:
-    """Triton kernel when available (CUDA, or CPU tensors under TRITON_INTERPRET=1)."""
-    if triton is None:
+    @triton.jit
+    def _decode_attention_merge_kernel(len_ptr, out_ptr, acc_ptr, ml_ptr, so_b, so_h,
+                      D: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr, HQ: tl.constexpr):
+        b = tl.program_id(0).to(tl.int64)
+        h = tl.program_id(1)
+        n = tl.load(len_ptr + b)
+        sp = tl.arange(0, SPLITS)
+        live = sp * CHUNK < n
+        part = (b * HQ + h) * SPLITS + sp
+        m = tl.load(ml_ptr + part * 2, mask=live, other=float("-inf"))
+        den = tl.load(ml_ptr + part * 2 + 1, mask=live, other=0.0)
+        w = tl.where(live, tl.exp2(m - tl.max(m, axis=0)), 0.0)
+        d = tl.arange(0, D)
+        acc = tl.load(acc_ptr + part[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
+        dt = out_ptr.dtype.element_ty
+        out = round_to(tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * den, axis=0), dt)
+        tl.store(out_ptr + b * so_b + h * so_h + d, out.to(dt))
+
+
+def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int = 32,
+                     splits: int | None = None) -> torch.Tensor:
+    """Triton kernels when available (CUDA, or CPU tensors through the interpreter)."""
+    if not HAVE_TRITON:
         return decode_attention_ref(q, k_cache, v_cache, rows, lengths)
     b, hq, d = q.shape
-    hkv = k_cache.shape[1]
-    if k_cache.stride(-1) != 1 or q.stride(-1) != 1:
-        raise ValueError("decode_attention needs the head dimension contiguous")
+    hkv, max_len = k_cache.shape[1], k_cache.shape[2]
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or q.stride(-1) != 1:
+        raise ValueError("decode_attention needs k/v caches of one layout with the head dimension contiguous")
+    if hq % hkv or d != next_pow2(d):
+        raise ValueError(f"need Hq a multiple of Hkv and a power-of-two head dim, got {hq}, {hkv}, {d}")
+    group = hq // hkv
+    if splits is None:  # from the batch rounded up to a power of two: eager runs split as their graph bucket does
+        splits = num_splits(next_pow2(b), hkv, max_len, block_n)
+    chunk = triton.cdiv(triton.cdiv(max_len, splits), block_n) * block_n
     out = torch.empty_like(q)
-    _decode_attention_kernel[(b, hkv)](
-        q, k_cache, v_cache, out, rows, lengths,
+    if splits > 1:
+        acc = torch.empty(b, hq, splits, d, device=q.device, dtype=torch.float32)
+        ml = torch.empty(b, hq, splits, 2, device=q.device, dtype=torch.float32)
+    else:
+        acc = ml = out  # unused
+    _decode_attention_split_kernel[(b, hkv, splits)](
+        q, k_cache, v_cache, rows, lengths, out, acc, ml,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        out.stride(0), out.stride(1), 1.0 / math.sqrt(d),
-        GROUP=hq // hkv, D=d, BLOCK_N=block_n)
+        out.stride(0), out.stride(1), LOG2E / math.sqrt(d),
+        GROUP=group, GROUP_P=next_pow2(group), D=d, BLOCK_N=block_n, CHUNK=chunk, SPLITS=splits, HQ=hq,
+        num_warps=4)
+    if splits > 1:
+        _decode_attention_merge_kernel[(b, hq)](lengths, out, acc, ml, out.stride(0), out.stride(1),
+                               D=d, CHUNK=chunk, SPLITS=splits, HQ=hq, num_warps=4)
     return out

@@ -4,15 +4,24 @@ At load, each decoder layer's q/k/v projections become one [(Hq + 2 Hkv) D, H] m
 gate/up one [2 I, H] matrix: one GEMV instead of three (two) per layer, which matters because
 at batch sizes up to dozens every projection is bound by reading its weights.
 The math is the reference's (`model/layers.py`); tests check the two agree.
+
+A decode step runs either in plain torch (`decoder_step_torch`, the reference of the fast path)
+or through the Triton kernels of `tts_engine/kernels` (`decoder_step_triton`). Both read RoPE from
+cos/sin tables built once (`rope_table`) instead of recomputing them in every layer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ..kernels.qk_norm_rope import qk_norm_rope
+from ..kernels.rms_norm import add_rms_norm
+from ..kernels.rms_norm import rms_norm as rms_norm_kernel
+from ..kernels.silu_mul import silu_mul
 from ..model.layers import DecoderStack
 
 
@@ -70,23 +79,30 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(x.dtype)
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """x [..., T, heads, D] with positions [..., T]."""
-    freqs = positions.float()[..., None] * inv_freq  # [..., T, D/2]
+def rope_table(stack: FusedStack, num_positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [P, D] for positions 0 .. P-1, computed as `layers.rope_cos_sin` does (fp32, then cast).
+    Built once: a step gathers its rows instead of recomputing them in every layer."""
+    positions = torch.arange(num_positions, device=stack.inv_freq.device)
+    freqs = positions.float()[:, None] * stack.inv_freq  # [P, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(x.dtype)[..., None, :], emb.sin().to(x.dtype)[..., None, :]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [..., T, heads, D] with cos/sin [..., T, D]."""
+    cos, sin = cos[..., None, :], sin[..., None, :]
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def qkv(stack: FusedStack, layer: FusedLayer, x: torch.Tensor, positions: torch.Tensor):
-    """x [..., T, H] -> q [..., T, Hq, D], k/v [..., T, Hkv, D] (normed, RoPE applied)."""
+def qkv(stack: FusedStack, layer: FusedLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """x [..., T, H], cos/sin [..., T, D] -> q [..., T, Hq, D], k/v [..., T, Hkv, D] (normed, RoPE applied)."""
     h = rms_norm(x, layer.ln_in, stack.eps)
     q, k, v = F.linear(h, layer.w_qkv).split((stack.q_size, stack.kv_size, stack.kv_size), dim=-1)
     d = stack.head_dim
     q = rms_norm(q.unflatten(-1, (stack.num_heads, d)), layer.q_norm, stack.eps)
     k = rms_norm(k.unflatten(-1, (stack.num_kv_heads, d)), layer.k_norm, stack.eps)
-    return rope(q, positions, stack.inv_freq), rope(k, positions, stack.inv_freq), v.unflatten(-1, (-1, d))
+    return rope(q, cos, sin), rope(k, cos, sin), v.unflatten(-1, (-1, d))
 
 
 def finish_layer(stack: FusedStack, layer: FusedLayer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
@@ -94,3 +110,43 @@ def finish_layer(stack: FusedStack, layer: FusedLayer, x: torch.Tensor, attn: to
     x = x + F.linear(attn, layer.w_o)
     gate, up = F.linear(rms_norm(x, layer.ln_post, stack.eps), layer.w_gate_up).chunk(2, dim=-1)
     return x + F.linear(F.silu(gate) * up, layer.w_down)
+
+
+# (layer index, q [..., T, Hq, D], k/v [..., T, Hkv, D]) -> attention output [..., T, Hq D];
+# stores k/v in that layer's cache first.
+TorchAttend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# (layer index, q [N, Hq, D]) -> [N, Hq, D]; k/v of the new tokens are already in the cache.
+TritonAttend = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+def decoder_step_torch(stack: FusedStack, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       attend: TorchAttend) -> torch.Tensor:
+    """The reference step: x [..., T, H] -> final-norm hidden [..., T, H]."""
+    for i, layer in enumerate(stack.layers):
+        q, k, v = qkv(stack, layer, x, cos, sin)
+        x = finish_layer(stack, layer, x, attend(i, q, k, v).flatten(-2))
+    return rms_norm(x, stack.norm, stack.eps)
+
+
+def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
+                        positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
+                        attend: TritonAttend) -> torch.Tensor:
+    """The same step through the Triton kernels, 9 launches a layer (10 with split attention): the
+    four cuBLAS products (qkv, o, gate/up, down), two norms, q/k norm + RoPE + cache store,
+    attention, SiLU-mul. x [N, H] new tokens at `positions` [N] of cache rows `rows` [N]; rope_cos/sin [P, D] tables;
+    k_caches/v_caches [layers, R, Hkv, L, D] -> final-norm hidden [N, H].
+
+    The residual add after each MLP is fused with the next layer's input norm (the last with the
+    final norm), the one after attention with the post-attention norm."""
+    eps = stack.eps
+    res, delta = x, None
+    for i, layer in enumerate(stack.layers):
+        if delta is None:
+            h = rms_norm_kernel(res, layer.ln_in, eps)
+        else:
+            res, h = add_rms_norm(res, delta, layer.ln_in, eps)
+        q = qk_norm_rope(F.linear(h, layer.w_qkv), layer.q_norm, layer.k_norm, rope_cos, rope_sin, positions,
+                           rows, k_caches[i], v_caches[i], eps, stack.num_heads, stack.num_kv_heads)  # [N, Hq, D]
+        res, h = add_rms_norm(res, F.linear(attend(i, q).flatten(1), layer.w_o), layer.ln_post, eps)
+        delta = F.linear(silu_mul(F.linear(h, layer.w_gate_up)), layer.w_down)
+    return add_rms_norm(res, delta, stack.norm, eps)[1]

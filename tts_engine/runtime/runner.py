@@ -10,7 +10,12 @@ State lives in per-slot device buffers, so a step can run any subset of requests
 `prefill(slot, x)` fills a slot from its prompt rows. `frame_step(slots, frames, positions,
 step_text)` produces one frame for each given slot entirely on the device: sample c0, run the 15
 code-predictor steps, feed the frame back through the talker for one position. On CUDA each
-batch bucket's frame step is one captured graph; padded rows point at the scratch slot.
+(batch bucket, sampler variant) frame step is one captured graph; padded rows point at the
+scratch slot. The sampler variant is picked per step on the host from the rows' settings: the
+fast one (top-k by `torch.topk`, no top-p sort) when it serves every row, else the general one.
+
+`use_triton` runs decode steps through the Triton kernels (`fused.decoder_step_triton`); without
+it they run in plain torch (`fused.decoder_step_torch`), the reference the fast path is tested against.
 """
 
 from __future__ import annotations
@@ -18,11 +23,22 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..kernels.backend import runs_on
+from ..kernels.cp_attention import cp_attention, cp_attention_ref
 from ..kernels.decode_attention import decode_attention, decode_attention_ref
 from ..model.qwen3_tts import Qwen3TTS
 from ..sampling import SamplingParams, suppress_mask
-from .fused import FusedStack, finish_layer, qkv, rms_norm
-from .sampler import SamplingRows, sample_codebook, sample_codebook0
+from .fused import FusedStack, decoder_step_torch, decoder_step_triton, finish_layer, qkv, rms_norm, rope_table
+from .sampler import (
+    FAST,
+    GENERAL,
+    SamplerVariant,
+    SamplingRows,
+    WarpRows,
+    counter_uniform,
+    sample_codebook,
+    sample_codebook0,
+)
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
@@ -37,7 +53,10 @@ class ModelRunner:
         p = talker.codec_head.weight
         self.device, self.dtype = p.device, p.dtype
         on_cuda = self.device.type == "cuda"
-        self.use_triton = on_cuda if use_triton is None else use_triton
+        self.use_triton = (on_cuda and runs_on(self.device)) if use_triton is None else use_triton
+        if self.use_triton and not runs_on(self.device):
+            raise ValueError(f"use_triton: the Triton kernels cannot run on {self.device} here (no triton, or "
+                             "a CPU without TRITON_INTERPRET=1 set before triton was imported)")
         self.use_graphs = on_cuda if use_graphs is None else use_graphs
         self.max_slots, self.max_context = max_slots, max_context
         self.scratch = max_slots
@@ -72,18 +91,24 @@ class ModelRunner:
         bmax = max(self.buckets)
         self.cp_k = torch.zeros(len(c.layers), bmax, c.num_kv_heads, CP_POSITIONS, c.head_dim, **f)
         self.cp_v = torch.zeros_like(self.cp_k)
-        self.cp_rows = torch.arange(bmax, device=self.device)
+        # RoPE tables (rows = positions) and the code predictor's static row/position indices.
+        self.rope = rope_table(t, max_context, self.dtype)  # cos, sin [max_context, D]
+        self.cp_rope = rope_table(c, CP_POSITIONS, self.dtype)  # [16, D]
+        i = dict(device=self.device, dtype=torch.long)
+        self.cp_rows = torch.arange(bmax, **i)
+        self.cp_pos = torch.arange(CP_POSITIONS, **i)[:, None].expand(-1, bmax).contiguous()  # [16, bmax]: row p = p
+        self.cp_prefill_rows = torch.arange(bmax, **i).repeat_interleave(2)  # tokens (row, 0), (row, 1), ...
+        self.cp_prefill_pos = torch.arange(2, **i).repeat(bmax)
+        self.codebook_ids = torch.arange(16, **i)
         self.suppress = suppress_mask(self.cfg.vocab_size, self.cfg.codec_eos_token_id).to(self.device)
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], torch.Tensor]] = {}
-
-    # -- attention ---------------------------------------------------------------------------
-    def _attend(self, q, k_cache, v_cache, rows, lengths):
-        fn = decode_attention if self.use_triton else decode_attention_ref
-        return fn(q, k_cache, v_cache, rows, lengths)
+        self.slot_fast = [True] * n  # host copy: does the FAST sampler variant serve this slot's settings?
+        self.graphs: dict[tuple[int, SamplerVariant],
+                          tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], torch.Tensor]] = {}
 
     # -- slots ---------------------------------------------------------------------------------
     def start_slot(self, slot: int, params: SamplingParams, seed: int, eos_allowed: bool) -> None:
         self.rows.set_row(slot, params, seed)
+        self.slot_fast[slot] = FAST.serves(params, self.cfg.vocab_size, self.cfg.code_predictor.vocab_size)
         self.seen[slot] = False
         self.eos_allowed[slot] = eos_allowed
 
@@ -109,11 +134,11 @@ class ModelRunner:
         if t_len >= self.max_context:
             raise ValueError(f"prompt of {t_len} rows exceeds the context of {self.max_context}")
         st = self.talker
-        positions = torch.arange(t_len, device=self.device)
+        cos, sin = (t[:t_len] for t in self.rope)  # [T, D]
         rep = st.num_heads // st.num_kv_heads
         h = x[None]
         for i, layer in enumerate(st.layers):
-            q, k, v = qkv(st, layer, h, positions[None])  # [1, T, heads, D]
+            q, k, v = qkv(st, layer, h, cos, sin)  # [1, T, heads, D]
             self.k_cache[i, slot, :, :t_len] = k[0].transpose(0, 1)
             self.v_cache[i, slot, :, :t_len] = v[0].transpose(0, 1)
             attn = F.scaled_dot_product_attention(
@@ -128,57 +153,77 @@ class ModelRunner:
     def _talker_decode(self, slots, x, positions):
         """x [B, H] at positions [B] -> final-norm hidden [B, H]; writes each slot's K/V."""
         st = self.talker
-        h = x[:, None]
-        for i, layer in enumerate(st.layers):
-            q, k, v = qkv(st, layer, h, positions[:, None])  # [B, 1, heads, D]
+        lengths = positions + 1
+        if self.use_triton:
+            def attend(i, q):
+                return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths)
+
+            return decoder_step_triton(st, x, *self.rope, positions, slots, self.k_cache, self.v_cache, attend)
+
+        def attend_torch(i, q, k, v):  # q [B, 1, Hq, D], k/v [B, 1, Hkv, D]
             self.k_cache[i][slots, :, positions] = k[:, 0]
             self.v_cache[i][slots, :, positions] = v[:, 0]
-            attn = self._attend(q[:, 0], self.k_cache[i], self.v_cache[i], slots, positions + 1)
-            h = finish_layer(st, layer, h, attn.flatten(1)[:, None])
-        return rms_norm(h[:, 0], st.norm, st.eps)
+            return decode_attention_ref(q[:, 0], self.k_cache[i], self.v_cache[i], slots, lengths)[:, None]
 
-    def _cp_layer_stack(self, h, positions, b, start):
-        """Code predictor over new positions start .. start + n - 1 for rows 0..b-1; h [b, n, h]."""
+        cos, sin = (t[positions][:, None] for t in self.rope)  # [B, 1, D], once per step
+        return decoder_step_torch(st, x[:, None], cos, sin, attend_torch)[:, 0]
+
+    def _cp_layers(self, h, b, start):
+        """Code predictor over new positions start .. start + n - 1 of rows 0..b-1; h [b, n, h]
+        -> final-norm hidden of the last position [b, h]."""
         c = self.cp
         n = h.shape[1]
-        rep = c.num_heads // c.num_kv_heads
-        for i, layer in enumerate(c.layers):
-            q, k, v = qkv(c, layer, h, positions)
+        if self.use_triton:
+            if n == 2:
+                rows, positions = self.cp_prefill_rows[:2 * b], self.cp_prefill_pos[:2 * b]
+            elif n == 1:
+                rows, positions = self.cp_rows[:b], self.cp_pos[start, :b]
+            else:
+                raise ValueError(f"the code predictor takes 1 or 2 new positions, got {n}")
+
+            def attend(i, q):  # q [b n, Hq, D]
+                return cp_attention(q.view(b, n, *q.shape[1:]), self.cp_k[i], self.cp_v[i], start).flatten(0, 1)
+
+            out = decoder_step_triton(c, h.flatten(0, 1), *self.cp_rope, positions, rows, self.cp_k, self.cp_v,
+                                      attend)  # [b n, h]
+            return out.view(b, n, -1)[:, -1]
+
+        def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
             self.cp_k[i, :b, :, start:start + n] = k.transpose(1, 2)
             self.cp_v[i, :b, :, start:start + n] = v.transpose(1, 2)
-            if n > 1:  # the two prefill positions: plain causal attention between them
-                attn = F.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2).repeat_interleave(rep, 1),
-                    v.transpose(1, 2).repeat_interleave(rep, 1), is_causal=True).transpose(1, 2)
-            else:
-                lengths = torch.full((b,), start + 1, device=self.device)
-                attn = self._attend(q[:, 0], self.cp_k[i], self.cp_v[i], self.cp_rows[:b], lengths)[:, None]
-            h = finish_layer(c, layer, h, attn.flatten(2))
-        return rms_norm(h[:, -1], c.norm, c.eps)
+            return cp_attention_ref(q, self.cp_k[i], self.cp_v[i], start)
 
-    def _code_predict(self, hidden, c0, frames, rows: SamplingRows) -> torch.Tensor:
-        """hidden [B, H], c0 [B] -> codebooks 1..15 [B, 15]."""
+        cos, sin = (t[start:start + n] for t in self.cp_rope)  # [n, D]: static slices
+        return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1]
+
+    def _code_predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
+                      variant: SamplerVariant = GENERAL) -> torch.Tensor:
+        """hidden [B, H], c0 [B] -> codebooks 1..15 [B, 15]. u: the frame's uniforms [B, 16] if drawn."""
         b = hidden.shape[0]
+        if u is None:
+            u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)
+        warp_rows = WarpRows.of(rows.sub_temperature, rows.sub_top_k, rows.sub_top_p,
+                                self.cfg.code_predictor.vocab_size, variant)
         x = torch.stack((self.cp_proj(hidden), self.cp_in_c0[c0]), dim=1)  # [B, 2, h]
-        positions = torch.arange(2, device=self.device).expand(b, 2)
-        out = self._cp_layer_stack(x, positions, b, 0)
+        out = self._cp_layers(x, b, 0)
         codes = []
         for j in range(15):
-            code = sample_codebook(F.linear(out, self.cp_heads[j]).float(), frames, j + 1, rows)
+            code = sample_codebook(F.linear(out, self.cp_heads[j]).float(), frames, j + 1, rows, u=u[:, j + 1],
+                                   variant=variant, warp_rows=warp_rows)
             codes.append(code)
             if j < 14:
-                pos = torch.full((b, 1), j + 2, device=self.device)
-                out = self._cp_layer_stack(self.cp_in[j][code][:, None], pos, b, j + 2)
+                out = self._cp_layers(self.cp_in[j][code][:, None], b, j + 2)
         return torch.stack(codes, dim=1)
 
-    def _frame_step(self, slots, frames, positions, step_text) -> torch.Tensor:
+    def _frame_step(self, slots, frames, positions, step_text, variant: SamplerVariant = GENERAL) -> torch.Tensor:
         rows = self.rows.gather(slots)
-        c0 = sample_codebook0(self.logits[slots], self.seen[slots], frames, rows,
-                              self.cfg.codec_eos_token_id, self.suppress, self.eos_allowed[slots])
+        u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)  # [B, 16]: all codebooks at once
+        c0 = sample_codebook0(self.logits[slots], self.seen[slots], frames, rows, self.cfg.codec_eos_token_id,
+                              self.suppress, self.eos_allowed[slots], u=u[:, 0], variant=variant)
         self.seen.index_put_((slots, c0), self._true)  # a device scalar: no host copy in a graph
-        rest = self._code_predict(self.hidden[slots], c0, frames, rows)
+        rest = self._code_predict(self.hidden[slots], c0, frames, rows, u, variant)
         codes = torch.cat((c0[:, None], rest), dim=1)  # [B, 16]
-        feedback = self.codec_embedding[c0] + self.cp_feedback[torch.arange(15, device=self.device), rest].sum(1)
+        feedback = self.codec_embedding[c0] + self.cp_feedback[self.codebook_ids[:15], rest].sum(1)
         hidden = self._talker_decode(slots, feedback + self.text_embed(step_text), positions)
         self.hidden[slots] = hidden
         self.logits[slots] = F.linear(hidden, self.codec_head).float()
@@ -194,24 +239,25 @@ class ModelRunner:
         b = len(slots)
         if b > max(self.buckets):
             raise ValueError(f"batch of {b} exceeds the largest bucket {max(self.buckets)}")
+        variant = FAST if all(self.slot_fast[s] for s in slots) else GENERAL
         if self.use_graphs and self.graphs:
             bucket = next(x for x in self.buckets if x >= b)
-            graph, inputs, out = self.graphs[bucket]
+            graph, inputs, out = self.graphs[(bucket, variant)]
             pad = bucket - b
             for buf, vals, fill in zip(inputs, (slots, frames, positions, step_text), (self.scratch, 0, 0, 0)):
                 buf.copy_(torch.tensor(vals + [fill] * pad), non_blocking=True)
             graph.replay()
             return out[:b]
         t = lambda v: torch.tensor(v, device=self.device)  # noqa: E731
-        return self._frame_step(t(slots), t(frames), t(positions), t(step_text))
+        return self._frame_step(t(slots), t(frames), t(positions), t(step_text), variant)
 
     @torch.inference_mode()
     def capture_graphs(self) -> None:
-        """Capture one frame-step graph per bucket, largest first, sharing one memory pool."""
+        """Capture one frame-step graph per (bucket, sampler variant), largest first, sharing one memory pool."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         pool = torch.cuda.graph_pool_handle()
-        for bucket in sorted(self.buckets, reverse=True):
+        for bucket, variant in ((b, v) for b in sorted(self.buckets, reverse=True) for v in (FAST, GENERAL)):
             inputs = (torch.full((bucket,), self.scratch, device=self.device),
                       torch.zeros(bucket, dtype=torch.long, device=self.device),
                       torch.zeros(bucket, dtype=torch.long, device=self.device),
@@ -220,10 +266,10 @@ class ModelRunner:
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self._frame_step(*inputs)
+                    self._frame_step(*inputs, variant)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                out = self._frame_step(*inputs)
-            self.graphs[bucket] = (graph, inputs, out)
+                out = self._frame_step(*inputs, variant)
+            self.graphs[(bucket, variant)] = (graph, inputs, out)
         torch.cuda.synchronize()

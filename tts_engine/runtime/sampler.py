@@ -79,17 +79,71 @@ class SamplingRows:
         return SamplingRows(*(t[rows] for t in self.tensors()))
 
 
-def warp(scores: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """fp32 [B, V] -> temperature, per-row top-k (0 = off), per-row top-p (1 = off)."""
+TOP_K_MAX = 64  # the largest top-k the fast variant serves (through torch.topk instead of a sort)
+
+
+@dataclass(frozen=True)
+class SamplerVariant:
+    """What one captured sampler computes; the runner captures a graph per variant and bucket and
+    picks per step, so each variant gives exactly the general sampler's ids on the rows it serves.
+
+    top_k_max: top-k threshold from `torch.topk(top_k_max)` (the k-th largest value is the same
+      value a full sort puts at k), valid for rows whose top_k is 0, >= V or <= top_k_max; None sorts.
+    top_p: False leaves out the top-p sort, valid for rows whose top_p is 1."""
+
+    top_k_max: int | None = None
+    top_p: bool = True
+
+    def serves(self, p: SamplingParams, vocab0: int, vocab: int) -> bool:
+        """Does this variant give `p`'s exact ids (codebook 0 over vocab0 ids, the others over vocab)?"""
+        for top_k, top_p, v in ((p.top_k, p.top_p, vocab0), (p.subtalker_top_k, p.subtalker_top_p, vocab)):
+            if self.top_k_max is not None and 0 < top_k < v and top_k > self.top_k_max:
+                return False
+            if not self.top_p and top_p < 1.0:
+                return False
+        return True
+
+
+GENERAL = SamplerVariant()
+FAST = SamplerVariant(top_k_max=TOP_K_MAX, top_p=False)
+
+
+@dataclass
+class WarpRows:
+    """Per-row warp settings in the shapes `warp` uses, built once per frame (the 15 code-predictor
+    codebooks share them)."""
+
+    temperature: torch.Tensor  # f32 [B, 1]
+    kth_index: torch.Tensor  # i64 [B, 1]: column of the k-th largest score
+    use_k: torch.Tensor  # bool [B, 1]
+    top_p: torch.Tensor  # f32 [B, 1]
+
+    @classmethod
+    def of(cls, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, vocab: int,
+           variant: SamplerVariant = GENERAL) -> WarpRows:
+        k = vocab if variant.top_k_max is None else min(variant.top_k_max, vocab)
+        return cls(temperature[:, None], (top_k.clamp(1, k) - 1)[:, None], ((top_k > 0) & (top_k < vocab))[:, None],
+                   top_p[:, None])
+
+
+def warp(scores: torch.Tensor, temperature: torch.Tensor | WarpRows, top_k: torch.Tensor | None = None,
+         top_p: torch.Tensor | None = None, variant: SamplerVariant = GENERAL) -> torch.Tensor:
+    """fp32 [B, V] -> temperature, per-row top-k (0 = off), per-row top-p (1 = off).
+    Settings as [B] tensors, or prepared once as `WarpRows`."""
     v = scores.shape[-1]
-    scores = scores / temperature[:, None]
-    kth = scores.sort(dim=-1, descending=True).values.gather(1, (top_k.clamp(1, v) - 1)[:, None])
-    use_k = ((top_k > 0) & (top_k < v))[:, None]
-    scores = scores.masked_fill(use_k & (scores < kth), -math.inf)
+    w = temperature if isinstance(temperature, WarpRows) else WarpRows.of(temperature, top_k, top_p, v, variant)
+    scores = scores / w.temperature
+    if variant.top_k_max is None:
+        ranked = scores.sort(dim=-1, descending=True).values
+    else:
+        ranked = scores.topk(min(variant.top_k_max, v), dim=-1).values  # [B, k], descending
+    scores = scores.masked_fill(w.use_k & (scores < ranked.gather(1, w.kth_index)), -math.inf)
+    if not variant.top_p:
+        return scores
     sorted_scores, order = scores.sort(dim=-1, descending=False)
-    drop = sorted_scores.softmax(-1).cumsum(-1) <= (1 - top_p)[:, None]
+    drop = sorted_scores.softmax(-1).cumsum(-1) <= 1 - w.top_p
     drop[:, -1] = False
-    drop = drop & (top_p < 1.0)[:, None]
+    drop = drop & (w.top_p < 1.0)
     return scores.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), -math.inf)
 
 
@@ -107,23 +161,32 @@ def pick(scores: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def sample_codebook0(logits: torch.Tensor, seen: torch.Tensor, frame: torch.Tensor, rows: SamplingRows,
-                     eos_id: int, suppress: torch.Tensor, eos_allowed: torch.Tensor) -> torch.Tensor:
+                     eos_id: int, suppress: torch.Tensor, eos_allowed: torch.Tensor, *, u: torch.Tensor | None = None,
+                     variant: SamplerVariant = GENERAL) -> torch.Tensor:
     """logits fp32 [B, V]; seen bool [B, V] (codebook-0 ids generated so far); frame i64 [B];
-    eos_allowed bool [B] (False for random-weight rows with a forced length) -> ids [B]."""
+    eos_allowed bool [B] (False for random-weight rows with a forced length); u: this codebook's
+    uniforms [B] f64 if already drawn -> ids [B]."""
     p = rows.repetition_penalty[:, None]
     scores = torch.where(seen, torch.where(logits < 0, logits * p, logits / p), logits)
     block_eos = (frame < rows.min_new_tokens) | ~eos_allowed
     scores[:, eos_id] = scores[:, eos_id].masked_fill(block_eos, -math.inf)
     scores = scores.masked_fill(suppress, -math.inf)
     greedy = scores.argmax(-1)
-    u = counter_uniform(rows.seed, frame, 0)
-    sampled = pick(warp(scores, rows.temperature, rows.top_k, rows.top_p), u)
+    if u is None:
+        u = counter_uniform(rows.seed, frame, 0)
+    sampled = pick(warp(scores, rows.temperature, rows.top_k, rows.top_p, variant), u)
     return torch.where(rows.do_sample, sampled, greedy)
 
 
-def sample_codebook(logits: torch.Tensor, frame: torch.Tensor, codebook: int, rows: SamplingRows) -> torch.Tensor:
-    """Codebooks 1..15: fp32 [B, 2048] -> ids [B]."""
+def sample_codebook(logits: torch.Tensor, frame: torch.Tensor, codebook: int, rows: SamplingRows, *,
+                    u: torch.Tensor | None = None, variant: SamplerVariant = GENERAL,
+                    warp_rows: WarpRows | None = None) -> torch.Tensor:
+    """Codebooks 1..15: fp32 [B, 2048] -> ids [B]. `u` (this codebook's uniforms [B]) and `warp_rows`
+    (from the sub-talker settings, for this variant) may be prepared once per frame."""
     greedy = logits.argmax(-1)
-    u = counter_uniform(rows.seed, frame, codebook)
-    sampled = pick(warp(logits, rows.sub_temperature, rows.sub_top_k, rows.sub_top_p), u)
+    if u is None:
+        u = counter_uniform(rows.seed, frame, codebook)
+    if warp_rows is None:
+        warp_rows = WarpRows.of(rows.sub_temperature, rows.sub_top_k, rows.sub_top_p, logits.shape[-1], variant)
+    sampled = pick(warp(logits, warp_rows, variant=variant), u)
     return torch.where(rows.sub_do_sample, sampled, greedy)

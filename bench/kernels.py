@@ -1,0 +1,141 @@
+"""Per-kernel GPU times at the 1.7B shapes: each Triton kernel against its torch reference, decode
+attention version 1 against version 2, and the cuBLAS products of one talker layer against their
+weight-read floor.
+
+    python -m bench.kernels --out bench/results/kernels.json
+
+A time is the median over replays of a CUDA graph that launches the op 20 times back to back
+(inputs rotate over 4 sets, so repeated reads do not all hit L2), divided by 20: the cost of the op
+inside a captured step, launch gaps included. Correctness is checked by tests/kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+CALLS, SETS = 20, 4
+
+
+def graph_ms(fns) -> float:
+    """fns: SETS callables (one per input set) -> ms per call inside a graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(CALLS):
+            fns[i % SETS]()
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(30):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / CALLS)
+    return statistics.median(times)
+
+
+def rnd(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+def _attention_v1(q, k_cache, v_cache, rows, lengths):
+    """Version 1 of the decode-attention kernel (one program per row and kv head), as it launched."""
+    from tts_engine.kernels import decode_attention as da
+
+    b, hq, d = q.shape
+    hkv = k_cache.shape[1]
+    out = torch.empty_like(q)
+    da._decode_attention_kernel[(b, hkv)](
+        q, k_cache, v_cache, out, rows, lengths, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+        k_cache.stride(2), out.stride(0), out.stride(1), 1.0 / math.sqrt(d), GROUP=hq // hkv, D=d, BLOCK_N=32)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.kernels")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    from tts_engine.kernels import decode_attention as da
+    from tts_engine.kernels.cp_attention import cp_attention, cp_attention_ref
+    from tts_engine.kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_ref
+    from tts_engine.kernels.rms_norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
+    from tts_engine.kernels.silu_mul import silu_mul, silu_mul_ref
+
+    h, inter, hq, hkv, d = 2048, 6144, 16, 8, 128  # talker
+    rows = []
+
+    def add(name, batch, ms, nbytes=None):
+        row = {"op": name, "batch": batch, "us": round(ms * 1e3, 2)}
+        if nbytes:
+            row["floor_us"] = round(nbytes / 4.19e12 * 1e6, 2)  # copy bandwidth measured on this H200
+        rows.append(row)
+        print(f"{name:<34} b={batch:<3} {row['us']:8.2f} us" + (f"  (floor {row['floor_us']} us)" if nbytes else ""),
+              flush=True)
+
+    with torch.inference_mode():
+        for b in (1, 64):
+            xs = [rnd(b, h) for _ in range(SETS)]
+            ds = [rnd(b, h) for _ in range(SETS)]
+            w = rnd(h)
+            add("rms_norm torch", b, graph_ms([partial(rms_norm_ref, x, w, 1e-6) for x in xs]))
+            add("rms_norm triton", b, graph_ms([partial(rms_norm, x, w, 1e-6) for x in xs]))
+            add("add_rms_norm torch", b, graph_ms([partial(add_rms_norm_ref, x, y, w, 1e-6) for x, y in zip(xs, ds)]))
+            add("add_rms_norm triton", b, graph_ms([partial(add_rms_norm, x, y, w, 1e-6) for x, y in zip(xs, ds)]))
+            gus = [rnd(b, 2 * inter) for _ in range(SETS)]
+            add("silu_mul torch", b, graph_ms([partial(silu_mul_ref, g) for g in gus]))
+            add("silu_mul triton", b, graph_ms([partial(silu_mul, g) for g in gus]))
+
+            slots = torch.arange(b, device="cuda")
+            pos = torch.randint(0, 512, (b,), device="cuda")
+            qk_args = (rnd(d), rnd(d), rnd(2048, d), rnd(2048, d), pos, slots, rnd(65, hkv, 512, d),
+                       rnd(65, hkv, 512, d), 1e-6, hq, hkv)
+            qkvs = [rnd(b, (hq + 2 * hkv) * d) for _ in range(SETS)]
+            add("qk_norm_rope+store torch", b, graph_ms([partial(qk_norm_rope_ref, q, *qk_args) for q in qkvs]))
+            add("qk_norm_rope+store triton", b, graph_ms([partial(qk_norm_rope, q, *qk_args) for q in qkvs]))
+
+            for name, n_out, n_in in (("gemm qkv", (hq + 2 * hkv) * d, h), ("gemm o", h, hq * d),
+                                      ("gemm gate_up", 2 * inter, h), ("gemm down", h, inter)):
+                xin = rnd(b, n_in)
+                add(name, b, graph_ms([partial(F.linear, xin, rnd(n_out, n_in)) for _ in range(SETS)]),
+                    n_out * n_in * 2)
+
+            for max_len, length in ((512, 448), (2048, 2000)):
+                kv = (rnd(65, hkv, max_len, d), rnd(65, hkv, max_len, d))
+                qs = [rnd(b, hq, d) for _ in range(SETS)]
+                rest = (*kv, slots, torch.full((b,), length, device="cuda"))
+                kv_bytes = b * hkv * length * d * 2 * 2
+                add(f"decode_attn L{length} torch", b,
+                    graph_ms([partial(da.decode_attention_ref, q, *rest) for q in qs]), kv_bytes)
+                add(f"decode_attn L{length} v1", b, graph_ms([partial(_attention_v1, q, *rest) for q in qs]), kv_bytes)
+                add(f"decode_attn L{length} v2", b, graph_ms([partial(da.decode_attention, q, *rest) for q in qs]),
+                    kv_bytes)
+
+            ckv = (rnd(64, hkv, 16, d), rnd(64, hkv, 16, d), 8)
+            cqs = [rnd(b, 1, hq, d) for _ in range(SETS)]
+            add("cp_attn start8 torch", b, graph_ms([partial(cp_attention_ref, q, *ckv) for q in cqs]))
+            add("cp_attn start8 triton", b, graph_ms([partial(cp_attention, q, *ckv) for q in cqs]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                    "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

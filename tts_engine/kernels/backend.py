@@ -1,0 +1,54 @@
+"""What the Triton kernels of this package share: whether Triton is there, and how they run on CPU.
+
+On CUDA tensors the kernels are compiled. On CPU tensors they run through Triton's interpreter,
+which needs `TRITON_INTERPRET=1` in the environment before `triton` is first imported (Triton
+decides compiled or interpreted when each `@triton.jit` function is defined); the CPU test
+session sets it in `tests/conftest.py`. Without Triton every wrapper falls back to its torch
+reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU installs without triton: callers use the torch references
+    triton = None
+
+HAVE_TRITON = triton is not None
+
+
+def runs_on(device: torch.device) -> bool:
+    """Can the kernels run on tensors of `device` in this process?"""
+    if not HAVE_TRITON:
+        return False
+    if device.type == "cuda":
+        return True
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return device.type == "cpu" and isinstance(tl.sum, InterpretedFunction)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def round_to(x, dtype: tl.constexpr):
+        """fp32 x rounded to the precision of `dtype`, kept in fp32: round to nearest even, as torch rounds.
+
+        Done on the bits for bf16 because Triton's interpreter truncates when it casts fp32 to
+        bf16 (the GPU rounds to nearest even); on the GPU this costs three integer ops."""
+        if dtype == tl.bfloat16:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+            y = bits.to(tl.float32, bitcast=True)
+        elif dtype == tl.float16:
+            y = x.to(tl.float16).to(tl.float32)
+        else:
+            y = x
+        return y

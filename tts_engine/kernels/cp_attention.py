@@ -1,0 +1,91 @@
+"""Attention of the code predictor over its short per-frame cache.
+
+    q        [B, T, Hq, D]     T new positions start .. start + T - 1 of rows 0 .. B-1 (RoPE applied)
+    k_cache  [R, Hkv, P, D]    R >= B rows, P (16) positions; rows 0 .. B-1 are this batch
+    v_cache  [R, Hkv, P, D]
+    start    int               position of the first query; the same for every row
+    -> out   [B, T, Hq, D]     query t sees keys 0 .. start + t (causal)
+
+Every row of a code-predictor step has the same length, and that length is a Python int of the
+unrolled frame loop, so it is baked into the captured graph: no length tensor, no split, the
+whole cache of a (row, kv head) is one [P, D] block. One program per (row, position, kv head)
+serves the head's GROUP query heads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .backend import HAVE_TRITON, next_pow2
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    from .backend import round_to
+
+LOG2E = 1.4426950408889634
+
+
+def cp_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: int) -> torch.Tensor:
+    b, t, hq, _ = q.shape
+    hkv, p = k_cache.shape[1], k_cache.shape[2]
+    k = k_cache[:b].repeat_interleave(hq // hkv, dim=1)  # [B, Hq, P, D]
+    v = v_cache[:b].repeat_interleave(hq // hkv, dim=1)
+    mask = torch.arange(p, device=q.device)[None] <= start + torch.arange(t, device=q.device)[:, None]  # [T, P]
+    out = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask)
+    return out.transpose(1, 2)  # [B, T, Hq, D]
+
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def _cp_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, start, scale,
+                             sq_b, sq_t, sq_h, sk_n, sk_h, sk_l, so_b, so_t, so_h,
+                             T: tl.constexpr, GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr,
+                             P: tl.constexpr, BLOCK_P: tl.constexpr):
+        bt = tl.program_id(0)
+        kvh = tl.program_id(1)
+        b = (bt // T).to(tl.int64)
+        t = bt % T
+        g = tl.arange(0, GROUP_P)
+        g_ok = g < GROUP
+        d = tl.arange(0, D)
+        heads = kvh * GROUP + g
+        q = tl.load(q_ptr + b * sq_b + t * sq_t + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None], other=0.0)
+        q = q.to(tl.float32) * scale
+        pos = tl.arange(0, BLOCK_P)
+        ok = pos <= start + t
+        kv_off = b * sk_n + kvh * sk_h + pos[:, None] * sk_l + d[None, :]
+        k = tl.load(k_ptr + kv_off, mask=ok[:, None], other=0.0).to(tl.float32)  # [BLOCK_P, D]
+        v = tl.load(v_ptr + kv_off, mask=ok[:, None], other=0.0).to(tl.float32)
+        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)  # [GROUP_P, BLOCK_P]
+        s = tl.where(ok[None, :], s, float("-inf"))
+        p = tl.exp2(s - tl.max(s, axis=1)[:, None])
+        dt = out_ptr.dtype.element_ty
+        out = round_to(tl.sum(p[:, :, None] * v[None, :, :], axis=1) / tl.sum(p, axis=1)[:, None], dt)
+        tl.store(out_ptr + b * so_b + t * so_t + heads[:, None] * so_h + d[None, :], out.to(dt),
+                 mask=g_ok[:, None])
+
+
+def cp_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: int) -> torch.Tensor:
+    if not HAVE_TRITON:
+        return cp_attention_ref(q, k_cache, v_cache, start)
+    b, t, hq, d = q.shape
+    hkv, p = k_cache.shape[1], k_cache.shape[2]
+    if start < 0 or start + t > p or b > k_cache.shape[0]:
+        raise ValueError(f"positions {start}..{start + t - 1} of {b} rows do not fit a cache of {tuple(k_cache.shape)}")
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or q.stride(-1) != 1:
+        raise ValueError("cp_attention needs k/v caches of one layout with the head dimension contiguous")
+    if hq % hkv or d != next_pow2(d):
+        raise ValueError(f"need Hq a multiple of Hkv and a power-of-two head dim, got {hq}, {hkv}, {d}")
+    group = hq // hkv
+    out = torch.empty_like(q)
+    _cp_attention_kernel[(b * t, hkv)](
+        q, k_cache, v_cache, out, start, LOG2E / math.sqrt(d),
+        q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        T=t, GROUP=group, GROUP_P=next_pow2(group), D=d, P=p, BLOCK_P=next_pow2(p), num_warps=4)
+    return out
