@@ -165,3 +165,31 @@ def test_reset_rejects_the_scratch_slot(codec):
 def test_capture_needs_cuda(codec):
     with pytest.raises(RuntimeError, match="CUDA"):
         CodecRunner(codec, max_streams=1).capture()
+
+
+class _FakeGraph:
+    """Stands in for a CUDA graph on CPU: replay runs the eager step into the static output."""
+
+    def __init__(self, runner: CodecRunner, slot_ids, codes, pcm, error: float):
+        self.runner, self.slot_ids, self.codes, self.pcm, self.error = runner, slot_ids, codes, pcm, error
+
+    def replay(self) -> None:
+        self.pcm.copy_(self.runner._step(self.slot_ids, self.codes) + self.error)
+
+
+@torch.inference_mode()
+def test_verify_graphs_drops_graphs_that_disagree_with_eager_and_restores_scratch(codec):
+    from tts_engine.runtime.codec_runner import _Graph
+
+    runner = CodecRunner(codec, max_streams=3, buckets=(1, 2))
+    runner.decode([0, 2], _codes(5, 6, batch=2))
+    before = [_snapshot(runner, slot) for slot in range(4)]  # 3 = scratch
+    for (t, bucket), error in (((1, 1), 0.0), ((2, 2), 0.5), ((3, 2), float("nan"))):
+        slot_ids = torch.full((bucket,), runner.scratch)
+        codes = torch.zeros(bucket, 16, t, dtype=torch.long)
+        pcm = torch.zeros(bucket, t * SPF)
+        runner.graphs[(t, bucket)] = _Graph(_FakeGraph(runner, slot_ids, codes, pcm, error), slot_ids, codes, pcm)
+    errors = runner.verify_graphs()
+    assert errors[(1, 1)] == 0.0 and errors[(2, 2)] == pytest.approx(0.5)
+    assert set(runner.graphs) == {(1, 1)}
+    assert all(_same(_snapshot(runner, slot), snap) for slot, snap in enumerate(before))

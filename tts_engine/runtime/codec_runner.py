@@ -12,6 +12,12 @@ t, bucket); `decode` copies slot ids and codes into the graph's static inputs an
 no graph covers runs the same function eagerly; that eager function is the CPU path and the
 reference the graphs are tested against (tests/runtime, tests/gpu). fp32 codecs run with TF32 off
 (eager and at capture), so the fast path equals `CodecDecoder.decode_chunk` to fp32 rounding.
+
+cuDNN picks conv algorithms by timing them on CUDA (`cudnn.benchmark`, eager and capture, so both
+use the same algorithms): with its heuristic picks, torch 2.11 on an H200 captured graphs whose
+replay was wrong (a 768-channel k7 residual conv at t=3, batch 16, first capture in a process; the
+eager step was right). The timed picks replay correctly and run faster. As a guard, `capture()`
+replays every graph once against the eager step and drops any that disagree.
 """
 
 from __future__ import annotations
@@ -38,14 +44,18 @@ class _Graph:
 
 
 @contextlib.contextmanager
-def no_tf32() -> Iterator[None]:
-    """Exact fp32 matmuls and convolutions on CUDA for the duration (global flags, restored after)."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+def cuda_numerics(exact_fp32: bool) -> Iterator[None]:
+    """Timed cuDNN algorithm choice, and exact fp32 matmuls/convs (TF32 off) when `exact_fp32`,
+    for the duration (global flags, restored after)."""
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = cuda.allow_tf32, cudnn.allow_tf32, cudnn.benchmark
+    cudnn.benchmark = True
+    if exact_fp32:
+        cuda.allow_tf32 = cudnn.allow_tf32 = False
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        cuda.allow_tf32, cudnn.allow_tf32, cudnn.benchmark = saved
 
 
 class CodecRunner:
@@ -113,7 +123,7 @@ class CodecRunner:
 
     # -- decoding ------------------------------------------------------------------------------
     def _precision(self):
-        return no_tf32() if self.exact else contextlib.nullcontext()
+        return cuda_numerics(self.exact) if self.device.type == "cuda" else contextlib.nullcontext()
 
     def _check(self, slots: list[int], codes: torch.Tensor) -> None:
         q = self.codec.cfg.num_quantizers
@@ -221,5 +231,38 @@ class CodecRunner:
                     pcm = self._step(slot_ids, codes)
                 self.graphs[(t, bucket)] = _Graph(graph, slot_ids, codes, pcm)
         torch.cuda.synchronize()
+        errors = self.verify_graphs()
         return {"captured": sorted(self.graphs), "skipped": sorted(skipped),
-                "seconds": round(time.perf_counter() - t0, 3)}
+                "mismatched": sorted(k for k in errors if k not in self.graphs),
+                "max_error": max(errors.values(), default=0.0), "seconds": round(time.perf_counter() - t0, 3)}
+
+    def _scratch_rows(self) -> list[torch.Tensor]:
+        s, i = self.state, self.scratch
+        return [s.frames[i], s.keys[:, i], s.values[:, i], *(h[i] for h in s.history)]
+
+    @torch.inference_mode()
+    def verify_graphs(self, tol: float | None = None) -> dict[tuple[int, int], float]:
+        """Replay every graph on scratch rows with random codes, compare with the eager step from the
+        same state, and drop graphs that disagree (their shapes then run eagerly or split). Returns
+        the max abs PCM error per graph; the scratch row is restored, real slots are not touched."""
+        if tol is None:
+            tol = 1e-3 if self.dtype == torch.float32 else 5e-2
+        gen = torch.Generator().manual_seed(0)
+        rows = self._scratch_rows()
+        saved = [r.clone() for r in rows]
+        errors: dict[tuple[int, int], float] = {}
+        for key, g in list(self.graphs.items()):
+            g.slot_ids.fill_(self.scratch)
+            g.codes.copy_(torch.randint(0, self.codec.cfg.codebook_size, tuple(g.codes.shape), generator=gen))
+            g.graph.replay()
+            got = g.pcm.float().clone()
+            for r, v in zip(rows, saved):
+                r.copy_(v)
+            with self._precision():
+                want = self._step(g.slot_ids, g.codes).float()
+            for r, v in zip(rows, saved):
+                r.copy_(v)
+            errors[key] = (got - want).abs().max().item()
+            if not errors[key] <= tol:  # NaN counts as a mismatch
+                del self.graphs[key]
+        return errors
