@@ -184,6 +184,17 @@ def test_streamed_audio_equals_full_decode_of_reference_codes(engine, synth, lay
     assert_pcm_close(pcm_of(events), ref_s16)
 
 
+def test_max_frames_caps_a_random_weight_stream(engine):
+    async def run():
+        s = engine.open_stream(options(max_frames=4, silence_threshold_dbfs=None), LONG, end_input=True)
+        return await collect(s)
+
+    events = asyncio.run(run())
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.reason == "length" and done.frames == 3
+    assert len(pcm_of(events)) == 3 * SPF
+
+
 # -- input streaming ------------------------------------------------------------------------------
 
 # As an LLM streams it: the first piece has a leading space, which is not spoken (as at open).
