@@ -463,3 +463,21 @@ def test_chunk_schedule_and_word_timings(engine):
     for (w, _), (nxt, _) in itertools.pairwise(words):
         assert w.end_s <= nxt.start_s + 1e-9
     assert words[-1][0].end_s == pytest.approx(total, abs=1e-3)
+
+
+def test_appended_text_is_limited_in_total_not_per_piece(tiny_checkpoint):
+    async def run():
+        engine = StreamingEngine(tiny_checkpoint, max_active_streams=2, max_text_chars=20)
+        await engine.start()
+        try:
+            stream = engine.open_stream(StreamOptions(VoiceSpec("ryan", "english")), "twelve chars")
+            stream.append(" 8 chars")  # 20 in all: at the limit
+            with pytest.raises(ValueError, match="longer than 20"):
+                stream.append("!")
+            stream.cancel()
+            async for _ in stream.events():
+                pass
+        finally:
+            await engine.stop()
+
+    asyncio.run(run())

@@ -134,8 +134,9 @@ class StreamingEngine:
                 "ready": float(self.ready), "healthy": float(self.fault is None)}
 
     # -- admission (caller's thread) ---------------------------------------------------------------
-    def check_text(self, text: str) -> None:
-        if len(text) > self.max_text_chars:
+    def check_text(self, chars: int) -> None:
+        """`chars`: the stream's whole text so far."""
+        if chars > self.max_text_chars:
             raise ValueError(f"text is longer than {self.max_text_chars} characters")
 
     def open_stream(self, options: StreamOptions, text: str = "", *, end_input: bool = False) -> Stream:
@@ -143,7 +144,7 @@ class StreamingEngine:
             raise EngineUnavailable("engine is not ready" if self.fault is None else f"engine failed: {self.fault}")
         options.validate()
         resolve_voice(self.model_config, options.voice)
-        self.check_text(text)
+        self.check_text(len(text))
         if end_input and not text.strip():
             raise ValueError("text is empty")
         with self._lock:
@@ -153,6 +154,7 @@ class StreamingEngine:
             self._admitted += 1
             self.stats["admitted"] += 1
         handle = Stream(self, f"s{next(self._ids)}", asyncio.get_running_loop())
+        handle.text_chars = len(text)
         self.command("open", handle.id, (handle, options, text, end_input))
         return handle
 

@@ -23,6 +23,7 @@ class Stream:
         self._loop = loop
         self._events: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self._ended = False
+        self.text_chars = 0  # all text given so far, checked against the engine's limit
         self.cancelled = False
 
     # -- commands (any thread) ------------------------------------------------------------------
@@ -31,7 +32,8 @@ class Stream:
             raise ValueError("text must be a string")
         if self._ended:
             raise ValueError("input has already ended for this stream")
-        self._engine.check_text(text)
+        self._engine.check_text(self.text_chars + len(text))
+        self.text_chars += len(text)
         self._engine.command("append", self.id, text)
 
     def flush(self) -> None:
