@@ -1,6 +1,7 @@
-"""Per-kernel GPU times at the 1.7B shapes: each Triton kernel against its torch reference, decode
-attention version 1 against version 2, and the cuBLAS products of one talker layer against their
-weight-read floor.
+"""Per-kernel GPU times at the 1.7B shapes: each Triton kernel against its torch reference, the
+versions of decode attention (v1: one program per row and kv head; v2: split-KV, the default; v3:
+split-KV with tensor-core products, opt-in until timed here), and the cuBLAS products of one
+talker layer against their weight-read floor.
 
     python -m bench.kernels --out bench/results/kernels.json
 
@@ -126,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 add(f"decode_attn L{length} v1", b, graph_ms([partial(_attention_v1, q, *rest) for q in qs]), kv_bytes)
                 add(f"decode_attn L{length} v2", b, graph_ms([partial(da.decode_attention, q, *rest) for q in qs]),
                     kv_bytes)
+                add(f"decode_attn L{length} v3", b,
+                    graph_ms([partial(da.decode_attention, q, *rest, version=3) for q in qs]), kv_bytes)
 
             ckv = (rnd(64, hkv, 16, d), rnd(64, hkv, 16, d), 8)
             cqs = [rnd(b, 1, hq, d) for _ in range(SETS)]

@@ -1,6 +1,7 @@
 """Split-KV decode attention over the talker's slot cache equals `decode_attention_ref`, for any
 split count (including chunks past a row's length and a single chunk), GQA groups that are not
-powers of two, and cache cells past each row's length that must never be read."""
+powers of two, and cache cells past each row's length that must never be read; version 2
+(CUDA-core products) and version 3 (tensor-core products)."""
 
 from __future__ import annotations
 
@@ -32,20 +33,22 @@ def _inputs(device, dtype, hq, hkv, d, max_len, rows, lengths, seed):
             torch.tensor(lengths, device=device))
 
 
+@pytest.mark.parametrize("version", [2, 3])
 @pytest.mark.parametrize("splits", [None, 1, 2, 4])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_split_attention_equals_reference(device, case, splits):
+def test_split_attention_equals_reference(device, case, splits, version):
     args = _inputs(device, torch.float32, *CASES[case], seed=case)
-    got = decode_attention(*args, block_n=8, splits=splits)
+    got = decode_attention(*args, block_n=8 if version == 2 else 16, splits=splits, version=version)
     want = decode_attention_ref(*args)
     assert torch.isfinite(want).all()
     assert torch.isfinite(got).all(), f"{int((~torch.isfinite(got)).sum())} outputs not written"
     torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
 
 
-def test_bf16_attention_is_within_bf16_rounding(device):
+@pytest.mark.parametrize("version", [2, 3])
+def test_bf16_attention_is_within_bf16_rounding(device, version):
     args = _inputs(device, torch.bfloat16, *CASES[1], seed=9)
-    got = decode_attention(*args, block_n=8, splits=2)
+    got = decode_attention(*args, block_n=16, splits=2, version=version)
     want = decode_attention_ref(*(a.float() if a.is_floating_point() else a for a in args))
     assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
     torch.testing.assert_close(got.float(), want, atol=1e-2, rtol=1e-2)
