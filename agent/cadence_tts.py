@@ -34,7 +34,6 @@ from pipecat.frames.frames import (
     ControlFrame,
     EagerTranscriptionFrame,
     EndFrame,
-    ErrorFrame,
     Frame,
     InterimTranscriptionFrame,
     InterruptionFrame,
@@ -131,6 +130,7 @@ class CadenceTTSService(WebsocketTTSService):
         options: CadenceStreamOptions | None = None,
         text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
         implicit_turn_idle_s: float = 0.5,
+        open_timeout_s: float = 5.0,
         **kwargs,
     ):
         """Args:
@@ -141,6 +141,7 @@ class CadenceTTSService(WebsocketTTSService):
             the engine decides itself when text is final, so sentence aggregation only adds delay.
         implicit_turn_idle_s: how long text outside an LLM response may pause before its
             utterance is ended.
+        open_timeout_s: how long connecting to the server may take.
         """
         if "sample_rate" in kwargs and kwargs["sample_rate"] not in (None, SAMPLE_RATE):
             raise ValueError(f"the Cadence engine speaks at {SAMPLE_RATE} Hz; the output transport resamples")
@@ -162,6 +163,7 @@ class CadenceTTSService(WebsocketTTSService):
         self._url = url
         self._options = options or CadenceStreamOptions()
         self._implicit_turn_idle_s = implicit_turn_idle_s
+        self._open_timeout_s = open_timeout_s
         self._contexts: dict[str, _EngineContext] = {}
         # Contexts the server refused or lost, recently: their later errors (one per message still
         # on its way) are expected, and reported once.
@@ -202,7 +204,7 @@ class CadenceTTSService(WebsocketTTSService):
             if self._websocket and self._websocket.state is State.OPEN:
                 return
             logger.debug(f"{self}: connecting to {self._url}")
-            self._websocket = await self._websocket_connect(self._url, proxy=None)
+            self._websocket = await self._websocket_connect(self._url, proxy=None, open_timeout=self._open_timeout_s)
             self._contexts.clear()  # contexts live and die with their connection
             await self._call_event_handler("on_connected")
         except Exception as e:
@@ -233,28 +235,50 @@ class CadenceTTSService(WebsocketTTSService):
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Send `text` to the engine context `context_id`, opening it on first use."""
-        try:
-            if self._websocket is None or self._websocket.state is not State.OPEN:
-                await self._connect()
-            ctx = self._contexts.get(context_id)
-            if ctx is None:
-                ctx = self._contexts[context_id] = _EngineContext(context_id)
-                await self._send(self._open_message(context_id))
-            if ctx.gone:
-                yield None  # refused by the server (reported): the turn stays silent
-                return
-            if ctx.ended or ctx.cancelled:
-                logger.warning(f"{self}: text for context {context_id} after its end or cancel: {text!r}")
-                yield None
-                return
-            await self._send({"type": "append", "context_id": context_id, "text": text})
-            ctx.has_text = ctx.has_text or bool(text.strip())
-            await self.start_tts_usage_metrics(text)
+        ctx = self._contexts.get(context_id) or await self._open_context(context_id)
+        if ctx.gone:
+            yield None  # refused, or the server is unreachable (reported once): the turn stays silent
+            return
+        if ctx.ended or ctx.cancelled:
+            logger.warning(f"{self}: text for context {context_id} after its end or cancel: {text!r}")
             yield None
+            return
+        try:
+            await self._send({"type": "append", "context_id": context_id, "text": text})
         except Exception as e:
-            self._contexts.pop(context_id, None)
-            yield ErrorFrame(error=f"{self}: sending text to the Cadence server failed: {e}")
-            await self._finish_audio_context(context_id)
+            await self._lose(ctx, f"sending text to the Cadence server failed: {e}", e)
+            yield None
+            return
+        ctx.has_text = ctx.has_text or bool(text.strip())
+        await self.start_tts_usage_metrics(text)
+        yield None
+
+    async def _open_context(self, context_id: str) -> _EngineContext:
+        """Open the engine context, connecting first if needed (once per context, not per token)."""
+        if self._websocket is None or self._websocket.state is not State.OPEN:
+            await self._connect()  # a failure is reported there
+        ctx = self._contexts[context_id] = _EngineContext(context_id)
+        if self._websocket is None:
+            await self._lose(ctx)
+            return ctx
+        try:
+            await self._send(self._open_message(context_id))
+        except Exception as e:
+            await self._lose(ctx, f"opening a context on the Cadence server failed: {e}", e)
+        return ctx
+
+    async def _lose(self, ctx: _EngineContext, error: str | None = None, exception: Exception | None = None):
+        """The server does not hold `ctx` (any more): drop the rest of its text; the end of its
+        turn (or now, if it has ended) closes its audio context."""
+        if error is not None:
+            await self.push_error(error_msg=error, exception=exception, category=ErrorCategory.CONNECTIVITY)
+        ctx.gone = True
+        self._gone[ctx.id] = None
+        while len(self._gone) > 64:
+            self._gone.popitem(last=False)
+        if ctx.ended:
+            self._contexts.pop(ctx.id, None)
+            await self._finish_audio_context(ctx.id)
 
     def _open_message(self, context_id: str) -> dict:
         s = self._settings
@@ -375,13 +399,7 @@ class CadenceTTSService(WebsocketTTSService):
         await self.push_error(error_msg=f"Cadence server error {code}{where}: {message.get('message')}",
                               category=ERROR_CATEGORIES.get(code, ErrorCategory.UNKNOWN))
         if ctx is not None and code in CONTEXT_GONE:
-            ctx.gone = True
-            self._gone[ctx.id] = None
-            while len(self._gone) > 64:
-                self._gone.popitem(last=False)
-            if ctx.ended:  # else the end of its turn finishes it, so the turn has one audio context
-                self._contexts.pop(ctx.id, None)
-                await self._finish_audio_context(ctx.id)
+            await self._lose(ctx)  # one audio context per turn: the turn's end closes it
 
     async def _finish_audio_context(self, context_id: str) -> None:
         if self.audio_context_available(context_id):

@@ -195,3 +195,23 @@ def test_a_context_the_server_refuses_is_an_error_and_its_turn_still_ends(tiny_c
         assert isinstance(seq[0], TTSStartedFrame) and isinstance(seq[-1], TTSStoppedFrame), seq
         assert not [f for f in seq if isinstance(f, TTSAudioRawFrame)]
         server.wait_empty(timeout=5)  # closing the other connection cancelled its stream
+
+
+def test_an_unreachable_server_is_reported_and_the_turn_ends_at_once():
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tts = CadenceTTSService(url=f"ws://127.0.0.1:{port}/v1/stream")
+    frames = [LLMFullResponseStartFrame(), *map(LLMTextFrame, tokens(SHORT)), LLMFullResponseEndFrame()]
+    started = time.monotonic()
+    down, up = run(run_test(tts, frames_to_send=frames))
+
+    assert time.monotonic() - started < 3
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    assert errors and all("Cadence server" in e or "no audio" in e for e in errors), errors
+    assert len(errors) <= 3  # once at start, once for the turn, once for its silent audio context
+    seq = tts_frames(down)
+    assert isinstance(seq[0], TTSStartedFrame) and isinstance(seq[-1], TTSStoppedFrame), seq
+    assert not [f for f in seq if isinstance(f, TTSAudioRawFrame)]
