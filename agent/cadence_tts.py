@@ -26,7 +26,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from loguru import logger
 from pipecat.frames.frames import (
@@ -50,24 +50,16 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.errors import ErrorCategory
 from websockets.protocol import State
 
-SAMPLE_RATE = 24000  # the engine's output: 24 kHz mono s16le
-
-# pipecat's language codes (their base part) -> the engine's language names.
-LANGUAGES = {"zh": "chinese", "en": "english", "fr": "french", "de": "german", "it": "italian",
-             "ja": "japanese", "ko": "korean", "pt": "portuguese", "ru": "russian", "es": "spanish"}
-
-# Server error codes -> why, for pipecat (a permanent category makes the service unusable).
-ERROR_CATEGORIES = {
-    "invalid_request": ErrorCategory.INVALID_REQUEST,  # e.g. an unknown voice: retrying won't help
-    "text_too_long": ErrorCategory.APPLICATION,
-    "overloaded": ErrorCategory.RATE_LIMIT,
-    "engine_error": ErrorCategory.SERVER,
-    "internal_error": ErrorCategory.SERVER,
-}
-# Errors after which the server holds no such context, so no `done` will come for it: a refused
-# `open` (the only message these answer), or a message for a context the server does not know.
-CONTEXT_GONE = frozenset({"overloaded", "too_many_contexts", "duplicate_context", "unknown_context"})
-ENGINE_LANGUAGES = frozenset({"auto", *LANGUAGES.values()})
+from .cadence_protocol import (
+    CONTEXT_GONE,
+    ENGINE_LANGUAGES,
+    ERROR_CATEGORIES,
+    LANGUAGES,
+    SAMPLE_RATE,
+    CadenceStreamOptions,
+    EngineContext,
+    split_words,
+)
 
 
 @dataclass
@@ -79,34 +71,6 @@ class CadenceTTSSettings(TTSSettings):
     """
 
     instructions: str | NotGiven | None = field(default_factory=lambda: NOT_GIVEN)
-
-
-@dataclass(frozen=True)
-class CadenceStreamOptions:
-    """Per-context engine options sent with `open` (None: the server's default)."""
-
-    seed: int | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    chunk_schedule: tuple[int, ...] | None = None
-    max_frames: int | None = None
-
-    def fields(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v is not None}
-
-
-@dataclass
-class _EngineContext:
-    """What the service knows of one context on the server."""
-
-    id: str
-    has_text: bool = False  # non-whitespace text was appended
-    ended: bool = False  # `end` sent
-    cancelled: bool = False  # `cancel` sent: drop everything until its `done`
-    gone: bool = False  # the server refused or lost it: the rest of its text is dropped
-    audio_s: float = 0.0  # audio received
 
 
 @dataclass
@@ -164,7 +128,7 @@ class CadenceTTSService(WebsocketTTSService):
         self._options = options or CadenceStreamOptions()
         self._implicit_turn_idle_s = implicit_turn_idle_s
         self._open_timeout_s = open_timeout_s
-        self._contexts: dict[str, _EngineContext] = {}
+        self._contexts: dict[str, EngineContext] = {}
         # Contexts the server refused or lost, recently: their later errors (one per message still
         # on its way) are expected, and reported once.
         self._gone: OrderedDict[str, None] = OrderedDict()
@@ -253,11 +217,11 @@ class CadenceTTSService(WebsocketTTSService):
         await self.start_tts_usage_metrics(text)
         yield None
 
-    async def _open_context(self, context_id: str) -> _EngineContext:
+    async def _open_context(self, context_id: str) -> EngineContext:
         """Open the engine context, connecting first if needed (once per context, not per token)."""
         if self._websocket is None or self._websocket.state is not State.OPEN:
             await self._connect()  # a failure is reported there
-        ctx = self._contexts[context_id] = _EngineContext(context_id)
+        ctx = self._contexts[context_id] = EngineContext(context_id)
         if self._websocket is None:
             await self._lose(ctx)
             return ctx
@@ -267,7 +231,7 @@ class CadenceTTSService(WebsocketTTSService):
             await self._lose(ctx, f"opening a context on the Cadence server failed: {e}", e)
         return ctx
 
-    async def _lose(self, ctx: _EngineContext, error: str | None = None, exception: Exception | None = None):
+    async def _lose(self, ctx: EngineContext, error: str | None = None, exception: Exception | None = None):
         """The server does not hold `ctx` (any more): drop the rest of its text; the end of its
         turn (or now, if it has ended) closes its audio context."""
         if error is not None:
@@ -380,7 +344,7 @@ class CadenceTTSService(WebsocketTTSService):
         elif kind == "timestamps":
             if ctx is None or ctx.cancelled or ctx.gone:
                 return
-            await self.add_word_timestamps(_split_words(message["words"]), context_id)
+            await self.add_word_timestamps(split_words(message["words"]), context_id)
         elif kind == "done":
             self._contexts.pop(context_id, None)
             if ctx is not None and not ctx.cancelled:
@@ -391,7 +355,7 @@ class CadenceTTSService(WebsocketTTSService):
         elif kind != "flush_done":
             logger.warning(f"{self}: ignoring unknown message type {kind!r}")
 
-    async def _handle_error(self, message: dict, ctx: _EngineContext | None) -> None:
+    async def _handle_error(self, message: dict, ctx: EngineContext | None) -> None:
         code = str(message.get("code"))
         where = f" (context {ctx.id})" if ctx is not None else ""
         if (ctx is not None and (ctx.cancelled or ctx.gone)) or message.get("context_id") in self._gone:
@@ -480,14 +444,3 @@ def _is_spoken_text(frame: Frame) -> bool:
     if isinstance(frame, AggregatedTextFrame):
         return True
     return not isinstance(frame, TranscriptionFrame | InterimTranscriptionFrame | EagerTranscriptionFrame)
-
-
-def _split_words(words: list[dict]) -> list[tuple[str, float]]:
-    """The engine's timed words, one pipecat word each: an engine word can span spaces ("the
-    engine", when one token covers both); its parts share its time span in order."""
-    out = []
-    for w in words:
-        parts = str(w["word"]).split()
-        start, end = float(w["start_s"]), float(w["end_s"])
-        out += [(part, start + (end - start) * i / len(parts)) for i, part in enumerate(parts)]
-    return out

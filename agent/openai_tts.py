@@ -22,7 +22,7 @@ from pipecat.utils.errors import ErrorCategory, classify_http_status_code
 
 from tts_engine.engine.audio import HOP, WINDOW, find_onset
 
-from .cadence_tts import LANGUAGES
+from .cadence_protocol import LANGUAGES
 
 DEFAULT_SILENCE_THRESHOLD_DBFS = -45.0  # the level our engine trims at
 
