@@ -1,0 +1,51 @@
+"""Engine fixtures: module-scoped engines on the tiny checkpoint, checked empty after every test."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from tests.engine.helpers import assert_empty, start_engine
+from tts_engine.synthesizer import Synthesizer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # The tiny model's ops are microseconds long: one thread is ~10x faster than two on a busy CI box.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint, one_thread):
+    eng = start_engine(tiny_checkpoint, max_active_streams=24)
+    yield eng
+    asyncio.run(eng.stop())
+    assert eng.fault is None
+
+
+@pytest.fixture(scope="module")
+def small_engine(tiny_checkpoint, one_thread):
+    eng = start_engine(tiny_checkpoint, max_active_streams=1, max_queued_streams=1)
+    yield eng
+    asyncio.run(eng.stop())
+    assert eng.fault is None
+
+
+@pytest.fixture(autouse=True)
+def engines_empty_after_each_test(request):
+    yield
+    for name in ("engine", "small_engine"):
+        if name in request.fixturenames:
+            assert_empty(request.getfixturevalue(name))
+
+
+@pytest.fixture(scope="module")
+def synth(tiny_checkpoint) -> Synthesizer:
+    return Synthesizer(tiny_checkpoint)
+
