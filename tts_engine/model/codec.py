@@ -30,6 +30,7 @@ from .codec_blocks import (
     SplitQuantizer,
     UpsampleStage,
 )
+from .layers import RMSNorm
 
 
 @dataclass
@@ -54,19 +55,6 @@ class CodecState(ConvCache):
 
 
 # ---- sliding-window transformer ----------------------------------------------------------------
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32, scale in the input dtype, as the reference does.
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
-
 
 class LayerScale(nn.Module):
     def __init__(self, dim: int, init: float):
