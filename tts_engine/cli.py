@@ -71,6 +71,29 @@ def _add_serve(sub) -> None:
     p.set_defaults(func=_serve)
 
 
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="run the voice agent with its browser page (offline defaults; docs/agent.md)")
+    p.add_argument("--model", type=Path, default=None,
+                   help="checkpoint directory: start a Cadence engine on it (else CADENCE_URL, else no TTS)")
+    p.add_argument("--cadence-url", default=None, help="an already running engine's ws://.../v1/stream")
+    p.add_argument("--config", type=Path, default=None, help="TOML file of agent settings (docs/agent.md)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=7860, help="0 picks a free port")
+    p.add_argument("--device", default="cpu", help="the engine's device with --model (cpu or cuda)")
+    p.set_defaults(func=_demo)
+
+
+def _demo(args) -> int:
+    from agent.demo import load_config, run_demo
+
+    if args.model is not None and args.cadence_url is not None:
+        raise ValueError("give --model or --cadence-url, not both")
+    if args.config is not None and not args.config.is_file():
+        raise FileNotFoundError(f"config file {args.config} does not exist")
+    cfg = load_config(args.config, cadence_url=args.cadence_url)
+    return run_demo(cfg, host=args.host, port=args.port, model=args.model, device=args.device)
+
+
 def _serve(args) -> int:
     from .server.config import ServerConfig
     from .server.run import bind, serve
@@ -163,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_make_checkpoint(sub)
     _add_say(sub)
     _add_serve(sub)
+    _add_demo(sub)
     return parser
 
 

@@ -1,0 +1,165 @@
+"""`cadence demo`: the agent server with offline defaults, and a Cadence engine when one is given.
+
+Settings, later ones winning: AgentConfig's defaults (offline: bundled Whisper tiny.en, the
+OFFLINE SCRIPTED LLM, no TTS engine), a TOML file (`--config FILE`, keys = AgentConfig field
+names, e.g. `llm_base_url = "http://..."`), environment variables (`CADENCE_URL` for the Cadence
+WebSocket, `CADENCE_<FIELD>` for any other field, e.g. `CADENCE_LLM_BASE_URL`), then the
+command's flags. `--model DIR` starts `cadence serve` on that checkpoint as a child process on a
+free loopback port and points the agent at it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import uvicorn
+
+from .pipeline import AgentConfig
+
+_FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
+
+
+def _coerce(name: str, value):
+    """A config value to its field's type (strings from the environment, numbers from TOML)."""
+    kind = str(_FIELDS[name].type)
+    if value is None or (isinstance(value, str) and value == "" and "None" in kind):
+        return None
+    try:
+        if kind.startswith("float"):
+            return float(value)
+        if kind.startswith("int"):
+            return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def load_config(path: Path | None, environ: dict[str, str] | None = None, **flags) -> AgentConfig:
+    """The demo's AgentConfig from defaults, file, environment and flags (None flags are unset).
+    The demo has no TTS unless one is configured (AgentConfig's default points at a local engine)."""
+    environ = os.environ if environ is None else environ
+    values: dict = {"cadence_url": None}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: {e}") from None
+        for key, value in data.items():
+            if key not in _FIELDS:
+                raise ValueError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(_FIELDS))})")
+            values[key] = _coerce(key, value)
+    for name in _FIELDS:
+        env = "CADENCE_URL" if name == "cadence_url" else f"CADENCE_{name.upper()}"
+        if env in environ:
+            values[name] = _coerce(name, environ[env])
+    values.update({k: v for k, v in flags.items() if v is not None})
+    return AgentConfig(**values).validate(require_tts=False)
+
+
+@contextlib.contextmanager
+def engine_process(model: Path, *, device: str = "cpu", timeout_s: float = 120.0):
+    """`cadence serve --model DIR --port 0` as a child; yields its WebSocket URL once ready."""
+    cmd = [sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(model), "--port", "0",
+           "--device", device, "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        base = None
+        deadline = time.monotonic() + timeout_s
+        while base is None:
+            line = proc.stderr.readline()
+            if not line:
+                raise ValueError(f"the engine (cadence serve --model {model}) exited with status {proc.wait()}")
+            sys.stderr.write(line)
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                base = m.group(1)
+            if time.monotonic() > deadline:
+                raise ValueError(f"the engine did not start within {timeout_s:.0f} s")
+        _drain(proc)
+        while True:
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{base}/ready", timeout=2) as r:
+                if r.status == 200:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ValueError("the engine did not become ready")
+            time.sleep(0.1)
+        yield "ws" + base.removeprefix("http") + "/v1/stream"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _drain(proc: subprocess.Popen) -> None:
+    """Keep passing the child's stderr on, so that it never blocks on a full pipe."""
+    import threading
+
+    def pump():
+        for line in proc.stderr:
+            sys.stderr.write(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopping gracefully on SIGINT/SIGTERM without re-raising the signal after
+    shutdown (which would cancel the lifespan mid-wait and print a traceback)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        def stop(sig, _frame):
+            self.handle_exit(sig, None)
+
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+
+def run_demo(cfg: AgentConfig, *, host: str, port: int, model: Path | None, device: str) -> int:
+    from tts_engine.server.config import ServerConfig
+    from tts_engine.server.run import bind
+
+    from .server import create_app
+
+    if model is not None and not model.is_dir():
+        raise FileNotFoundError(f"model directory {model} does not exist")
+    sock = bind(ServerConfig(host=host, port=port))
+    with contextlib.ExitStack() as stack:
+        stack.callback(sock.close)
+        if model is not None:
+            cfg = dataclasses.replace(cfg, cadence_url=stack.enter_context(engine_process(model, device=device)))
+        app = create_app(cfg)
+        if not cfg.has_tts:
+            print("cadence demo: no TTS engine configured (pass --model DIR or set CADENCE_URL): "
+                  "the agent answers in text only", file=sys.stderr)
+        if cfg.llm_base_url is None:
+            print("cadence demo: LLM is the OFFLINE SCRIPTED LLM (not a language model); "
+                  "set CADENCE_LLM_BASE_URL for a real one", file=sys.stderr)
+        server = _Server(uvicorn.Config(app, lifespan="on", log_level="warning",
+                                               timeout_graceful_shutdown=3))
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = "localhost" if bound_host in ("0.0.0.0", "::") else bound_host
+        print(f"cadence demo: open http://{shown}:{bound_port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
+            server.run(sockets=[sock])
+    print("cadence demo: stopped", file=sys.stderr)
+    return 0

