@@ -131,7 +131,9 @@ async def run_session(cfg: AgentConfig, connection) -> None:
     async def _disconnected(_transport, _client):
         await worker.cancel()
 
-    await WorkerRunner(handle_sigint=False).run(worker)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    await runner.run()
 
 
 def _offer(body) -> tuple[str, str, str | None]:

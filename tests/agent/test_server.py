@@ -167,3 +167,88 @@ def test_cadence_demo_serves_the_page_and_stops_cleanly_on_ctrl_c(tiny_checkpoin
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+class _AppThread:
+    """The agent server's app under uvicorn on a loopback port, on a thread of its own."""
+
+    def __init__(self, app):
+        import socket
+
+        import uvicorn
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
+        self.server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the agent server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
+        assert not self.thread.is_alive(), "the agent server did not stop"
+
+
+async def _browser_like_session(url: str) -> tuple[list[dict], float]:
+    """What the page does, with aiortc: microphone track (silence), data channel, offer, answer;
+    returns the events received and the seconds of bot audio received in about a second."""
+    import asyncio
+
+    from aiortc import RTCPeerConnection, RTCSessionDescription
+    from aiortc.mediastreams import AudioStreamTrack
+
+    pc = RTCPeerConnection()
+    try:
+        pc.addTrack(AudioStreamTrack())
+        events: asyncio.Queue[dict] = asyncio.Queue()
+        channel = pc.createDataChannel("events")
+        channel.on("message", lambda m: m.startswith("ping") or events.put_nowait(json.loads(m)))
+        tracks = []
+        pc.on("track", tracks.append)
+        await pc.setLocalDescription(await pc.createOffer())  # aiortc gathers its candidates here
+        body = json.dumps({"sdp": pc.localDescription.sdp, "type": pc.localDescription.type}).encode()
+
+        def post():
+            req = urllib.request.Request(url + "api/offer", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=20) as r:
+                return json.load(r)
+
+        answer = await asyncio.to_thread(post)
+        assert answer["type"] == "answer" and answer["pc_id"]
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+        received = [await asyncio.wait_for(events.get(), timeout=30)]  # audio only: no renegotiation asked
+        audio = next(t for t in tracks if t.kind == "audio")
+        seconds = 0.0
+        while seconds < 1.0:
+            frame = await asyncio.wait_for(audio.recv(), timeout=10)
+            seconds += frame.samples / frame.sample_rate
+        return received, seconds
+    finally:
+        await pc.close()
+
+
+@pytest.mark.slow
+def test_a_browser_like_webrtc_session_gets_its_pipeline_events_and_audio(cadence_server, monkeypatch):
+    """A real SmallWebRTC session against the app: the answer, the `config` event on the page's
+    data channel (sent once the pipeline is up), and the bot's audio track playing (silence until
+    someone speaks); hanging up and stopping the server end the session."""
+    import asyncio
+
+    from agent.server import create_app
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = AgentConfig(cadence_url=cadence_server.ws_url)
+    with _AppThread(create_app(cfg)) as app:
+        events, seconds = asyncio.run(asyncio.wait_for(_browser_like_session(app.url), timeout=60))
+    assert events == [{"type": "config", **describe(cfg)}]
+    assert seconds >= 1.0
