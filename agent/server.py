@@ -35,6 +35,7 @@ from pipecat.frames.frames import (
     UserStoppedSpeakingFrame,
 )
 from pipecat.observers.base_observer import BaseObserver, FramePushed
+from pipecat.processors.frame_processor import FrameDirection
 
 from .pipeline import AgentConfig, bundled_whisper_model
 
@@ -88,7 +89,8 @@ class UiEvents(BaseObserver):
         elif isinstance(f, LLMTextFrame) and src is self._llm and self._text_only:
             self._send({"type": "bot", "text": f.text, "token": True})
         elif isinstance(f, (UserStartedSpeakingFrame, UserStoppedSpeakingFrame,
-                            BotStartedSpeakingFrame, BotStoppedSpeakingFrame)) and self._first(f):
+                            BotStartedSpeakingFrame, BotStoppedSpeakingFrame)) \
+                and data.direction == FrameDirection.DOWNSTREAM and self._first(f):  # broadcast both ways
             name = {UserStartedSpeakingFrame: "user_started", UserStoppedSpeakingFrame: "user_stopped",
                     BotStartedSpeakingFrame: "bot_started", BotStoppedSpeakingFrame: "bot_stopped"}[type(f)]
             self._send({"type": name})

@@ -252,3 +252,48 @@ def test_a_browser_like_webrtc_session_gets_its_pipeline_events_and_audio(cadenc
         events, seconds = asyncio.run(asyncio.wait_for(_browser_like_session(app.url), timeout=60))
     assert events == [{"type": "config", **describe(cfg)}]
     assert seconds >= 1.0
+
+
+def _turn(cfg: AgentConfig, tts, reply: str) -> tuple[list[dict], object]:
+    """One user turn through the pipeline under pipecat's harness, with the page's event observer."""
+    from pipecat.processors.filters.identity_filter import IdentityFilter
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    from agent.pipeline import build_pipeline
+    from agent.scripted_llm import ScriptedLLM
+    from agent.server import UiEvents
+
+    from .helpers import PacedOutputTransport, run
+    from .test_pipeline import user_says
+
+    llm = ScriptedLLM(replies=[reply], tokens_per_s=40, first_token_s=0.05)
+    source, output = IdentityFilter(), PacedOutputTransport()
+    pipeline, context = build_pipeline(cfg, input=source, output=output, stt=None, llm=llm, tts=tts, vad=False)
+    sent: list[dict] = []
+    ui = UiEvents(sent.append, stt=source, llm=llm, output=output, text_only=tts is None)
+    run(run_test(pipeline, frames_to_send=[*user_says("What is the weather like?"), SleepFrame(sleep=3.0)],
+                 observers=[ui]))
+    return sent, context
+
+
+def test_the_page_events_of_a_spoken_turn(cadence_server):
+    from agent.cadence_tts import CadenceStreamOptions, CadenceTTSService
+
+    reply = "Sure, it is sunny today."
+    cfg = AgentConfig(cadence_url=cadence_server.ws_url, user_speech_timeout_s=0.2)
+    sent, _ = _turn(cfg, CadenceTTSService(url=cadence_server.ws_url, options=CadenceStreamOptions(seed=5)), reply)
+    types = [e["type"] for e in sent]
+    assert {"type": "user", "text": "What is the weather like?"} in sent
+    assert types.count("bot_turn") == 1 and types.count("bot_started") == 1
+    assert types.index("user_stopped") < types.index("bot_turn") < types.index("bot_started")
+    assert [e["text"] for e in sent if e["type"] == "bot"] == reply.split()  # the words played, one by one
+    cadence_server.wait_empty()
+
+
+def test_with_no_tts_the_agent_answers_in_text():
+    reply = "Sure, it is sunny today."
+    cfg = AgentConfig(cadence_url=None).validate(require_tts=False)
+    sent, context = _turn(cfg, None, reply)
+    assert "".join(e["text"] for e in sent if e["type"] == "bot") == reply
+    assert all(e.get("token") for e in sent if e["type"] == "bot")
+    assert [m["content"] for m in context.get_messages() if m.get("role") == "assistant"] == [reply]
