@@ -95,9 +95,9 @@ def _demo(args) -> int:
 
 
 def _serve(args) -> int:
+    from .loading import load_model_dir
     from .server.config import ServerConfig
     from .server.run import bind, serve
-    from .synthesizer import load_model_dir
 
     cfg = ServerConfig(host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
                        max_text_chars=args.max_text_chars, max_ws_message_bytes=args.max_ws_message_bytes,
@@ -148,9 +148,10 @@ def write_wav(path: Path, pcm: np.ndarray, sample_rate: int) -> None:
 def _say(args) -> int:
     from tqdm import tqdm
 
+    from .loading import load_model_dir
     from .prompt import Layout, VoiceSpec, resolve_voice
     from .sampling import SamplingParams
-    from .synthesizer import Synthesizer, load_model_dir
+    from .synthesizer import Synthesizer
 
     text = args.text if args.text not in (None, "-") else sys.stdin.read()
     if not text.strip():

@@ -16,14 +16,10 @@ import numpy as np
 import torch
 
 from .checkpoint import speech_frames
-from .config import CodecConfig, ModelConfig, SamplingDefaults
-from .model.codec import CodecDecoder
-from .model.qwen3_tts import Qwen3TTS
+from .loading import load_checkpoint
 from .prompt import Layout, VoiceSpec, assistant_text, build_prompt, instruct_text
 from .reference import GenerationInput, generate_codes
 from .sampling import SamplingParams
-from .text import TextTokenizer
-from .weights import CheckpointError, load_into, safetensors_files
 
 SAMPLE_RATE = 24000
 
@@ -35,34 +31,13 @@ class Speech:
     sample_rate: int = SAMPLE_RATE
 
 
-def load_model_dir(model_dir: str | Path) -> tuple[Path, ModelConfig]:
-    path = Path(model_dir)
-    if not path.is_dir():
-        raise CheckpointError(f"model directory {path} does not exist")
-    if not (path / "config.json").exists():
-        raise CheckpointError(f"{path} is not a Qwen3-TTS checkpoint: config.json is missing")
-    return path, ModelConfig.from_file(path / "config.json")
-
-
 class Synthesizer:
     def __init__(self, model_dir: str | Path, *, device: str | torch.device = "cpu",
                  dtype: torch.dtype | None = None):
-        self.path, self.cfg = load_model_dir(model_dir)
+        ckpt = load_checkpoint(model_dir, device=device, dtype=dtype)
+        self.path, self.cfg, self.codec_cfg, self.defaults = ckpt.path, ckpt.cfg, ckpt.codec_cfg, ckpt.defaults
+        self.tokenizer, self.model, self.codec = ckpt.tokenizer, ckpt.model, ckpt.codec
         self.device = torch.device(device)
-        self.defaults = SamplingDefaults.from_file(self.path / "generation_config.json")
-        self.tokenizer = TextTokenizer.from_dir(self.path)
-        with torch.device("meta"):
-            model = Qwen3TTS(self.cfg)
-        self.model = load_into(model, safetensors_files(self.path), dtype=dtype, device=self.device).eval()
-        codec_dir = self.path / "speech_tokenizer"
-        if not (codec_dir / "config.json").exists():
-            raise CheckpointError(f"{codec_dir}/config.json is missing")
-        self.codec_cfg = CodecConfig.from_file(codec_dir / "config.json")
-        with torch.device("meta"):
-            codec = CodecDecoder(self.codec_cfg.decoder)
-        # The codec stays fp32 (as shipped): its SnakeBeta and long conv chains are precision-sensitive.
-        self.codec = load_into(codec, safetensors_files(codec_dir), prefix="decoder.",
-                               ignore_prefixes=("encoder.",), device=self.device).eval()
 
     def prepare(self, text: str, voice: VoiceSpec, *, layout: Layout = Layout.NON_STREAMING,
                 params: SamplingParams | None = None, max_frames: int | None = None) -> GenerationInput:

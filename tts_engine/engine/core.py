@@ -27,18 +27,13 @@ import numpy as np
 import torch
 
 from ..checkpoint import speech_frames
-from ..config import CodecConfig, SamplingDefaults
-from ..model.codec import CodecDecoder
-from ..model.qwen3_tts import Qwen3TTS
+from ..loading import load_checkpoint
 from ..prompt import Layout, assistant_text, build_prompt, instruct_text, resolve_voice
 from ..runtime.codec_runner import CodecRunner
 from ..runtime.runner import ModelRunner
 from ..scheduler.policy import plan_step
 from ..scheduler.request import Phase, StreamState
-from ..synthesizer import load_model_dir
-from ..text import TextTokenizer
 from ..text_stream import StreamingTokenizer
-from ..weights import CheckpointError, load_into, safetensors_files
 from .api import AdmissionError, DoneEvent, EngineUnavailable, ErrorEvent, FlushDoneEvent, StreamOptions
 from .stream import Stream
 from .streamout import StreamOutput
@@ -61,24 +56,14 @@ class StreamingEngine:
     def __init__(self, model_dir: str | Path, *, device: str = "cpu", dtype: torch.dtype | None = None,
                  max_active_streams: int = 32, max_queued_streams: int = 64, max_context: int = 2048,
                  max_text_chars: int = 20_000, use_graphs: bool | None = None, use_triton: bool | None = None):
-        self.path, self.model_config = load_model_dir(model_dir)
         self.device = torch.device(device)
-        self.defaults = SamplingDefaults.from_file(self.path / "generation_config.json")
-        self.tokenizer = TextTokenizer.from_dir(self.path)
         if dtype is None:
             dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        with torch.device("meta"):
-            model = Qwen3TTS(self.model_config)
-        model = load_into(model, safetensors_files(self.path), dtype=dtype, device=self.device).eval()
-        self.runner = ModelRunner(model, max_slots=max_active_streams, max_context=max_context,
+        ckpt = load_checkpoint(model_dir, device=self.device, dtype=dtype)
+        self.path, self.model_config, self.defaults = ckpt.path, ckpt.cfg, ckpt.defaults
+        self.tokenizer, self.codec = ckpt.tokenizer, ckpt.codec
+        self.runner = ModelRunner(ckpt.model, max_slots=max_active_streams, max_context=max_context,
                                   use_graphs=use_graphs, use_triton=use_triton)
-        codec_dir = self.path / "speech_tokenizer"
-        if not (codec_dir / "config.json").exists():
-            raise CheckpointError(f"{codec_dir}/config.json is missing")
-        with torch.device("meta"):
-            codec = CodecDecoder(CodecConfig.from_file(codec_dir / "config.json").decoder)
-        self.codec = load_into(codec, safetensors_files(codec_dir), prefix="decoder.", ignore_prefixes=("encoder.",),
-                               device=self.device).eval()
         # The codec state of a stream lives in the codec runner's row of its engine slot.
         self.codec_runner = CodecRunner(self.codec, max_active_streams, use_graphs=use_graphs)
         self.max_active, self.max_queued = max_active_streams, max_queued_streams
