@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ..kernels.backend import runs_on
 from ..kernels.cp_attention import cp_attention, cp_attention_ref
 from ..kernels.decode_attention import decode_attention, decode_attention_ref
+from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Qwen3TTS
 from ..sampling import SamplingParams, suppress_mask
 from .fused import FusedStack, decoder_step_torch, decoder_step_triton, finish_layer, qkv, rms_norm, rope_table
@@ -58,6 +59,10 @@ class ModelRunner:
             raise ValueError(f"use_triton: the Triton kernels cannot run on {self.device} here (no triton, or "
                              "a CPU without TRITON_INTERPRET=1 set before triton was imported)")
         self.use_graphs = on_cuda if use_graphs is None else use_graphs
+        # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
+        # distribution as the torch sampler, every setting served), so it needs one variant.
+        self.fused_sampler = self.use_triton
+        self.variants = (GENERAL,) if self.fused_sampler else (FAST, GENERAL)
         self.max_slots, self.max_context = max_slots, max_context
         self.scratch = max_slots
         self.buckets = tuple(b for b in buckets if b <= max_slots) or (max_slots,)
@@ -200,6 +205,8 @@ class ModelRunner:
                       variant: SamplerVariant = GENERAL) -> torch.Tensor:
         """hidden [B, H], c0 [B] -> codebooks 1..15 [B, 15]. u: the frame's uniforms [B, 16] if drawn."""
         b = hidden.shape[0]
+        if self.fused_sampler:
+            return self._code_predict_fused(hidden, c0, frames, rows)
         if u is None:
             u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)
         warp_rows = WarpRows.of(rows.sub_temperature, rows.sub_top_k, rows.sub_top_p,
@@ -215,12 +222,41 @@ class ModelRunner:
                 out = self._cp_layers(self.cp_in[j][code][:, None], b, j + 2)
         return torch.stack(codes, dim=1)
 
+    def _code_predict_fused(self, hidden, c0, frames, rows: SamplingRows) -> torch.Tensor:
+        """`_code_predict` with the fused sampler: each draw also gathers the next input row."""
+        b = hidden.shape[0]
+        codes = torch.empty(b, 15, dtype=torch.long, device=self.device)
+        x = torch.empty(b, 1, self.cp_in.shape[-1], dtype=self.dtype, device=self.device)
+        out = self._cp_layers(torch.stack((self.cp_proj(hidden), self.cp_in_c0[c0]), dim=1), b, 0)
+        settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
+                        top_p=rows.sub_top_p, seed=rows.seed, frame=frames)
+        for j in range(15):
+            sample_rows(F.linear(out, self.cp_heads[j]), codes[:, j], codebook=j + 1,
+                        gather=(self.cp_in[j], x[:, 0]) if j < 14 else None, **settings)
+            if j < 14:
+                out = self._cp_layers(x, b, j + 2)
+        return codes
+
+    def _sample_c0(self, slots, frames, rows: SamplingRows, u, variant: SamplerVariant) -> torch.Tensor:
+        if not self.fused_sampler:
+            c0 = sample_codebook0(self.logits[slots], self.seen[slots], frames, rows, self.cfg.codec_eos_token_id,
+                                  self.suppress, self.eos_allowed[slots], u=u[:, 0], variant=variant)
+            self.seen.index_put_((slots, c0), self._true)  # a device scalar: no host copy in a graph
+            return c0
+        c0 = torch.empty(slots.shape[0], dtype=torch.long, device=self.device)
+        sample_rows(self.logits[slots], c0, do_sample=rows.do_sample, temperature=rows.temperature,
+                    top_k=rows.top_k, top_p=rows.top_p, seed=rows.seed, frame=frames, codebook=0,
+                    codebook0=dict(penalty=rows.repetition_penalty, min_new=rows.min_new_tokens,
+                                   eos_ok=self.eos_allowed[slots], slots=slots, seen=self.seen,
+                                   suppress=self.suppress, eos_id=self.cfg.codec_eos_token_id))
+        return c0
+
     def _frame_step(self, slots, frames, positions, step_text, variant: SamplerVariant = GENERAL) -> torch.Tensor:
         rows = self.rows.gather(slots)
-        u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)  # [B, 16]: all codebooks at once
-        c0 = sample_codebook0(self.logits[slots], self.seen[slots], frames, rows, self.cfg.codec_eos_token_id,
-                              self.suppress, self.eos_allowed[slots], u=u[:, 0], variant=variant)
-        self.seen.index_put_((slots, c0), self._true)  # a device scalar: no host copy in a graph
+        u = None
+        if not self.fused_sampler:  # [B, 16]: all codebooks at once
+            u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)
+        c0 = self._sample_c0(slots, frames, rows, u, variant)
         rest = self._code_predict(self.hidden[slots], c0, frames, rows, u, variant)
         codes = torch.cat((c0[:, None], rest), dim=1)  # [B, 16]
         feedback = self.codec_embedding[c0] + self.cp_feedback[self.codebook_ids[:15], rest].sum(1)
@@ -239,7 +275,7 @@ class ModelRunner:
         b = len(slots)
         if b > max(self.buckets):
             raise ValueError(f"batch of {b} exceeds the largest bucket {max(self.buckets)}")
-        variant = FAST if all(self.slot_fast[s] for s in slots) else GENERAL
+        variant = FAST if not self.fused_sampler and all(self.slot_fast[s] for s in slots) else GENERAL
         if self.use_graphs and self.graphs:
             bucket = next(x for x in self.buckets if x >= b)
             graph, inputs, out = self.graphs[(bucket, variant)]
@@ -257,7 +293,7 @@ class ModelRunner:
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         pool = torch.cuda.graph_pool_handle()
-        for bucket, variant in ((b, v) for b in sorted(self.buckets, reverse=True) for v in (FAST, GENERAL)):
+        for bucket, variant in ((b, v) for b in sorted(self.buckets, reverse=True) for v in self.variants):
             inputs = (torch.full((bucket,), self.scratch, device=self.device),
                       torch.zeros(bucket, dtype=torch.long, device=self.device),
                       torch.zeros(bucket, dtype=torch.long, device=self.device),

@@ -1,0 +1,132 @@
+"""The fused sampling kernel draws from exactly the reference's distribution.
+
+For a sampled row the kernel's id must be the inverse CDF, in id order, of the reference's warped
+distribution (`sampling.warp`, float64 softmax) at the reference's counter uniform: cdf[id - 1] <= u
+< cdf[id], up to float32 rounding of the CDF. That pins the kept set (top-k, top-p, penalties,
+masks) and the uniform: a wrong threshold or hash moves most picks out of their interval.
+Greedy rows must equal the argmax of the processed logits exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tts_engine.kernels.sample import sample_rows, sample_rows_ref
+from tts_engine.sampling import counter_uniform, suppress_mask
+
+TOL = 2e-6  # the kernel sums an fp32 CDF; the reference's is float64
+
+
+def settings(b: int, g: torch.Generator, device, *, top_k, top_p, greedy_rows=()) -> dict:
+    return dict(do_sample=torch.tensor([i not in greedy_rows for i in range(b)], device=device),
+                temperature=(0.5 + torch.rand(b, generator=g)).to(device),
+                top_k=torch.tensor(top_k, device=device), top_p=torch.tensor(top_p, device=device),
+                seed=torch.randint(0, 2**63 - 1, (b,), generator=g).to(device),
+                frame=torch.randint(0, 500, (b,), generator=g).to(device))
+
+
+def check_picks(ids: torch.Tensor, want: tuple, do_sample: torch.Tensor, what: str) -> None:
+    greedy, kept, cdf, u = want
+    for r, i in enumerate(ids.cpu().tolist()):
+        if not do_sample[r]:
+            assert i == int(greedy[r]), f"{what} row {r}: greedy {i}, reference {int(greedy[r])}"
+            continue
+        assert 0 <= i < kept.shape[1] and kept[r, i], f"{what} row {r}: id {i} is filtered by the reference"
+        lo = float(cdf[r, i - 1]) if i > 0 else 0.0
+        assert lo - TOL <= float(u[r]) < float(cdf[r, i]) + TOL, \
+            f"{what} row {r}: u={float(u[r]):.8f} outside its id's CDF interval [{lo:.8f}, {float(cdf[r, i]):.8f})"
+
+
+TOP_K = [50, 0, 1, 64, 100, 2048, 50, 50, 5, 3000, 50, 0]
+TOP_P = [1.0, 1.0, 1.0, 1.0, 0.9, 0.5, 0.7, 1.0, 1.0, 0.95, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("codebook", [1, 2, 15])
+def test_code_predictor_draw_is_the_reference_inverse_cdf(device, dtype, codebook):
+    g = torch.Generator().manual_seed(codebook)
+    b = len(TOP_K)
+    logits = (torch.randn(b, 2048, generator=g) * 3).to(device, dtype)
+    s = settings(b, g, device, top_k=TOP_K, top_p=TOP_P, greedy_rows=(10, 11))
+    out = torch.full((b, 15), -7, dtype=torch.long, device=device)
+    sample_rows(logits, out[:, codebook - 1], codebook=codebook, **s)
+    check_picks(out[:, codebook - 1], sample_rows_ref(logits.cpu(), codebook=codebook,
+                                                      **{k: v.cpu() for k, v in s.items()}),
+                s["do_sample"].cpu(), f"codebook {codebook} {dtype}")
+    assert (out[:, [j for j in range(15) if j != codebook - 1]] == -7).all(), "wrote outside its column"
+
+
+def test_many_uniforms_cover_the_kept_set_only(device):
+    """One row, 400 frames: every pick in the reference's top-k set, and the picks spread over it."""
+    g = torch.Generator().manual_seed(7)
+    row = torch.randn(1, 2048, generator=g) * 2
+    b = 400
+    logits = row.expand(b, -1).contiguous().to(device)
+    s = settings(b, g, device, top_k=[20] * b, top_p=[1.0] * b)
+    s["temperature"] = torch.full((b,), 1.5, device=device)
+    s["frame"] = torch.arange(b, device=device)
+    out = torch.empty(b, dtype=torch.long, device=device)
+    sample_rows(logits, out, codebook=4, **s)
+    want = sample_rows_ref(logits.cpu(), codebook=4, **{k: v.cpu() for k, v in s.items()})
+    check_picks(out, want, s["do_sample"].cpu(), "repeated row")
+    assert len(set(out.cpu().tolist())) >= 15, "a top-20 draw at temperature 1.5 should reach most of its set"
+
+
+def test_uniform_is_the_counter_hash(device):
+    """A flat row over 2 ids splits [0, 1) at 0.5: the pick is exactly (u >= 0.5), u from the hash."""
+    b = 64
+    g = torch.Generator().manual_seed(3)
+    logits = torch.zeros(b, 2, device=device)
+    s = settings(b, g, device, top_k=[0] * b, top_p=[1.0] * b)
+    s["temperature"] = torch.ones(b, device=device)
+    out = torch.empty(b, dtype=torch.long, device=device)
+    sample_rows(logits, out, codebook=9, **s)
+    want = [int(counter_uniform(int(sd), int(f), 9) >= 0.5) for sd, f in zip(s["seed"].cpu(), s["frame"].cpu())]
+    assert out.cpu().tolist() == want
+
+
+def codebook0_inputs(b: int, g: torch.Generator, device) -> tuple[torch.Tensor, dict]:
+    v, eos = 3072, 2150
+    logits = (torch.randn(b, v, generator=g) * 3).to(device)
+    logits[0, eos] = 50.0  # EOS would win if it were allowed
+    logits[1, v - 5] = 60.0  # a suppressed control id would win if it were not masked
+    seen = torch.rand(b + 2, v, generator=g) < 0.1
+    c0 = dict(penalty=torch.tensor([1.05, 1.3, 2.0, 1.0, 1.1, 1.05][:b], device=device),
+              min_new=torch.tensor([2] * b, device=device),
+              eos_ok=torch.tensor([True, True, False, True, True, True][:b], device=device),
+              slots=torch.tensor([3, 0, 7, 1, 2, 5][:b], device=device), seen=seen.to(device),
+              suppress=suppress_mask(v, eos).to(device), eos_id=eos)
+    return logits, c0
+
+
+def test_codebook0_processors_penalty_eos_and_suppression(device):
+    g = torch.Generator().manual_seed(11)
+    b = 6
+    logits, c0 = codebook0_inputs(b, g, device)
+    s = settings(b, g, device, top_k=[50, 0, 50, 10, 50, 50], top_p=[1.0, 0.8, 1.0, 1.0, 1.0, 1.0],
+                 greedy_rows=(5,))
+    s["frame"] = torch.tensor([0, 9, 9, 9, 1, 9], device=device)  # row 0: before min_new_tokens
+    seen_before = c0["seen"].clone()
+    want = sample_rows_ref(logits.cpu(), codebook=0, codebook0={k: (v.cpu() if torch.is_tensor(v) else v)
+                                                                 for k, v in c0.items()},
+                           **{k: v.cpu() for k, v in s.items()})
+    out = torch.empty(b, dtype=torch.long, device=device)
+    sample_rows(logits, out, codebook=0, codebook0=c0, **s)
+    check_picks(out, want, s["do_sample"].cpu(), "codebook 0")
+    assert int(out[0]) != c0["eos_id"] and int(out[1]) < 3072 - 1024
+    marked = seen_before.clone()
+    marked[c0["slots"].cpu(), out.cpu()] = True
+    assert torch.equal(c0["seen"].cpu(), marked), "the picked ids (and only they) are marked seen"
+
+
+def test_gathers_the_picked_ids_embedding(device):
+    g = torch.Generator().manual_seed(5)
+    b, h = 5, 1536  # more than one gather block
+    logits = torch.randn(b, 2048, generator=g).to(device)
+    table = torch.randn(2048, h, generator=g).to(device, torch.bfloat16)
+    x = torch.empty(b, 2, h, device=device, dtype=torch.bfloat16)[:, 1]  # rows 2h apart
+    s = settings(b, g, device, top_k=[50] * b, top_p=[1.0] * b, greedy_rows=(0,))
+    out = torch.empty(b, dtype=torch.long, device=device)
+    sample_rows(logits, out, codebook=2, gather=(table, x), **s)
+    assert torch.equal(x, table[out]), "x_out rows are the picked ids' embeddings"

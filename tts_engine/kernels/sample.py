@@ -1,0 +1,185 @@
+"""One kernel per codebook draw: logit processors, temperature, top-k, top-p, inverse-CDF pick.
+
+    sample_rows(logits [B, V], settings [B] each, frame [B], codebook) -> ids written to out [B]
+
+The torch sampler (`runtime/sampler.py`) spends ~22 launches per codebook (sorts or topk, softmax,
+cumsum, searchsorted, a counter hash); with 16 codebooks a frame that was ~2.2 ms of the 4.6 ms
+code-predictor frame on the H200. Here one program per row holds the whole row (V <= 4096) in
+registers and does it all:
+  - codebook 0 only: repetition penalty over the slot's `seen` ids, EOS masked before
+    min_new_tokens or for forced-length rows, suppression of the control ids, and the picked id
+    marked in `seen`;
+  - top-k as an exact selection: bisection over the fp32 scores' order-preserving int32 keys
+    finds the k-th largest score (32 counting passes), the same threshold a sort gives;
+  - top-p as a bisection over the same keys for the largest score whose ascending mass stays
+    <= 1 - top_p (the tokens a sorted cumsum drops);
+  - the uniform is the counter hash of (seed, frame, codebook) computed in the kernel (bit-identical
+    to `sampling.counter_uniform`), the pick is the inverse CDF in id order.
+Every row's settings are read from tensors, so one captured graph serves any mix of requests, and
+a row's id depends only on its own logits and settings (batch-position invariant).
+
+Exactness: the kept set and the uniform are exactly the reference's; the CDF is summed in another
+order and `exp` is another implementation, so an id can differ from the torch sampler's only when
+the uniform falls within float rounding of a CDF boundary (same distribution; tests check the
+picked id against a float64 CDF). Greedy rows take the argmax of the processed logits: exact.
+Optionally the picked id's embedding row is gathered into `x_out` (the code predictor's next input).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .backend import HAVE_TRITON, next_pow2
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+_MASK64 = (1 << 64) - 1
+
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def _splitmix64(x):
+        x = x + 0x9E3779B97F4A7C15
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+        return x ^ (x >> 31)
+
+    @triton.jit
+    def _order_key(s):
+        """fp32 -> int64 keys with the same order (as signed ints); -inf is the smallest finite key."""
+        bits = s.to(tl.int32, bitcast=True)
+        return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.int64)
+
+    @triton.jit
+    def _sample_kernel(logits_ptr, logits_stride, n_vocab,
+                       do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seed_ptr, frame_ptr, codebook,
+                       penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr, eos_id,
+                       out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride,
+                       CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, BLOCK: tl.constexpr,
+                       EMB_BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        ids = tl.arange(0, BLOCK)
+        valid = ids < n_vocab
+        neg_inf = float("-inf")
+        s = tl.load(logits_ptr + row * logits_stride + ids, mask=valid, other=neg_inf).to(tl.float32)
+        if CODEBOOK0:
+            slot = tl.load(slot_ptr + row).to(tl.int64)
+            seen = tl.load(seen_ptr + slot * n_vocab + ids, mask=valid, other=0) != 0
+            p = tl.load(penalty_ptr + row)
+            s = tl.where(seen, tl.where(s < 0, s * p, tl.math.div_rn(s, p + tl.zeros_like(s))), s)
+            frame0 = tl.load(frame_ptr + row)
+            block_eos = (frame0 < tl.load(min_new_ptr + row)) | (tl.load(eos_ok_ptr + row) == 0)
+            s = tl.where((ids == eos_id) & block_eos, neg_inf, s)
+            suppressed = tl.load(suppress_ptr + ids, mask=valid, other=1) != 0
+            s = tl.where(suppressed, neg_inf, s)
+        code = tl.argmax(s, axis=0).to(tl.int64)
+        if tl.load(do_sample_ptr + row) != 0:
+            t = tl.load(temperature_ptr + row)
+            s = tl.math.div_rn(s, t + tl.zeros_like(s))
+            key = tl.where(valid, _order_key(s), -(1 << 40))
+            top_k = tl.load(top_k_ptr + row)
+            if (top_k > 0) & (top_k < n_vocab):
+                # Largest key with at least k keys >= it: the k-th largest score.
+                lo = tl.min(tl.where(valid, key, 1 << 40), axis=0)
+                hi = tl.max(key, axis=0)
+                for _ in range(33):
+                    mid = lo + (hi - lo + 1) // 2
+                    enough = tl.sum(((key >= mid) & valid).to(tl.int32), axis=0) >= top_k
+                    lo = tl.where(enough, mid, lo)
+                    hi = tl.where(enough, hi, mid - 1)
+                s = tl.where(key >= lo, s, neg_inf)
+                key = tl.where(valid, _order_key(s), -(1 << 40))
+            top_p = tl.load(top_p_ptr + row)
+            if top_p < 1.0:
+                m = tl.max(s, axis=0)
+                e = tl.where(s > neg_inf, tl.exp(s - m), 0.0)
+                budget = (1.0 - top_p) * tl.sum(e, axis=0)
+                # Largest key whose ascending mass (keys <= it) stays within the budget: drop <= it.
+                lo = tl.min(tl.where(valid, key, 1 << 40), axis=0) - 1
+                hi = tl.max(key, axis=0)
+                for _ in range(34):
+                    mid = lo + (hi - lo + 1) // 2
+                    fits = tl.sum(tl.where(key <= mid, e, 0.0), axis=0) <= budget
+                    lo = tl.where(fits, mid, lo)
+                    hi = tl.where(fits, hi, mid - 1)
+                s = tl.where(key > lo, s, neg_inf)
+            kept = (s > neg_inf) & valid
+            m = tl.max(s, axis=0)
+            e = tl.where(kept, tl.exp(s - m), 0.0)
+            cdf = tl.cumsum(e, axis=0)
+            total = tl.max(cdf, axis=0)
+            seed = tl.load(seed_ptr + row).to(tl.uint64)
+            frame = tl.load(frame_ptr + row).to(tl.uint64)
+            cb = frame * 0 + codebook  # a uint64 even when Triton passes codebook as a constexpr
+            h = _splitmix64(_splitmix64(_splitmix64(seed) ^ frame) ^ cb)
+            u = (h >> 11).to(tl.float64) * (1.0 / 9007199254740992.0)
+            target = (u * total.to(tl.float64)).to(tl.float32)
+            idx = tl.minimum(tl.sum(((cdf <= target) & valid).to(tl.int32), axis=0), n_vocab - 1)
+            # Rounding at the top of the CDF can point past the last kept id: step back to it.
+            code = tl.max(tl.where(kept & (ids <= idx), ids, -1), axis=0).to(tl.int64)
+        tl.store(out_ptr + row * out_stride, code)
+        if CODEBOOK0:
+            tl.store(seen_ptr + slot * n_vocab + code, 1)
+        if GATHER:
+            for start in range(0, emb_dim, EMB_BLOCK):
+                cols = start + tl.arange(0, EMB_BLOCK)
+                ok = cols < emb_dim
+                tl.store(x_ptr + row * x_stride + cols, tl.load(emb_ptr + code * emb_dim + cols, mask=ok), mask=ok)
+
+
+def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Tensor, temperature: torch.Tensor,
+                top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor, frame: torch.Tensor, codebook: int,
+                codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    """logits [B, V] (any float dtype, last dim contiguous); settings [B] tensors (do_sample bool,
+    temperature/top_p f32, top_k/seed/frame i64); out: i64 [B] view (any stride) for the ids.
+
+    codebook0: dict(penalty [B] f32, min_new [B] i64, eos_ok [B] bool, slots [B] i64, seen [S, V]
+    bool (read, and the picked ids set), suppress [V] bool, eos_id int) for the talker's codebook.
+    gather: (table [V, H], x_out [B, H] view with contiguous rows): x_out[b] = table[id[b]]."""
+    b, v = logits.shape
+    if v > 4096:
+        raise ValueError(f"sample_rows holds a row in registers: vocab {v} > 4096")
+    if logits.stride(1) != 1:
+        raise ValueError("logits rows must be contiguous")
+    c0 = codebook0 or {}
+    dummy = seed
+    seen = c0.get("seen")
+    table, x_out = gather if gather is not None else (logits, logits)
+    emb_dim = table.shape[1] if gather is not None else 0
+    _sample_kernel[(b,)](
+        logits, logits.stride(0), v, do_sample, temperature, top_k, top_p, seed, frame, codebook,
+        c0.get("penalty", dummy), c0.get("min_new", dummy), c0.get("eos_ok", dummy), c0.get("slots", dummy),
+        seen if seen is not None else dummy, c0.get("suppress", dummy), c0.get("eos_id", 0),
+        out, out.stride(0), table, emb_dim, x_out, x_out.stride(0) if gather is not None else 0,
+        CODEBOOK0=codebook0 is not None, GATHER=gather is not None, BLOCK=next_pow2(v),
+        EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), num_warps=8)
+
+
+def sample_rows_ref(logits: torch.Tensor, *, do_sample, temperature, top_k, top_p, seed, frame, codebook: int,
+                    codebook0: dict | None = None) -> tuple[torch.Tensor, ...]:
+    """Plain torch, float64 where it matters: -> (greedy ids [B], kept mask [B, V], cdf64 [B, V], u [B])
+    with the reference's processors and warps, to check `sample_rows` against."""
+    from ..sampling import counter_uniform, warp
+
+    s = logits.float().clone()
+    if codebook0 is not None:
+        c0 = codebook0
+        p = c0["penalty"][:, None]
+        seen = c0["seen"][c0["slots"]]
+        s = torch.where(seen, torch.where(s < 0, s * p, s / p), s)
+        block = (frame < c0["min_new"]) | ~c0["eos_ok"]
+        s[:, c0["eos_id"]] = s[:, c0["eos_id"]].masked_fill(block, -math.inf)
+        s = s.masked_fill(c0["suppress"], -math.inf)
+    greedy = s.argmax(-1)
+    kept, cdfs, us = [], [], []
+    for r in range(s.shape[0]):
+        w = warp(s[r], float(temperature[r]), int(top_k[r]), float(top_p[r]))
+        kept.append(w > -math.inf)
+        cdfs.append(w.double().softmax(-1).cumsum(-1))
+        us.append(counter_uniform(int(seed[r]) & _MASK64, int(frame[r]), codebook))
+    return greedy, torch.stack(kept), torch.stack(cdfs), torch.tensor(us, dtype=torch.float64)
