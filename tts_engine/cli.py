@@ -83,6 +83,20 @@ def _add_demo(sub) -> None:
     p.set_defaults(func=_demo)
 
 
+def _add_bench(sub) -> None:
+    from bench.load.options import add_bench_arguments  # standard library only: cheap at parser build
+
+    p = sub.add_parser("bench", help="open-loop load benchmark of a streaming TTS server (docs/bench.md)")
+    add_bench_arguments(p)
+    p.set_defaults(func=_bench)
+
+
+def _bench(args) -> int:
+    from bench.load.main import main as bench_main  # httpx, websockets, numpy, matplotlib: only when run
+
+    return bench_main(args)
+
+
 def _demo(args) -> int:
     from agent.demo import load_config, run_demo
 
@@ -188,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_say(sub)
     _add_serve(sub)
     _add_demo(sub)
+    _add_bench(sub)
     return parser
 
 

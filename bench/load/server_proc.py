@@ -1,0 +1,77 @@
+"""A fresh `cadence serve` process per trial (the reference method's "fresh server per trial").
+
+The server picks a free port (`--port 0`) and announces it on its first stderr line; the rest of
+stderr is drained by a thread (a full pipe would block the server) and its tail kept for errors.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+_LISTENING = re.compile(r"listening on (http://\S+?:\d+)")
+
+
+class ServerProcess:
+    def __init__(self, model: Path, *, device: str = "cpu", extra_args: tuple[str, ...] = (),
+                 ready_timeout_s: float = 900.0):
+        self.cmd = [sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(model), "--port", "0",
+                    "--device", device, "--log-level", "warning", *extra_args]
+        self.ready_timeout_s = ready_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+        self.tail: collections.deque[str] = collections.deque(maxlen=40)
+
+    def _fail(self, why: str) -> RuntimeError:
+        self.stop()
+        return RuntimeError(f"cadence serve {why}; last stderr lines:\n" + "".join(self.tail))
+
+    def start(self) -> ServerProcess:
+        self.proc = subprocess.Popen(self.cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        line = self.proc.stderr.readline()
+        self.tail.append(line)
+        match = _LISTENING.search(line)
+        if not match:
+            raise self._fail("did not start")
+        self.url = match.group(1)
+        threading.Thread(target=self._drain, daemon=True).start()
+        deadline = time.monotonic() + self.ready_timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise self._fail(f"exited with status {self.proc.returncode}")
+            try:
+                if httpx.get(self.url + "/ready", timeout=5).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise self._fail(f"was not ready within {self.ready_timeout_s:g} s")
+            time.sleep(0.1)
+
+    def _drain(self) -> None:
+        for line in self.proc.stderr:
+            self.tail.append(line)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGINT)  # graceful: open streams cancelled, engine stopped
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

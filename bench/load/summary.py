@@ -1,0 +1,103 @@
+"""Per-rate statistics over measured requests, capacity and cost.
+
+Every measured request counts: one that failed or never became audible enters the audible-TTFA
+distribution as +inf (it was never heard), so it can only push the percentiles up. Several seeds
+of one rate are pooled (their requests and measured durations add up).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+from .percentiles import Distribution, distribution
+from .records import RequestRecord
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class RateSummary:
+    rate: float  # offered requests per second (the schedule's rate)
+    seeds: list[int]
+    measured_s: float  # summed measured-phase length over the pooled trials
+    requests: int
+    ok: int
+    errors: dict[str, int]  # short error label -> count
+    silent: int  # finished but no audible onset
+    audible_ttfa_s: Distribution
+    ttfb_s: Distribution
+    first_playable_s: Distribution
+    e2e_s: Distribution
+    rtf: Distribution
+    underrun_requests: int
+    underrun_events: int
+    stall_total_s: float
+    stall_max_s: float
+    peak_in_flight: int  # largest over the pooled trials, measured phase
+    send_lag_max_s: float  # how far the client fell behind its schedule (should be ~0)
+    chars_per_s: float  # characters of successful requests per measured second
+    audio_s_per_s: float  # seconds of audio delivered per measured second
+
+    def sustained(self, slo_s: float) -> bool:
+        """The rate holds: every request succeeded, p95 audible TTFA within slo_s, no underrun."""
+        p95 = self.audible_ttfa_s.p95
+        return (self.requests > 0 and self.ok == self.requests and p95 is not None and p95 <= slo_s
+                and self.underrun_requests == 0)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _error_label(error: str) -> str:
+    return error.split(":", 1)[0][:60]
+
+
+def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measured_s: float,
+              peak_in_flight: int) -> RateSummary:
+    rs = [r for r in records if r.measured]
+    ok = [r for r in rs if r.ok]
+
+    def lat(attr: str) -> Distribution:
+        return distribution([v if (v := getattr(r, attr)) is not None and r.ok else INF for r in rs])
+
+    lags = [lag for r in rs if (lag := r.send_lag_s) is not None]
+    return RateSummary(
+        rate=rate, seeds=seeds, measured_s=measured_s, requests=len(rs), ok=len(ok),
+        errors=dict(Counter(_error_label(r.error) for r in rs if r.error)),
+        silent=sum(r.ok and r.onset_sample is None for r in rs),
+        audible_ttfa_s=lat("audible_ttfa_s"), ttfb_s=lat("ttfb_s"), first_playable_s=lat("first_playable_s"),
+        e2e_s=lat("e2e_s"), rtf=distribution([r.rtf for r in ok if r.rtf is not None]),
+        underrun_requests=sum(r.underruns > 0 for r in rs), underrun_events=sum(r.underruns for r in rs),
+        stall_total_s=sum(r.stall_total_s for r in rs), stall_max_s=max((r.stall_max_s for r in rs), default=0.0),
+        peak_in_flight=peak_in_flight, send_lag_max_s=max(lags, default=0.0),
+        chars_per_s=sum(r.chars for r in ok) / measured_s if measured_s > 0 else 0.0,
+        audio_s_per_s=sum(r.audio_s for r in ok) / measured_s if measured_s > 0 else 0.0)
+
+
+def peak_in_flight(series: list[tuple[float, int]], start_s: float, end_s: float) -> int:
+    """Largest in-flight count in [start_s, end_s], including the level carried in at start_s."""
+    level, peak = 0, 0
+    for t, n in series:
+        if t <= start_s:
+            level = n
+            continue
+        if t > end_s:
+            break
+        peak = max(peak, n)
+    return max(peak, level)
+
+
+def capacity(summaries: list[RateSummary], slo_s: float) -> RateSummary | None:
+    """The highest rate that holds (serving.md: p95 audible TTFA <= SLO and zero underruns)."""
+    held = [s for s in summaries if s.sustained(slo_s)]
+    return max(held, key=lambda s: s.rate, default=None)
+
+
+def cost_per_million_chars(gpu_price_per_hour: float, chars_per_s: float) -> float | None:
+    """Dollars per million characters when the GPU is rented at `gpu_price_per_hour` and keeps
+    serving `chars_per_s` characters per second (1e6 / (chars/s * 3600) hours per million)."""
+    if chars_per_s <= 0:
+        return None
+    return gpu_price_per_hour * 1e6 / (chars_per_s * 3600.0)
