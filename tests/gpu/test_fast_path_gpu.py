@@ -78,10 +78,10 @@ def test_greedy_fast_path_equals_reference_loop_on_1_7b_config(cuda):
     inputs = [GenerationInput(p, SamplingParams.greedy(), 0, frames) for p in prompts]
     reference = generate_codes(model, inputs)
     runner = ModelRunner(model, max_slots=8, max_context=256)
+    runner.capture_graphs()  # as the engine does: the prompts then run through the prefill graphs
     for slot, inp in enumerate(inputs):
         runner.start_slot(slot, inp.params, inp.seed, eos_allowed=True)
         runner.prefill(slot, runner.embed_prompt(list(inp.prompt.text_ids), list(inp.prompt.codec_ids)))
-    runner.capture_graphs()
     got = [[] for _ in inputs]
     for f in range(frames):
         codes = runner.frame_step(list(range(len(inputs))), [f] * len(inputs),
@@ -91,3 +91,32 @@ def test_greedy_fast_path_equals_reference_loop_on_1_7b_config(cuda):
             got[i].append(codes[i])
     for ref, ours in zip(reference, got):
         assert torch.equal(ref, torch.stack(ours[: len(ref)]))
+
+
+def test_prefill_graphs_equal_eager_prefill_and_touch_only_their_slot(model_1_7b):
+    cfg, model = model_1_7b
+    runner = ModelRunner(model, max_slots=8, max_context=512)
+    runner.k_cache.normal_()
+    runner.v_cache.normal_()
+    runner.capture_prefill_graphs()
+    assert sorted(runner.prefill_graphs) == [16, 32, 64, 128, 256]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for t_len, slot in ((5, 3), (16, 0), (17, 7), (100, 2), (300, 1)):  # 300: no bucket, eager
+        x = torch.randn(t_len, cfg.talker.hidden_size, device="cuda", generator=g).to(runner.dtype)
+        before = _state(runner)
+        graphs, runner.prefill_graphs = runner.prefill_graphs, {}
+        runner.prefill(slot, x)
+        eager = _state(runner)
+        _restore(runner, before)
+        runner.prefill_graphs = graphs
+        runner.prefill(slot, x)
+        graph = _state(runner)
+        others = [s for s in range(runner.max_slots + 1) if s != slot]
+        for gr, b in zip(graph, before):
+            assert torch.equal(_slots(gr, others), _slots(b, others)), f"T={t_len}: wrote another slot"
+        for e, gr in zip(eager[:2], graph[:2]):  # K/V of the prompt's positions
+            torch.testing.assert_close(gr[:, slot, :, :t_len].float(), e[:, slot, :, :t_len].float(),
+                                       rtol=2e-2, atol=2e-2)
+        for e, gr in zip(eager[2:4], graph[2:4]):  # hidden, logits
+            torch.testing.assert_close(gr[slot].float(), e[slot].float(), rtol=2e-2, atol=2e-2)
+        _restore(runner, before)

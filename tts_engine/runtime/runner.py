@@ -42,6 +42,9 @@ from .sampler import (
 )
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# Prompt lengths with a captured prefill graph (rows padded up to the bucket). A CustomVoice
+# prompt is ~10 rows + the text's tokens in the non-streaming layout, ~11 in the streaming one.
+PREFILL_BUCKETS = (16, 32, 64, 128, 256)
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
 
 
@@ -107,6 +110,8 @@ class ModelRunner:
         self.codebook_ids = torch.arange(16, **i)
         self.suppress = suppress_mask(self.cfg.vocab_size, self.cfg.codec_eos_token_id).to(self.device)
         self.slot_fast = [True] * n  # host copy: does the FAST sampler variant serve this slot's settings?
+        self.prefill_graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
+        self._pool = None
         self.graphs: dict[tuple[int, SamplerVariant],
                           tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], torch.Tensor]] = {}
 
@@ -134,25 +139,65 @@ class ModelRunner:
 
     @torch.inference_mode()
     def prefill(self, slot: int, x: torch.Tensor) -> None:
-        """Run prompt rows x [T, H] for `slot` from position 0; fills its cache, hidden, logits."""
+        """Run prompt rows x [T, H] for `slot` from position 0; fills its cache, hidden, logits.
+
+        With captured prefill graphs, x is padded with zero rows to the next bucket: causal
+        attention keeps the padding out of the real rows, and the K/V it writes past T are
+        overwritten by the decode steps before any step reads them."""
         t_len = x.shape[0]
         if t_len >= self.max_context:
             raise ValueError(f"prompt of {t_len} rows exceeds the context of {self.max_context}")
+        bucket = next((b for b in sorted(self.prefill_graphs) if b >= t_len), None)
+        if bucket is None:
+            i = dict(device=self.device, dtype=torch.long)
+            self._prefill(x, torch.tensor([slot], **i), torch.tensor([t_len - 1], **i))
+            return
+        graph, (x_buf, slot_buf, last_buf) = self.prefill_graphs[bucket]
+        x_buf[t_len:].zero_()
+        x_buf[:t_len].copy_(x)
+        slot_buf.fill_(slot)
+        last_buf.fill_(t_len - 1)
+        graph.replay()
+
+    def _prefill(self, x: torch.Tensor, slot: torch.Tensor, last: torch.Tensor) -> None:
+        """x [T, H] rows of one prompt; slot, last: [1] i64 device tensors (graph inputs)."""
+        t_len = x.shape[0]
         st = self.talker
         cos, sin = (t[:t_len] for t in self.rope)  # [T, D]
         rep = st.num_heads // st.num_kv_heads
         h = x[None]
         for i, layer in enumerate(st.layers):
             q, k, v = qkv(st, layer, h, cos, sin)  # [1, T, heads, D]
-            self.k_cache[i, slot, :, :t_len] = k[0].transpose(0, 1)
-            self.v_cache[i, slot, :, :t_len] = v[0].transpose(0, 1)
+            self.k_cache[i, :, :, :t_len].index_copy_(0, slot, k.transpose(1, 2))
+            self.v_cache[i, :, :, :t_len].index_copy_(0, slot, v.transpose(1, 2))
             attn = F.scaled_dot_product_attention(
                 q.transpose(1, 2), k.transpose(1, 2).repeat_interleave(rep, 1),
                 v.transpose(1, 2).repeat_interleave(rep, 1), is_causal=True)  # [1, Hq, T, D]
             h = finish_layer(st, layer, h, attn.transpose(1, 2).flatten(2))
-        last = rms_norm(h[0, -1], st.norm, st.eps)
-        self.hidden[slot] = last
-        self.logits[slot] = F.linear(last, self.codec_head).float()
+        out = rms_norm(h[0].index_select(0, last), st.norm, st.eps)  # [1, H]
+        self.hidden.index_copy_(0, slot, out)
+        self.logits.index_copy_(0, slot, F.linear(out, self.codec_head).float())
+
+    @torch.inference_mode()
+    def capture_prefill_graphs(self, buckets: tuple[int, ...] = PREFILL_BUCKETS) -> None:
+        """One prefill graph per prompt-length bucket; the warm-up and capture write the scratch slot."""
+        if self.device.type != "cuda":
+            raise RuntimeError("CUDA graphs need a CUDA device")
+        i = dict(device=self.device, dtype=torch.long)
+        for bucket in (b for b in sorted(buckets, reverse=True) if b < self.max_context):
+            inputs = (torch.zeros(bucket, self.cfg.hidden_size, device=self.device, dtype=self.dtype),
+                      torch.full((1,), self.scratch, **i), torch.full((1,), bucket - 1, **i))
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self._prefill(*inputs)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                self._prefill(*inputs)
+            self.prefill_graphs[bucket] = (graph, inputs)
+        torch.cuda.synchronize()
 
     # -- one frame -------------------------------------------------------------------------------
     def _talker_decode(self, slots, x, positions):
@@ -292,7 +337,7 @@ class ModelRunner:
         """Capture one frame-step graph per (bucket, sampler variant), largest first, sharing one memory pool."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
-        pool = torch.cuda.graph_pool_handle()
+        pool = self._pool = torch.cuda.graph_pool_handle()
         for bucket, variant in ((b, v) for b in sorted(self.buckets, reverse=True) for v in self.variants):
             inputs = (torch.full((bucket,), self.scratch, device=self.device),
                       torch.zeros(bucket, dtype=torch.long, device=self.device),
@@ -309,3 +354,4 @@ class ModelRunner:
                 out = self._frame_step(*inputs, variant)
             self.graphs[(bucket, variant)] = (graph, inputs, out)
         torch.cuda.synchronize()
+        self.capture_prefill_graphs()
