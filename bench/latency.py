@@ -5,10 +5,12 @@ and request-to-first-PCM over a real socket.
 
 Stage times are medians of CUDA-event-timed graph replays (warm-up first), for each runner mode
 (`triton`: the Triton kernels; `torch`: the plain-torch reference path); the code predictor and
-the frame step use the sampler variant the default settings get (FAST), the frame step also the
-GENERAL one. `talker_step_long_ms` reads a context of max_context - 64 positions. The socket figure runs
-`cadence serve` in a subprocess and times, per sequential request, from just before the request
-is written to the arrival of the first PCM byte of the response body.
+the frame step use the sampler variant the default settings get (FAST; the triton mode has one fused
+sampler for every setting), the frame step also the GENERAL one. Prefill: one prompt, eager and
+through its bucket's captured graph. `talker_step_long_ms` reads a context of max_context - 64
+positions. The socket figure runs `cadence serve` in a subprocess and times, per sequential
+request, from just before the request is written to the arrival of the first PCM byte of the
+response body.
 """
 
 from __future__ import annotations
@@ -79,6 +81,21 @@ def stage_times(runner, prompt_rows, batches) -> dict:
         for b in batches:
             out[b] = _stage_times_at(runner, b, prompt_rows.shape[0])
             print(f"batch {b}: {out[b]}", flush=True)
+    return out
+
+
+def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
+    """One prompt's prefill at batch 1 (slot 0), eager and through its captured bucket graph."""
+    runner.capture_prefill_graphs()
+    graphs, out = runner.prefill_graphs, {}
+    with torch.inference_mode():
+        for t_len in lengths:
+            x = torch.randn(t_len, runner.cfg.hidden_size, device="cuda").to(runner.dtype)
+            runner.prefill_graphs = {}
+            out[f"prefill_{t_len}_eager_ms"] = cuda_time_ms(lambda _x=x: runner.prefill(0, _x))
+            runner.prefill_graphs = graphs
+            out[f"prefill_{t_len}_graph_ms"] = cuda_time_ms(lambda _x=x: runner.prefill(0, _x))
+    print(f"prefill: {out}", flush=True)
     return out
 
 
@@ -262,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                                      [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149])
         print(f"stages, {mode} mode", flush=True)
         result["stages" if mode == "triton" else f"stages_{mode}"] = stage_times(runner, prompt, BATCHES)
+        result["prefill" if mode == "triton" else f"prefill_{mode}"] = prefill_times(runner)
         del runner
         torch.cuda.empty_cache()
     if not args.skip_codec:
