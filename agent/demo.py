@@ -1,11 +1,11 @@
 """`cadence demo`: the agent server with offline defaults, and a Cadence engine when one is given.
 
 Settings, later ones winning: AgentConfig's defaults (offline: bundled Whisper tiny.en, the
-OFFLINE SCRIPTED LLM, no TTS engine), a TOML file (`--config FILE`, keys = AgentConfig field
-names, e.g. `llm_base_url = "http://..."`), environment variables (`CADENCE_URL` for the Cadence
-WebSocket, `CADENCE_<FIELD>` for any other field, e.g. `CADENCE_LLM_BASE_URL`), then the
-command's flags. `--model DIR` starts `cadence serve` on that checkpoint as a child process on a
-free loopback port and points the agent at it.
+OFFLINE SCRIPTED LLM, no TTS engine, so the Piper fallback voice), a TOML file (`--config FILE`,
+keys = AgentConfig field names, e.g. `llm_base_url = "http://..."`), environment variables
+(`CADENCE_URL` for the Cadence WebSocket, `CADENCE_<FIELD>` for any other field, e.g.
+`CADENCE_LLM_BASE_URL`), then the command's flags. `--model DIR` starts `cadence serve` on that
+checkpoint as a child process on a free loopback port and points the agent at it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import uvicorn
 
-from .pipeline import AgentConfig
+from .pipeline import AgentConfig, cadence_reachable
 
 _FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
 
@@ -148,9 +148,15 @@ def run_demo(cfg: AgentConfig, *, host: str, port: int, model: Path | None, devi
         if model is not None:
             cfg = dataclasses.replace(cfg, cadence_url=stack.enter_context(engine_process(model, device=device)))
         app = create_app(cfg)
-        if not cfg.has_tts:
-            print("cadence demo: no TTS engine configured (pass --model DIR or set CADENCE_URL): "
-                  "the agent answers in text only", file=sys.stderr)
+        if not cfg.has_engine:
+            what = ("speaking with the Piper fallback voice on the CPU" if cfg.has_tts
+                    else "the agent answers in text only (fallback_tts = 'none')")
+            print(f"cadence demo: no TTS engine configured (pass --model DIR or set CADENCE_URL): {what}",
+                  file=sys.stderr)
+        elif cfg.cadence_url and not cadence_reachable(cfg.cadence_url):
+            print(f"cadence demo: the Cadence engine at {cfg.cadence_url} does not answer (yet): each browser "
+                  "connection checks again" + (", else speaks with the Piper fallback voice"
+                                               if cfg.fallback_tts == "piper" else ""), file=sys.stderr)
         if cfg.llm_base_url is None:
             print("cadence demo: LLM is the OFFLINE SCRIPTED LLM (not a language model); "
                   "set CADENCE_LLM_BASE_URL for a real one", file=sys.stderr)

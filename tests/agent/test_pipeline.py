@@ -27,8 +27,10 @@ LONG_REPLY = ("Here is a long answer that keeps going for a while, so that there
               "left to cut when the user starts talking over it in the middle.")
 
 
-def user_says(text: str) -> list:
-    return [VADUserStartedSpeakingFrame(start_secs=0.2), SleepFrame(sleep=0.3),
+def user_says(text: str, seconds: float = 0.3) -> list:
+    """`seconds` of speech as Silero VAD reports it: a start 0.2 s after the speech began
+    (`start_secs`), the transcript, a stop 0.2 s after it ended (`stop_secs`)."""
+    return [VADUserStartedSpeakingFrame(start_secs=0.2), SleepFrame(sleep=seconds),
             TranscriptionFrame(text, user_id="user", timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"), finalized=True),
             VADUserStoppedSpeakingFrame(stop_secs=0.2)]
 
@@ -61,7 +63,7 @@ def test_a_turn_ends_with_the_spoken_reply_in_the_context(cadence_server):
 
 def test_talking_over_the_reply_cancels_it_and_the_context_keeps_only_what_was_played(cadence_server):
     pipeline, context, _ = agent(cadence_server, [LONG_REPLY, "Okay."])
-    frames = [*user_says("Tell me a story."), SleepFrame(sleep=2.5), *user_says("Stop."), SleepFrame(sleep=2.0)]
+    frames = [*user_says("Tell me a story."), SleepFrame(sleep=2.5), *user_says("Stop.", 1.0), SleepFrame(sleep=2.0)]
     down, up = run(run_test(pipeline, frames_to_send=frames))
 
     assert not [f for f in up if isinstance(f, ErrorFrame)], up
@@ -85,6 +87,7 @@ def test_config_picks_the_offline_defaults_and_refuses_bad_values():
     http = AgentConfig(cadence_url=None, speech_base_url="http://127.0.0.1:9/v1").validate()
     assert isinstance(make_tts(http), OpenAICompatibleTTSService)
     assert isinstance(user_params(cfg).vad_analyzer, SileroVADAnalyzer)  # the bundled model loads
-    for bad in ({"cadence_url": None}, {"vad_stop_s": 0}, {"user_speech_timeout_s": -1}, {"output_delay_s": -0.1}):
+    for bad in ({"cadence_url": None, "fallback_tts": "none"}, {"vad_stop_s": 0}, {"user_speech_timeout_s": -1},
+                {"output_delay_s": -0.1}):
         with pytest.raises(ValueError):
             AgentConfig(**bad).validate()

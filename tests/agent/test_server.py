@@ -58,10 +58,13 @@ def test_an_openai_compatible_stt_by_configuration():
 
 def test_demo_config_defaults_file_environment_flags(tmp_path):
     cfg = load_config(None, {})
-    assert not cfg.has_tts and cfg.llm_base_url is None and cfg.stt_base_url is None
+    assert not cfg.has_engine and cfg.llm_base_url is None and cfg.stt_base_url is None
     assert describe(cfg) == {"stt": "local faster-whisper (bundled tiny.en, cpu)",
                              "llm": "OFFLINE SCRIPTED LLM (not a language model)",
-                             "tts": "no TTS engine configured: replies are text only"}
+                             "tts": "Piper fallback voice (en_US-joe-medium, CPU): no Cadence engine configured"}
+    cfg = load_config(None, {"CADENCE_FALLBACK_TTS": "none", "CADENCE_MIN_INTERRUPTION_S": "0.7"})
+    assert not cfg.has_tts and cfg.min_interruption_s == 0.7
+    assert describe(cfg)["tts"] == "no TTS engine configured: replies are text only"
     f = tmp_path / "agent.toml"
     f.write_text('llm_base_url = "http://llm:8000/v1"\nscripted_tokens_per_s = 40\nvoice = "serena"\n')
     cfg = load_config(f, {"CADENCE_URL": "ws://env/v1/stream", "CADENCE_VOICE": "aiden",
