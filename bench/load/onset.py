@@ -2,8 +2,9 @@
 
 20 ms windows every 10 ms; each window has its own mean removed (DC offset carries no sound); a
 window is audible when its RMS is >= -45 dBFS (RMS relative to a full-scale amplitude of 1.0);
-the onset is the first sample of the first of two consecutive audible windows. Leading silence,
-clicks shorter than ~20 ms and a constant offset therefore do not count as audio.
+the onset is the first sample of the first of two consecutive audible windows. Leading silence
+and a constant offset therefore do not count as audio; a lone click does (every sample but those
+of the first hop lies in two overlapping windows), as a listener would hear it.
 """
 
 from __future__ import annotations

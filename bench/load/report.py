@@ -76,7 +76,7 @@ def render(data: dict, plots: list[str]) -> str:
     cap = data["capacity_rate"]
     lines += ["", "## Capacity", "",
               f"Highest rate with p95 audible TTFA <= {data['slo_ms']:g} ms, zero underruns and every request "
-              f"served: **{f'{cap:g} req/s' if cap is not None else 'none of the rates tried'}**."]
+              f"served and audible: **{f'{cap:g} req/s' if cap is not None else 'none of the rates tried'}**."]
     if data["gpu_price_per_hour"] is not None:
         price = data["gpu_price_per_hour"]
         lines += ["", "## Cost", ""]
