@@ -15,6 +15,7 @@ from tts_engine.engine.core import StreamingEngine
 from tts_engine.prompt import Layout, VoiceSpec
 from tts_engine.reference import generate_codes
 from tts_engine.sampling import SamplingParams
+from tts_engine.scheduler.config import SchedulerConfig
 from tts_engine.synthesizer import Synthesizer
 
 SPF = 1920
@@ -30,7 +31,9 @@ def options(seed: int = 7, **kw) -> StreamOptions:
 
 
 def start_engine(path, **caps) -> StreamingEngine:
-    engine = StreamingEngine(path, device="cpu", max_context=512, **caps)
+    # Invariant violations found while idle fault the engine, so a test that breaks one fails.
+    engine = StreamingEngine(path, device="cpu", max_context=512,
+                             scheduler=SchedulerConfig(raise_on_invariant_violation=True), **caps)
     asyncio.run(engine.start())
     return engine
 
@@ -44,12 +47,15 @@ def wait_until(cond: Callable[[], bool], timeout: float = TIMEOUT, what: str = "
 
 
 def assert_empty(engine: StreamingEngine, timeout: float = 5.0) -> None:
-    """No stream admitted, every slot free (free + in use == total), nothing decoding."""
+    """No stream admitted, every slot free (free + in use == total), nothing decoding or in flight,
+    no invariant violated."""
     wait_until(lambda: engine.metrics()["active_streams"] == 0, timeout, "an empty engine")
+    wait_until(lambda: engine.metrics()["steps_in_flight"] == 0, timeout, "no step in flight")
     m = engine.metrics()
     assert m["decoding_streams"] == 0 and m["queued_streams"] == 0, m
-    assert sorted(engine._free_slots) == list(range(engine.max_active))
-    assert not engine._entries
+    assert sorted(engine.scheduler.slots.free) == list(range(engine.max_active))
+    assert not engine._entries and not engine.scheduler.streams
+    assert m["invariant_violations"] == 0
     assert engine.fault is None and engine.alive
 
 

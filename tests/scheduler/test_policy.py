@@ -1,4 +1,4 @@
-"""Scheduling policy on plain Python: which streams prefill and which produce a frame next."""
+"""Scheduling policy as pure functions on plain stream states: order, yielding, prefills, chunks."""
 
 from __future__ import annotations
 
@@ -7,29 +7,39 @@ import sys
 from pathlib import Path
 
 from tts_engine.prompt import Layout
-from tts_engine.scheduler.policy import plan_step
+from tts_engine.scheduler.config import SchedulerConfig
+from tts_engine.scheduler.policy import due_chunks, select_frame_rows, select_prefills, urgency
 from tts_engine.scheduler.request import Phase, StreamState
 
 REPO = Path(__file__).resolve().parents[2]
 EOS, PAD = 151673, 151671
 NOW = 1000.0
+CFG = SchedulerConfig()
 
 
 def stream(sid: str, *, phase: Phase = Phase.DECODING, arrival: float = 0.0, layout: Layout = Layout.NON_STREAMING,
-           content: int = 5, input_ended: bool = True, frames_done: int = 0, first_audio_at: float | None = None,
-           audio_sent_s: float = 0.0, max_frames: int = 100, forced: int | None = None) -> StreamState:
-    return StreamState(sid, layout, seed=1, max_frames=max_frames, forced_frames=forced, chunk_schedule=(1,),
+           content: int = 5, input_ended: bool = True, frames: int = 0, first_audio_at: float | None = None,
+           audio_sent_s: float = 0.0, max_frames: int = 100, forced: int | None = None,
+           schedule: tuple[int, ...] = (1,)) -> StreamState:
+    return StreamState(sid, layout, seed=1, max_frames=max_frames, forced_frames=forced, chunk_schedule=schedule,
                        drop_first_frame=True, arrival=arrival, phase=phase, content_ids=list(range(content)),
-                       input_ended=input_ended, frames_done=frames_done, first_audio_at=first_audio_at,
-                       audio_sent_s=audio_sent_s)
+                       input_ended=input_ended, frames_launched=frames, frames_done=frames,
+                       first_audio_at=first_audio_at, audio_sent_s=audio_sent_s)
 
 
-def plan(streams, free_slots=8, max_batch=64, max_prefills=4, now=NOW):
-    return plan_step(streams, free_slots, max_batch, max_prefills, now, EOS, PAD)
+def bucket_for(n: int) -> int:
+    return next(b for b in (1, 2, 4, 8, 16, 32, 64) if b >= n)
 
 
-def test_scheduler_imports_no_torch():
-    code = ("import sys; import tts_engine.scheduler, tts_engine.scheduler.policy, tts_engine.scheduler.request; "
+def rows(streams, *, short=False, max_batch=64, cfg=CFG) -> list[str]:
+    chosen = select_frame_rows(streams, NOW, cfg, max_batch=max_batch, bucket_for=bucket_for, short=short)
+    return [s.id for s in chosen]
+
+
+def test_scheduler_package_imports_no_torch():
+    code = ("import sys, pkgutil, importlib, tts_engine.scheduler as p\n"
+            "for m in pkgutil.iter_modules(p.__path__): importlib.import_module('tts_engine.scheduler.' + m.name)\n"
+            "import tts_engine.engine.pipeline, tts_engine.engine.watchdog\n"
             "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -39,10 +49,10 @@ def test_streams_not_yet_audible_go_first():
     # a has been playing for a while and its buffer runs dry now; b has not sent any audio yet.
     a = stream("a", arrival=1.0, first_audio_at=NOW - 2.0, audio_sent_s=2.0)
     b = stream("b", arrival=5.0)
-    assert plan([a, b]).decode == ["b", "a"]
-    # Among streams with no audio yet: arrival order.
-    c = stream("c", arrival=3.0)
-    assert plan([a, b, c]).decode == ["c", "b", "a"]
+    assert rows([a, b]) == ["b", "a"]
+    c = stream("c", arrival=3.0)  # among streams with no audio yet: arrival order
+    assert rows([a, b, c]) == ["c", "b", "a"]
+    assert rows([a, b, c], max_batch=2) == ["c", "b"]
 
 
 def test_audible_streams_in_playout_deadline_order():
@@ -50,60 +60,91 @@ def test_audible_streams_in_playout_deadline_order():
     a = stream("a", arrival=1.0, first_audio_at=NOW - 1.0, audio_sent_s=1.3)
     b = stream("b", arrival=2.0, first_audio_at=NOW - 1.0, audio_sent_s=1.1)
     c = stream("c", arrival=3.0, first_audio_at=NOW - 1.0, audio_sent_s=1.5)
-    assert plan([a, b, c]).decode == ["b", "a", "c"]
+    assert rows([a, b, c]) == ["b", "a", "c"]
     assert b.playout_deadline(NOW) < a.playout_deadline(NOW) < c.playout_deadline(NOW)
-    # A batch cap keeps the most urgent.
-    assert plan([a, b, c], max_batch=2).decode == ["b", "a"]
-    # Equal deadlines: arrival order.
+    assert rows([a, b, c], max_batch=2) == ["b", "a"]  # more candidates than rows: the most urgent
     d = stream("d", arrival=0.5, first_audio_at=NOW - 1.0, audio_sent_s=1.3)
-    assert plan([a, d]).decode == ["d", "a"]
+    assert rows([a, d]) == ["d", "a"]  # equal deadlines: arrival order
 
 
 def test_playout_reports_move_the_deadline():
     a = stream("a", arrival=1.0, first_audio_at=NOW - 1.0, audio_sent_s=1.3)
     b = stream("b", arrival=2.0, first_audio_at=NOW - 1.0, audio_sent_s=1.1)
-    assert plan([a, b]).decode == ["b", "a"]
+    assert rows([a, b]) == ["b", "a"]
     # b's listener started late: at NOW - 0.5 it had heard 0.2 s, so it has heard 0.7 s of 1.1 s.
     b.played_s, b.played_at = 0.2, NOW - 0.5
     assert abs(b.buffered_s(NOW) - 0.4) < 1e-9  # a has 0.3 s buffered
-    assert plan([a, b]).decode == ["a", "b"]
+    assert rows([a, b]) == ["a", "b"]
     # a's listener stalled: it has heard only 0.2 s by now, so a has 1.1 s buffered and waits.
     a.played_s, a.played_at = 0.2, NOW
     assert abs(a.playout_deadline(NOW) - (NOW + 1.1)) < 1e-9
-    assert plan([a, b]).decode == ["b", "a"]
+    assert rows([a, b]) == ["b", "a"]
 
 
-def test_prefill_is_fifo_and_bounded_by_free_slots_and_the_per_step_cap():
+def test_far_ahead_streams_yield_only_when_capacity_is_short_and_fill_the_bucket():
+    urgent = [stream(f"u{i}", arrival=float(i), first_audio_at=NOW - 1.0, audio_sent_s=1.2) for i in range(3)]
+    ahead = [stream(f"h{i}", arrival=10.0 + i, first_audio_at=NOW - 1.0, audio_sent_s=3.0 + i) for i in range(4)]
+    everyone = urgent + ahead
+    assert rows(everyone) == [s.id for s in everyone]  # capacity to spare: everyone runs
+    # Short: the 3 urgent ones need bucket 4; one row of it would be padding, so the most urgent
+    # of the far-ahead streams takes it, the others yield.
+    assert rows(everyone, short=True) == ["u0", "u1", "u2", "h0"]
+    # Nobody urgent: short or not, the batch runs in deadline order.
+    assert rows(ahead, short=True) == ["h0", "h1", "h2", "h3"]
+    # The threshold is configurable.
+    lenient = SchedulerConfig(yield_buffer_s=5.0)
+    assert rows(everyone, short=True, cfg=lenient) == [s.id for s in everyone]
+
+
+def test_a_stream_passed_over_too_long_runs_first():
+    streams = [stream(f"s{i}", arrival=float(i)) for i in range(4)]
+    assert rows(streams, max_batch=2) == ["s0", "s1"]
+    streams[3].skipped_steps = CFG.starvation_steps
+    assert urgency(streams[3], NOW, CFG)[0] == 0
+    assert rows(streams, max_batch=2) == ["s3", "s0"]
+    assert rows(streams, max_batch=2, cfg=SchedulerConfig(starvation_steps=0)) == ["s0", "s1"]  # guard off
+
+
+def test_prefills_are_fifo_and_bounded_by_slots_cap_and_budget():
     queued = [stream(f"q{i}", phase=Phase.QUEUED, arrival=float(10 - i)) for i in range(6)]
     fifo = [s.id for s in sorted(queued, key=lambda s: s.arrival)]
-    assert plan(queued, free_slots=8, max_prefills=4).prefill == fifo[:4]
-    assert plan(queued, free_slots=2, max_prefills=4).prefill == fifo[:2]
-    assert plan(queued, free_slots=0).prefill == []
-    assert plan(queued, free_slots=0).empty
-    queued[5].cancelled = True  # the oldest is cancelled: the next ones move up
-    assert plan(queued, free_slots=2).prefill == fifo[1:3]
+
+    def pick(free_slots=8, budget=float("inf"), cost=0.002):
+        return [s.id for s in select_prefills(queued, free_slots, CFG, cost_of=lambda s: cost, budget_s=budget)]
+
+    assert pick() == fifo[: CFG.max_prefills_per_step]
+    assert pick(free_slots=2) == fifo[:2]
+    assert pick(free_slots=0) == []
+    # The budget (the most urgent audible stream's slack) limits the extra prefills, never the first.
+    assert pick(budget=0.005) == fifo[:2]
+    assert pick(budget=-1.0) == fifo[:1]
 
 
-def test_streams_waiting_for_text_are_not_scheduled():
-    waiting = stream("w", phase=Phase.WAITING_TEXT, layout=Layout.STREAMING, content=0, input_ended=False)
-    # Streaming layout: frame k needs text token k + 2. Three tokens so far: frames 0 and 1 only.
-    s = stream("s", layout=Layout.STREAMING, content=3, input_ended=False, frames_done=2)
-    ready = stream("r", layout=Layout.STREAMING, content=3, input_ended=False, frames_done=1)
-    p = plan([waiting, s, ready])
-    assert p.prefill == [] and p.decode == ["r"]
-    # End of input: the next step carries tts_eos, later ones tts_pad.
+def test_due_chunks_follow_the_schedule_over_launched_frames():
+    s = stream("s", schedule=(1, 2, 4), frames=1)  # frame 0 is dropped: nothing audible yet
+    assert due_chunks(s) == []
+    s.frames_launched = 2
+    assert due_chunks(s) == [(1, 1)]
+    s.frames_chunked, s.chunks_planned, s.frames_launched = 1, 1, 3
+    assert due_chunks(s) == []  # 1 of 2 frames
+    s.frames_launched = 9
+    assert due_chunks(s) == [(2, 2), (4, 4)]  # then 2 of 4 frames wait
+    s.frames_chunked, s.chunks_planned = 7, 3
+    assert due_chunks(s) == []
+    # End of stream (the limit is launched) or a flush sends what there is.
+    s.flush_targets.append(9)
+    assert due_chunks(s) == [(8, 1)]
+    s.flush_targets.clear()
+    s.max_frames = 9
+    assert due_chunks(s) == [(8, 1)]
+    # Past an EOS nothing is chunked.
+    s.max_frames, s.frames_launched, s.eos_frame = 100, 12, 9
+    assert due_chunks(s) == [(8, 1)]
+
+
+def test_streaming_text_gates_frames():
+    s = stream("s", layout=Layout.STREAMING, content=3, input_ended=False, frames=2)
+    assert s.step_text(1, EOS, PAD) == 2 and s.step_text(2, EOS, PAD) is None  # frame k needs token k + 2
     s.input_ended = True
     assert s.step_text(2, EOS, PAD) == EOS and s.step_text(3, EOS, PAD) == PAD
-    assert set(plan([waiting, s, ready]).decode) == {"s", "r"}
-
-
-def test_finished_cancelled_and_done_streams_are_not_scheduled():
-    done = stream("done", frames_done=10, max_frames=10)
-    forced = stream("forced", frames_done=7, forced=7)
-    capped = stream("capped", frames_done=5, forced=50, max_frames=5)  # max_frames caps a forced length
-    cancelled = stream("cancelled")
-    cancelled.cancelled = True
-    finished = stream("finished", phase=Phase.FINISHED)
-    live = stream("live", frames_done=3, forced=7)
-    assert plan([done, forced, capped, cancelled, finished, live]).decode == ["live"]
-    assert capped.frame_limit == 5 and forced.frame_limit == 7 and done.frame_limit == 10
+    assert stream("n").step_text(7, EOS, PAD) == PAD  # non-streaming: always pad

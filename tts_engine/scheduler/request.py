@@ -3,19 +3,28 @@
 A stream moves through
     WAITING_TEXT -> QUEUED -> DECODING -> FINISHED
 WAITING_TEXT: its first text token has not arrived (streaming layout) or its text is not complete
-(non-streaming layout). QUEUED: ready for prefill, waiting for a slot. DECODING: owns a slot;
-each frame step produces one frame, when the text that step needs is there.
+(non-streaming layout). QUEUED: its prompt is known, it waits for a slot and its prefill. DECODING:
+owns a slot; each frame step produces one frame, when the text that step needs is there.
+
+Frame counters (absolute frame indices; frame 0 of a built-in voice is dropped, `audible_skip`):
+    frames_decoded + skip  <=  frames_done  <=  frames_launched
+frames_launched: frame steps launched (on CUDA the newest may still run: its EOS is not known yet).
+frames_done: frames whose codes the host has read and found not to be EOS.
+frames_chunked: audible frames handed to the codec, possibly before their EOS check (a chunk that
+  turns out to hold the EOS frame is cut there: the codec is causal, so the cut is exact).
+frames_decoded: audible frames whose PCM has been delivered.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
 from ..prompt import Layout
 
-FRAME_S = 0.08
+FRAME_S = 0.08  # audio per frame (12.5 Hz)
 
 
 class Phase(Enum):
@@ -40,15 +49,22 @@ class StreamState:
     content_ids: list[int] = field(default_factory=list)  # committed text tokens t1..tN
     input_ended: bool = False
     prompt_len: int = 0
-    frames_done: int = 0  # frames produced by the talker + code predictor
-    frames_decoded: int = 0  # frames turned into PCM (after a dropped frame 0)
-    chunks_emitted: int = 0
+    frames_launched: int = 0
+    frames_done: int = 0
+    frames_chunked: int = 0
+    frames_decoded: int = 0
+    eos_frame: int | None = None  # index of the frame whose codebook 0 was EOS
+    chunks_planned: int = 0
+    chunks_emitted: int = 0  # chunks whose PCM was delivered
     audio_sent_s: float = 0.0
     first_audio_at: float | None = None
     played_s: float | None = None  # last playout report
     played_at: float | None = None
     finish_reason: str | None = None
     cancelled: bool = False
+    # Frame counts (absolute) that each pending flush waits for.
+    flush_targets: deque[int] = field(default_factory=deque)
+    skipped_steps: int = 0  # consecutive steps this stream could have run but did not
 
     # -- text ------------------------------------------------------------------------------
     def ready_for_prefill(self) -> bool:
@@ -77,16 +93,38 @@ class StreamState:
             return self.max_frames
         return min(self.forced_frames, self.max_frames)
 
+    @property
+    def audible_skip(self) -> int:
+        return 1 if self.drop_first_frame else 0
+
+    @property
+    def end_frame(self) -> int:
+        """Frames the stream has at most: its EOS frame once known, else its frame limit."""
+        return self.eos_frame if self.eos_frame is not None else self.frame_limit
+
+    @property
+    def end_certain(self) -> bool:
+        """The last frame is known: EOS was read, or every frame up to the limit is confirmed."""
+        return self.eos_frame is not None or self.frames_done >= self.frame_limit
+
+    @property
+    def launches_over(self) -> bool:
+        """No further frame step will be launched for this stream."""
+        return self.eos_frame is not None or self.frames_launched >= self.frame_limit
+
     def next_chunk_frames(self) -> int:
         s = self.chunk_schedule
-        return s[min(self.chunks_emitted, len(s) - 1)]
+        return s[min(self.chunks_planned, len(s) - 1)]
 
     def audible_frames_ready(self) -> int:
-        """Frames produced but not yet decoded to PCM."""
-        skip = 1 if self.drop_first_frame else 0
-        return max(0, self.frames_done - skip - self.frames_decoded)
+        """Audible frames launched (and not past the end) but not yet handed to the codec."""
+        return max(0, min(self.frames_launched, self.end_frame) - self.audible_skip) - self.frames_chunked
 
     # -- playout -------------------------------------------------------------------------------
+    @property
+    def audible(self) -> bool:
+        return self.first_audio_at is not None
+
     def buffered_s(self, now: float) -> float:
         """Audio the listener has received but not yet heard. Uses the transport's playout report
         when there is one; otherwise assumes a zero-buffer player that started at first audio."""

@@ -1,0 +1,35 @@
+"""Engine-thread bookkeeping of one stream beside its scheduler state: the handle its events go to,
+its text and prompt, its output formatting, and the codes of frames not yet decoded to PCM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..prompt import Prompt
+from ..scheduler.request import StreamState
+from ..text_stream import StreamingTokenizer
+from .api import StreamOptions
+from .stream import Stream
+from .streamout import StreamOutput
+
+
+@dataclass
+class StreamEntry:
+    state: StreamState  # shared with the scheduler, which owns it
+    handle: Stream
+    options: StreamOptions
+    tokenizer: StreamingTokenizer | None
+    out: StreamOutput
+    prompt: Prompt | None = None
+    # frame index -> its [16] codes, on the runner's device, from the frame step until its chunk
+    frames: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def keep_frame(self, frame: int, codes: torch.Tensor) -> None:
+        if frame >= self.state.audible_skip:  # a dropped frame 0 is never decoded
+            self.frames[frame] = codes
+
+    def take_frames(self, first: int, count: int) -> torch.Tensor:
+        """Frames first .. first + count - 1 -> codes [16, count], removed from the entry."""
+        return torch.stack([self.frames.pop(f) for f in range(first, first + count)], dim=1)

@@ -1,0 +1,126 @@
+"""StepExecutor: runs one scheduler `StepPlan` on the runners without waiting for the device.
+
+Launch order (one CUDA stream, so the GPU runs it in this order):
+  prefills    codec state reset, sampling row, ModelRunner.prefill per stream
+  frame step  ModelRunner.frame_step -> codes [B, 16]. With CUDA graphs that is a view of the
+              graph's static output, which the next replay overwrites: it is cloned on the device
+              at once (stream-ordered, so before any later replay). Codebook 0 [B] is copied to
+              pinned host memory with non_blocking=True (`.to("cpu", non_blocking=True)` allocates
+              the pinned buffer per step); the [16] rows stay on the device for the codec.
+  chunks      [B, 16, t] codes from those device rows -> CodecRunner.decode -> PCM, copied to
+              pinned host memory the same way
+  event       recorded after all of it; `LaunchedStep.done()` polls it, `wait()` blocks on it
+On CPU every call is synchronous, the copies are no-ops and the step is done when launched.
+
+Timings come from CUDA events around each part (device time, read after the step completed), or
+wall time on CPU, and feed the scheduler's cost model.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..runtime.codec_runner import CodecRunner
+from ..runtime.runner import ModelRunner
+from ..scheduler.plan import StepPlan, StepResult, StepTimings
+from .entry import StreamEntry
+
+
+class _Timer:
+    """Per-part device time: CUDA events (no sync when recorded) or perf_counter on CPU."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        self.parts: list[tuple[str, object, object]] = []
+
+    def start(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def stop(self, kind: str, started) -> None:
+        self.parts.append((kind, started, self.start()))
+
+    def seconds(self, kind: str) -> list[float]:
+        if self.cuda:
+            return [a.elapsed_time(b) / 1e3 for k, a, b in self.parts if k == kind]
+        return [b - a for k, a, b in self.parts if k == kind]
+
+
+@dataclass
+class LaunchedStep:
+    plan: StepPlan
+    timer: _Timer
+    c0: torch.Tensor | None = None  # [B] codebook-0 ids on the host (pinned on CUDA)
+    pcm: list[torch.Tensor] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] float on the host
+    event: torch.cuda.Event | None = None
+
+    def done(self) -> bool:
+        return self.event is None or self.event.query()
+
+    def wait(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+
+    def result(self, eos_id: int | None) -> StepResult:
+        """Call after wait(). eos_id None: EOS never ends a stream (random weights)."""
+        eos = () if self.c0 is None else tuple(eos_id is not None and int(c) == eos_id for c in self.c0.tolist())
+        frame = self.timer.seconds("frame")
+        return StepResult(self.plan.step_id, eos, StepTimings(tuple(self.timer.seconds("prefill")),
+                                                              frame[0] if frame else None,
+                                                              tuple(self.timer.seconds("chunk"))))
+
+
+class StepExecutor:
+    def __init__(self, runner: ModelRunner, codec_runner: CodecRunner, *, eos_allowed: bool):
+        self.runner, self.codec_runner = runner, codec_runner
+        self.cuda = runner.device.type == "cuda"
+        self.eos_allowed = eos_allowed
+        self.max_code = codec_runner.codec.cfg.codebook_size - 1
+
+    @torch.inference_mode()
+    def launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
+        step = LaunchedStep(plan, _Timer(self.cuda))
+        for p in plan.prefills:
+            t0 = step.timer.start()
+            self._prefill(p.slot, entries[p.stream_id])
+            step.timer.stop("prefill", t0)
+        if plan.frames is not None:
+            step.c0 = self._frame_step(plan, entries, step.timer)
+        for batch in plan.chunks:
+            t0 = step.timer.start()
+            frames = [entries[c.stream_id].take_frames(c.first_frame, c.num_frames) for c in batch.chunks]
+            codes = torch.stack(frames)  # [B, 16, t]
+            # A chunk planned before its EOS check may hold the EOS frame (codebook-0 id past the
+            # codec's range); its audio is cut there, so only the ids need to be valid.
+            codes[:, 0].clamp_(max=self.max_code)
+            pcm = self.codec_runner.decode([c.slot for c in batch.chunks], codes)
+            step.timer.stop("chunk", t0)
+            step.pcm.append(pcm.float().to("cpu", non_blocking=True))
+        if self.cuda:
+            step.event = torch.cuda.Event()
+            step.event.record()
+        return step
+
+    def _prefill(self, slot: int, entry: StreamEntry) -> None:
+        state, prompt = entry.state, entry.prompt
+        self.codec_runner.reset(slot)  # a new stream decodes from scratch
+        self.runner.start_slot(slot, entry.options.params, state.seed, eos_allowed=self.eos_allowed)
+        self.runner.prefill(slot, self.runner.embed_prompt(list(prompt.text_ids), list(prompt.codec_ids)))
+
+    def _frame_step(self, plan: StepPlan, entries: dict[str, StreamEntry], timer: _Timer) -> torch.Tensor:
+        rows = plan.frames.rows
+        t0 = timer.start()
+        codes = self.runner.frame_step([r.slot for r in rows], [r.frame for r in rows],
+                                       [r.position for r in rows], [r.text_id for r in rows])
+        if self.cuda:
+            codes = codes.clone()  # [B, 16]: the graph's output buffer is overwritten by the next replay
+        timer.stop("frame", t0)
+        for r, frame_codes in zip(rows, codes):
+            entries[r.stream_id].keep_frame(r.frame, frame_codes)
+        return codes[:, 0].to("cpu", non_blocking=True)

@@ -1,0 +1,53 @@
+"""Scheduler settings: one frozen dataclass, validated once. No torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    # Slots (streams decoding at once) and streams admitted beyond them, waiting for a slot.
+    max_active_streams: int = 32
+    max_queued_streams: int = 64
+    # Prefills per engine step: at least one while slots are free, more while the most urgent
+    # audible stream's buffer covers their cost.
+    max_prefills_per_step: int = 4
+    # A stream this far ahead of its listener yields its frame and chunk work when capacity is short.
+    yield_buffer_s: float = 1.5
+    # A stream passed over this many steps in a row runs next, whatever its deadline.
+    starvation_steps: int = 8
+    # Real time holds when one engine cycle (a frame for every stream, its share of codec and
+    # prefill work) takes at most FRAME_S / realtime_margin.
+    realtime_margin: float = 1.25
+    # Refuse a stream whose admission would make the predicted cycle miss real time. None: on when
+    # the engine runs on CUDA (a CPU engine is for tests and development and is never real time).
+    reject_predicted_underrun: bool | None = None
+    cost_ema_alpha: float = 0.2
+    # Engine steps in flight: 2 on CUDA (step k+1 is launched before step k's codes are read),
+    # 1 on CPU (synchronous). None: by device.
+    pipeline_depth: int | None = None
+    # The watchdog reports a stall when the loop makes no progress this long while work is pending.
+    watchdog_stall_s: float = 10.0
+    # Idle-time invariant violations fault the engine (tests) instead of being logged and counted.
+    raise_on_invariant_violation: bool = False
+
+    def validate(self) -> SchedulerConfig:
+        if self.max_active_streams < 1:
+            raise ValueError(f"max_active_streams must be >= 1, got {self.max_active_streams}")
+        for name in ("max_queued_streams", "starvation_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_prefills_per_step < 1:
+            raise ValueError(f"max_prefills_per_step must be >= 1, got {self.max_prefills_per_step}")
+        if not self.yield_buffer_s > 0:
+            raise ValueError(f"yield_buffer_s must be > 0, got {self.yield_buffer_s}")
+        if not self.realtime_margin >= 1.0:
+            raise ValueError(f"realtime_margin must be >= 1, got {self.realtime_margin}")
+        if not 0.0 < self.cost_ema_alpha <= 1.0:
+            raise ValueError(f"cost_ema_alpha must be in (0, 1], got {self.cost_ema_alpha}")
+        if self.pipeline_depth is not None and self.pipeline_depth not in (1, 2):
+            raise ValueError(f"pipeline_depth must be 1 or 2, got {self.pipeline_depth}")
+        if not self.watchdog_stall_s > 0:
+            raise ValueError(f"watchdog_stall_s must be > 0, got {self.watchdog_stall_s}")
+        return self
