@@ -12,6 +12,10 @@ def main(args: argparse.Namespace) -> int:
     cfg = BenchConfig.from_args(args)
     if not cfg.out.parent.is_dir():
         raise ValueError(f"output directory's parent {cfg.out.parent} does not exist")
+    try:
+        import httpx  # noqa: F401
+    except ImportError:
+        raise ValueError("cadence bench needs httpx: pip install -e '.[bench]'") from None
     if cfg.plots:
         from . import plots
 

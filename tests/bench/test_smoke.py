@@ -1,0 +1,78 @@
+"""CPU smoke run: `cadence bench` against a real `cadence serve` process on the tiny random-weight
+checkpoint, over HTTP and over the WebSocket (word by word), for a few seconds at a low rate.
+
+The CPU numbers themselves mean nothing (two shared cores, random weights); what must hold is that
+every request is sent and completes, the outputs are written, and the measurements are coherent.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.load.arrivals import poisson_schedule
+from bench.load.server_proc import ServerProcess
+from tts_engine.cli import main
+
+WARMUP, DURATION = 0.5, 2.0
+
+
+@pytest.fixture(scope="module")
+def server_url(tiny_checkpoint):
+    with ServerProcess(tiny_checkpoint, ready_timeout_s=120) as server:
+        yield server.url
+
+
+def bench(tmp_path, url: str, *args: str) -> dict:
+    out = tmp_path / "out"
+    # Single sentences (--max-join 1) keep each CPU request short, so the trials drain quickly.
+    code = main(["bench", "--url", url, "--warmup", str(WARMUP), "--duration", str(DURATION), "--out", str(out),
+                 "--max-join", "1", *args])
+    assert code == 0
+    assert {p.name for p in out.iterdir()} == {"results.json", "report.md", "ttfa_cdf.png", "ttfa_vs_rate.png",
+                                               "in_flight.png"}
+    assert all((out / name).stat().st_size > 1000 for name in ("ttfa_cdf.png", "ttfa_vs_rate.png", "in_flight.png"))
+    data = json.loads((out / "results.json").read_text())
+    data["_report"] = (out / "report.md").read_text()
+    return data
+
+
+def check_sane(data: dict, rates: list[float]) -> None:
+    assert [s["rate"] for s in data["rates"]] == rates
+    for trial in data["trials"]:
+        # Open loop: exactly the scheduled requests went out, whatever the server did.
+        schedule = poisson_schedule(trial["rate"], WARMUP, DURATION, trial["seed"])
+        assert [r["index"] for r in trial["records"]] == [a.index for a in schedule]
+        assert trial["in_flight"][-1][1] == 0 and trial["peak_in_flight_all"] >= 1
+        for r in trial["records"]:
+            assert r["ok"] and r["error"] is None, r["error"]
+            assert r["onset_sample"] is not None  # random weights still make loud audio
+            assert 0 < r["ttfb_s"] <= r["first_playable_s"] <= r["audible_ttfa_s"] <= r["e2e_s"] < 60
+            assert r["audio_s"] > 0.5 and r["rtf"] > 0 and r["sample_rate"] == 24000
+            assert sum(n for _, n in r["chunks"]) == round(r["audio_s"] * 24000)
+            assert r["underruns"] == len(r["stalls"])
+    for s in data["rates"]:
+        assert s["requests"] > 0 and s["ok"] == s["requests"] and s["silent"] == 0
+        assert 0 < s["audible_ttfa_s"]["p50"] <= s["audible_ttfa_s"]["p95"] <= s["audible_ttfa_s"]["p99"]
+        assert s["chars_per_s"] > 0 and s["peak_in_flight"] >= 1
+    report = data["_report"]
+    assert "## Results" in report and report.count("\n| ") >= len(rates) + 1
+
+
+@pytest.mark.slow
+def test_http_sweep_against_a_real_server(server_url, tmp_path):
+    data = bench(tmp_path, server_url, "--rates", "1,2", "--gpu-price", "2.5")
+    check_sane(data, [1.0, 2.0])
+    assert data["config"]["target"] == "http"
+    assert "## Cost" in data["_report"]
+
+
+@pytest.mark.slow
+def test_websocket_word_by_word_against_a_real_server(server_url, tmp_path):
+    data = bench(tmp_path, server_url, "--target", "ws", "--ws-mode", "words", "--rates", "2", "--wer", "1")
+    check_sane(data, [2.0])
+    assert data["config"]["ws_mode"] == "words" and data["config"]["word_interval_s"] == 0.01
+    # The WER pass ran on the first measured request (random weights: the figure itself is noise).
+    assert data["wer"]["utterances"] == 1 and data["wer"]["words"] > 0
+    assert "## Intelligibility" in data["_report"]
