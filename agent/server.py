@@ -37,8 +37,9 @@ from pipecat.frames.frames import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.frame_processor import FrameDirection
 
-from .pipeline import AgentConfig, bundled_whisper_model, describe_tts
-from .piper_voice import piper_model_path
+from .pipeline import AgentConfig, describe_tts
+from .piper_voice import load_voice, piper_model_path
+from .stt import bundled_whisper_model, load_whisper, whisper_setup
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
@@ -101,7 +102,8 @@ async def run_session(cfg: AgentConfig, connection) -> None:
     from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
     from pipecat.workers.runner import WorkerRunner
 
-    from .pipeline import build_pipeline, choose_tts, latency_observer, make_llm, make_stt
+    from .pipeline import build_pipeline, choose_tts, latency_observer, make_llm
+    from .stt import make_stt
 
     transport = SmallWebRTCTransport(webrtc_connection=connection,
                                      params=TransportParams(audio_in_enabled=True, audio_out_enabled=True))
@@ -132,6 +134,15 @@ async def run_session(cfg: AgentConfig, connection) -> None:
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     await runner.run()
+
+
+def preload(cfg: AgentConfig) -> None:
+    """Load the local models every session shares (Whisper; the Piper voice when no engine is
+    configured) before the server takes connections, so the first one is as quick as the rest."""
+    if cfg.stt_base_url is None:
+        load_whisper(*whisper_setup(cfg))
+    if not cfg.has_engine and cfg.fallback_tts == "piper":
+        load_voice(piper_model_path(cfg.piper_model))
 
 
 def _offer(body) -> tuple[str, str, str | None]:
@@ -167,6 +178,7 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        await asyncio.to_thread(preload, cfg)
         yield
         for task in sessions:
             task.cancel()

@@ -4,7 +4,10 @@ only stand-in is a paced output transport (the audio device), never our server."
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import re
+import threading
 import time
 
 from pipecat.frames.frames import Frame, OutputAudioRawFrame, StartFrame, TTSAudioRawFrame
@@ -55,3 +58,36 @@ class PacedOutputTransport(BaseOutputTransport):
         if isinstance(frame, TTSAudioRawFrame):
             self.written_s += duration
         return True
+
+
+class Lines:
+    """A child's stderr, line by line, read on a thread (the child never blocks on a full pipe)."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self._q: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream):
+        for line in stream:
+            self._q.put(line)
+        self._q.put(None)
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._q.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.lines.append(line)
+            if m := re.search(pattern, line):
+                return m
+        raise AssertionError(f"no {pattern!r} in:\n{''.join(self.lines)}")
+
+    def rest(self, timeout: float = 5) -> str:
+        with contextlib.suppress(AssertionError):
+            self.wait_for(r"(?!)", timeout)
+        return "".join(self.lines)

@@ -42,11 +42,10 @@ def pcm(frames) -> tuple[np.ndarray, int]:
 
 def transcribe(samples: np.ndarray, rate: int) -> str:
     import soxr
-    from faster_whisper import WhisperModel
 
-    from agent.pipeline import bundled_whisper_model
+    from agent.stt import bundled_whisper_model, load_whisper
 
-    model = WhisperModel(bundled_whisper_model(), device="cpu", compute_type="int8")
+    model = load_whisper(bundled_whisper_model(), "cpu", "int8")
     segments, _ = model.transcribe(soxr.resample(samples, rate, 16000), language="en", beam_size=1)
     return " ".join(s.text for s in segments)
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import re
 import signal
 import subprocess
 import sys
@@ -26,8 +24,11 @@ import numpy as np
 import pytest
 
 from agent.demo import load_config
-from agent.pipeline import AgentConfig, bundled_whisper_model, make_stt
+from agent.pipeline import AgentConfig
 from agent.server import _offer, describe
+from agent.stt import bundled_whisper_model, make_stt
+
+from .helpers import Lines
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,39 +94,6 @@ def test_malformed_offers_are_rejected():
         assert e.value.status_code == 400
 
 
-class _Lines:
-    """A child's stderr, line by line, read on a thread (the child never blocks on a full pipe)."""
-
-    def __init__(self, stream):
-        self.lines: list[str] = []
-        self._q: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
-
-    def _pump(self, stream):
-        for line in stream:
-            self._q.put(line)
-        self._q.put(None)
-
-    def wait_for(self, pattern: str, timeout: float) -> re.Match:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self._q.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            self.lines.append(line)
-            if m := re.search(pattern, line):
-                return m
-        raise AssertionError(f"no {pattern!r} in:\n{''.join(self.lines)}")
-
-    def rest(self, timeout: float = 5) -> str:
-        with __import__("contextlib").suppress(AssertionError):
-            self.wait_for(r"(?!)", timeout)
-        return "".join(self.lines)
-
-
 def _post(url: str, body: bytes) -> int:
     req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
     try:
@@ -143,7 +111,7 @@ def test_cadence_demo_serves_the_page_and_stops_cleanly_on_ctrl_c(tiny_checkpoin
                              "--model", str(tiny_checkpoint)],
                             cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
-        err = _Lines(proc.stderr)
+        err = Lines(proc.stderr)
         url = err.wait_for(r"open (http://\S+/)", timeout=90).group(1)
         with urllib.request.urlopen(url, timeout=10) as r:
             assert r.status == 200
