@@ -115,7 +115,7 @@ def test_codebook0_processors_penalty_eos_and_suppression(device):
     sample_rows(logits, out, codebook=0, codebook0=c0, **s)
     check_picks(out, want, s["do_sample"].cpu(), "codebook 0")
     assert int(out[0]) != c0["eos_id"] and int(out[1]) < 3072 - 1024
-    marked = seen_before.clone()
+    marked = seen_before.cpu().clone()
     marked[c0["slots"].cpu(), out.cpu()] = True
     assert torch.equal(c0["seen"].cpu(), marked), "the picked ids (and only they) are marked seen"
 
