@@ -24,7 +24,7 @@ from .records import Exchange, RequestRecord
 class Target(Protocol):
     name: str
 
-    def new_exchange(self) -> Exchange: ...
+    def new_exchange(self, keep_pcm: bool) -> Exchange: ...
 
     async def run(self, prompt: Prompt, ex: Exchange) -> None: ...
 
@@ -53,7 +53,7 @@ async def run_trial(target: Target, schedule: list[Arrival], prompts: dict[int, 
 
     async def one(arrival: Arrival) -> None:
         prompt = prompts[arrival.index]
-        ex = target.new_exchange()
+        ex = target.new_exchange(keep_pcm(arrival.index))
         change(+1)
         try:
             await asyncio.wait_for(target.run(prompt, ex), timeout_s)
@@ -65,7 +65,7 @@ async def run_trial(target: Target, schedule: list[Arrival], prompts: dict[int, 
         change(-1)
         outcome.records.append(measure(ex, index=arrival.index, measured=arrival.measured, prompt=prompt,
                                        scheduled_at_s=arrival.at_s, trial_t0=start, done_at=done))
-        if keep_pcm(arrival.index) and ex.error is None:
+        if ex.keep_pcm and ex.error is None:
             outcome.kept_pcm[arrival.index] = (bytes(ex.pcm), ex.sample_rate)
         bar.update(1)
         bar.set_postfix(in_flight=in_flight, refresh=False)

@@ -36,8 +36,8 @@ class HttpTarget:
         return {**self.fields, "input": text, "stream": True, "response_format": "pcm", "stream_format": "audio",
                 **self.extra}
 
-    def new_exchange(self) -> Exchange:
-        return Exchange(self.sample_rate)
+    def new_exchange(self, keep_pcm: bool) -> Exchange:
+        return Exchange(self.sample_rate, keep_pcm)
 
     async def run(self, prompt: Prompt, ex: Exchange) -> None:
         async def trace(event: str, info: dict) -> None:

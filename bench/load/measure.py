@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .corpus import Prompt
-from .onset import audible_onset, pcm16_to_float
 from .playout import play_time_of_sample, simulate
 from .records import Exchange, RequestRecord
 
@@ -12,7 +11,7 @@ def measure(ex: Exchange, *, index: int, measured: bool, prompt: Prompt, schedul
             trial_t0: float, done_at: float) -> RequestRecord:
     sr = ex.sample_rate
     play = simulate(ex.chunks, sr)
-    onset = audible_onset(pcm16_to_float(bytes(ex.pcm[: len(ex.pcm) // 2 * 2])), sr) if ex.pcm else None
+    onset = ex.onset_sample
     ttfa = play_time_of_sample(play, ex.chunks, onset, sr) if onset is not None else None
     audio_s = play.samples / sr
     ok = ex.error is None and ex.end_s is not None

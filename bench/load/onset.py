@@ -46,3 +46,40 @@ def audible_onset(signal: np.ndarray, sample_rate: int, threshold_dbfs: float = 
     if hits.size == 0:
         return None
     return int(hits[0]) * round(HOP_S * sample_rate)
+
+
+class OnsetTracker:
+    """The same onset, found while the audio streams in: each new full window is scored once and
+    samples before the next window to score are dropped, so a long response costs no memory and
+    no end-of-request burst of work (which would stall the client's event loop under load)."""
+
+    def __init__(self, sample_rate: int, threshold_dbfs: float = THRESHOLD_DBFS):
+        self.sample_rate = sample_rate
+        self.threshold = threshold_dbfs
+        self.win = round(WINDOW_S * sample_rate)
+        self.hop = round(HOP_S * sample_rate)
+        self.onset: int | None = None
+        self._buf = np.empty(0, dtype=np.float32)
+        self._buf_start = 0  # sample index of _buf[0]
+        self._next = 0  # index of the next window to score
+        self._prev_loud = False  # whether window _next - 1 was audible
+
+    def feed(self, samples: np.ndarray) -> None:
+        if self.onset is not None or samples.size == 0:
+            return
+        self._buf = np.concatenate([self._buf, samples])
+        first = self._next * self.hop - self._buf_start  # _next's start inside _buf
+        levels = window_dbfs(self._buf[first:], self.sample_rate)
+        if levels.size == 0:
+            return
+        loud = np.concatenate([[self._prev_loud], levels >= self.threshold])
+        hits = np.flatnonzero(loud[:-1] & loud[1:])
+        if hits.size:
+            self.onset = (self._next + int(hits[0]) - 1) * self.hop
+            self._buf = np.empty(0, dtype=np.float32)
+            return
+        self._next += levels.size
+        self._prev_loud = bool(loud[-1])
+        drop = self._next * self.hop - self._buf_start
+        self._buf = self._buf[drop:]
+        self._buf_start += drop

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .onset import OnsetTracker, pcm16_to_float
 from .playout import Chunk
 
 
 @dataclass
 class Exchange:
     sample_rate: int
+    keep_pcm: bool = False  # keep the audio itself (for the WER pass); the onset never needs it
     t0: float | None = None  # perf_counter() when the first request byte went out
     status: int | None = None  # HTTP status (WebSocket: 101 once the context is open on the wire)
     error: str | None = None  # None: the server finished the stream normally
@@ -23,16 +25,27 @@ class Exchange:
     end_s: float | None = None  # last byte of the body / the context's `done`
     chunks: list[Chunk] = field(default_factory=list)
     pcm: bytearray = field(default_factory=bytearray)
-    _odd: int = 0  # a dangling byte of a sample split across two reads
+    onset: OnsetTracker | None = None  # created with the first audio, once the sample rate is known
+    _carry: bytes = b""  # a dangling byte of a sample split across two reads
 
     def add_pcm(self, data: bytes, now: float) -> None:
-        """Append body bytes that arrived at perf_counter() `now`, counting whole samples only."""
+        """Body bytes that arrived at perf_counter() `now`: a playout chunk of the whole samples
+        they complete, and onset detection as they stream in."""
         if self.t0 is None or not data:
             return
-        self.pcm += data
-        total = self._odd + len(data)
-        self._odd = total % 2
-        self.chunks.append(Chunk(now - self.t0, total // 2))
+        if self.keep_pcm:
+            self.pcm += data
+        data = self._carry + data
+        whole = len(data) // 2 * 2
+        self._carry = data[whole:]
+        self.chunks.append(Chunk(now - self.t0, whole // 2))
+        if self.onset is None:
+            self.onset = OnsetTracker(self.sample_rate)
+        self.onset.feed(pcm16_to_float(data[:whole]))
+
+    @property
+    def onset_sample(self) -> int | None:
+        return None if self.onset is None else self.onset.onset
 
     def since_t0(self, now: float) -> float:
         return now - self.t0 if self.t0 is not None else 0.0

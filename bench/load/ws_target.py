@@ -85,8 +85,8 @@ class WsTarget:
         self.lock = asyncio.Lock()
         self.ids = itertools.count()
 
-    def new_exchange(self) -> Exchange:
-        return Exchange(self.sample_rate)
+    def new_exchange(self, keep_pcm: bool) -> Exchange:
+        return Exchange(self.sample_rate, keep_pcm)
 
     async def _acquire(self, context_id: str, handler: Callable[[dict, float], None]) -> _Connection:
         async with self.lock:

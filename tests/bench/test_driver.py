@@ -35,8 +35,8 @@ class FakeTarget:
         self.hang_every = hang_every
         self.calls = 0
 
-    def new_exchange(self) -> Exchange:
-        return Exchange(SR)
+    def new_exchange(self, keep_pcm: bool) -> Exchange:
+        return Exchange(SR, keep_pcm)
 
     async def run(self, prompt: Prompt, ex: Exchange) -> None:
         self.calls += 1

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
-from bench.load.onset import audible_onset, pcm16_to_float, window_dbfs
+from bench.load.onset import OnsetTracker, audible_onset, pcm16_to_float, window_dbfs
+from bench.load.records import Exchange
 
 SR = 24000
 HOP = 240
@@ -89,3 +92,34 @@ def test_matches_the_loop_definition_on_random_envelopes(seed):
 def test_pcm16_bytes_decode_to_unit_floats():
     pcm = np.array([0, 16384, -32768, 32767], dtype="<i2").tobytes()
     np.testing.assert_allclose(pcm16_to_float(pcm), [0.0, 0.5, -1.0, 32767 / 32768])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_streaming_tracker_equals_the_whole_signal_definition(seed):
+    rng = np.random.default_rng(100 + seed)
+    sr = (24000, 16000)[seed % 2]
+    n = int(rng.integers(0, 9000))
+    level = 10 ** (rng.uniform(-60, -30, size=n // 100 + 1) / 20)
+    x = (rng.normal(0, 1, n) * np.repeat(level, 100)[:n]).astype(np.float32)
+    tracker = OnsetTracker(sr)
+    i = 0
+    while i < n:  # arbitrary read sizes, down to a single sample
+        k = int(rng.integers(1, 1500))
+        tracker.feed(x[i:i + k])
+        i += k
+    assert tracker.onset == audible_onset(x, sr)
+
+
+def test_exchange_reassembles_samples_split_across_reads_and_keeps_audio_only_on_request():
+    x = np.concatenate([np.zeros(2400), 0.3 * np.sin(np.arange(4800) / 5)])
+    pcm = (x * 32767).astype("<i2").tobytes()
+    for keep in (False, True):
+        ex = Exchange(SR, keep_pcm=keep, t0=100.0)
+        cuts = [0, 1, 1001, 1002, 7777, len(pcm)]  # odd cuts split samples
+        for k, (a, b) in enumerate(itertools.pairwise(cuts)):
+            ex.add_pcm(pcm[a:b], 100.0 + k * 0.01)
+        assert [c.samples for c in ex.chunks] == [0, 500, 1, 3387, (len(pcm) - 7777 + 1) // 2]
+        assert sum(c.samples for c in ex.chunks) == len(x)
+        assert ex.chunks[2].at_s == pytest.approx(0.02)
+        assert ex.onset_sample == audible_onset(x, SR) == 2400 - HOP
+        assert bytes(ex.pcm) == (pcm if keep else b"")
