@@ -51,7 +51,9 @@ def load_voice(path: Path):
     from piper import PiperVoice
 
     logger.info(f"TTS: loading the Piper voice {path.stem} on the CPU ({path})")
-    return PiperVoice.load(path, use_cuda=False)
+    voice = PiperVoice.load(path, use_cuda=False)
+    list(voice.synthesize("Ready."))  # warm-up: ONNX Runtime's first run is slow
+    return voice
 
 
 class PiperTTS(PiperTTSService):

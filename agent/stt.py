@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 from loguru import logger
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.services.whisper.stt import WhisperSTTService
@@ -30,7 +31,9 @@ def load_whisper(model: str, device: str, compute_type: str):
     from faster_whisper import WhisperModel
 
     logger.info(f"STT: loading faster-whisper {model} on {device} ({compute_type})")
-    return WhisperModel(model, device=device, compute_type=compute_type)
+    whisper = WhisperModel(model, device=device, compute_type=compute_type)
+    list(whisper.transcribe(np.zeros(16000, dtype=np.float32), language="en")[0])  # warm-up: the first call is slow
+    return whisper
 
 
 class SharedWhisperSTTService(WhisperSTTService):

@@ -1,11 +1,9 @@
 """The agent server and `cadence demo`: the STT wiring (bundled Whisper model, no network), the
 demo's configuration, the page and signalling endpoints, and the command's start and clean stop
-against a real engine on the tiny checkpoint.
-
-No test here transcribes speech: nothing in the repository can produce real speech yet (the
-engine's tiny checkpoint has random weights, espeak-ng is not in CI), so the Whisper service is
-checked for its wiring only (loaded from the package's local model directory with the Hugging Face
-hub offline, run on silence)."""
+against a real engine on the tiny checkpoint. Speech is transcribed in test_piper_voice.py and
+test_browser_e2e.py (Piper and espeak-ng make real speech); here Whisper is checked for its wiring
+only (loaded from the package's local model directory with the Hugging Face hub offline, run on
+silence)."""
 
 from __future__ import annotations
 
