@@ -7,7 +7,7 @@
 #                                         print the PYTHONPATH entry to put first
 #
 # Each peer gets its own folder because the two cannot share one site: the official qwen-tts
-# 0.1.1 runs on transformers 4.57.3 (it imports names transformers 5 removed), while
+# 0.1.1 runs on transformers 4.57.3 (it fails to import on transformers 5), while
 # faster-qwen3-tts 0.5.4 needs transformers >= 5.15.1 and `qwen-tts-hf`, a build of the same
 # `qwen_tts` package patched for transformers 5. The server wheels in .whl/*.whl (fastapi,
 # uvicorn, pydantic, ...) are not repeated here.
@@ -25,7 +25,7 @@ declare -A WHEELS=(
 if [[ "${1:-}" == install ]]; then
   peer="${2:?usage: wheels.sh install qwen-tts|faster-qwen3-tts}"
   [[ -n "${WHEELS[$peer]:-}" ]] || { echo "unknown peer $peer" >&2; exit 2; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --root-user-action=ignore \
     --target "/tmp/peers/$peer" .whl/peers/"$peer"/*.whl >&2
   echo "/tmp/peers/$peer"
   exit 0
