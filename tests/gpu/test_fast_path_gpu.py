@@ -120,3 +120,26 @@ def test_prefill_graphs_equal_eager_prefill_and_touch_only_their_slot(model_1_7b
         for e, gr in zip(eager[2:4], graph[2:4]):  # hidden, logits
             torch.testing.assert_close(gr[slot].float(), e[slot].float(), rtol=2e-2, atol=2e-2)
         _restore(runner, before)
+
+
+def test_async_steps_queued_ahead_give_each_steps_codes_on_the_host(model_1_7b):
+    """Three frame steps queued before any is read: each StepCodes.host() holds its own step's
+    codes (the pinned ring is not overwritten early), equal to the same steps run one by one."""
+    cfg, model = model_1_7b
+    runner = ModelRunner(model, max_slots=8, max_context=256)
+    prompts = _prompts(cfg, 3)
+    runner.capture_graphs()
+    for slot, p in enumerate(prompts):
+        runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
+        runner.prefill(slot, runner.embed_prompt(list(p.text_ids), list(p.codec_ids)))
+    snap = _state(runner)
+    slots = [0, 1, 2]
+
+    def args(f):
+        return slots, [f] * 3, [len(prompts[s]) + f for s in slots], [2000 + s for s in slots]
+
+    one_by_one = [runner.frame_step(*args(f)).cpu() for f in range(3)]
+    _restore(runner, snap)
+    pending = [runner.frame_step_async(*args(f)) for f in range(3)]
+    for f, step in enumerate(pending):
+        assert torch.equal(step.host(), one_by_one[f]), f"step {f}: host codes differ"

@@ -20,6 +20,8 @@ it they run in plain torch (`fused.decoder_step_torch`), the reference the fast 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -42,10 +44,31 @@ from .sampler import (
 )
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+STEP_RING = 4  # frame steps that may be queued on the device at once (pinned staging buffers)
 # Prompt lengths with a captured prefill graph (rows padded up to the bucket). A CustomVoice
 # prompt is ~10 rows + the text's tokens in the non-streaming layout, ~11 in the streaming one.
 PREFILL_BUCKETS = (16, 32, 64, 128, 256)
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
+
+
+@dataclass
+class StepCodes:
+    """One frame step's codes [B, 16]: `device` (valid until the next step), `host_buffer` (pinned,
+    filled when `ready` fires, None = already there; reused STEP_RING steps later, so read it
+    before queuing that many more steps)."""
+
+    device: torch.Tensor
+    host_buffer: torch.Tensor
+    ready: torch.cuda.Event | None
+
+    def done(self) -> bool:
+        return self.ready is None or self.ready.query()
+
+    def host(self) -> torch.Tensor:
+        """Waits for the copy (not for the rest of the step) -> codes on the CPU."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.host_buffer
 
 
 class ModelRunner:
@@ -111,10 +134,12 @@ class ModelRunner:
         self.prefill_positions = torch.arange(max_context, **i)
         self.suppress = suppress_mask(self.cfg.vocab_size, self.cfg.codec_eos_token_id).to(self.device)
         self.slot_fast = [True] * n  # host copy: does the FAST sampler variant serve this slot's settings?
+        self._ring_pos = 0
         self.prefill_graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
         self._pool = None
+        # (bucket, variant) -> (codes graph, talker graph, inputs [4, bucket], codes out [bucket, 16])
         self.graphs: dict[tuple[int, SamplerVariant],
-                          tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], torch.Tensor]] = {}
+                          tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
 
     # -- slots ---------------------------------------------------------------------------------
     def start_slot(self, slot: int, params: SamplingParams, seed: int, eos_allowed: bool) -> None:
@@ -310,62 +335,105 @@ class ModelRunner:
                                    suppress=self.suppress, eos_id=self.cfg.codec_eos_token_id))
         return c0
 
-    def _frame_step(self, slots, frames, positions, step_text, variant: SamplerVariant = GENERAL) -> torch.Tensor:
+    def _frame_codes(self, slots, frames, variant: SamplerVariant = GENERAL) -> torch.Tensor:
+        """First half of a frame step: sample c0 from the slots' logits, run the 15 code-predictor
+        steps -> codes [B, 16]. The frame's audio needs only this half."""
         rows = self.rows.gather(slots)
         u = None
         if not self.fused_sampler:  # [B, 16]: all codebooks at once
             u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)
         c0 = self._sample_c0(slots, frames, rows, u, variant)
         rest = self._code_predict(self.hidden[slots], c0, frames, rows, u, variant)
-        codes = torch.cat((c0[:, None], rest), dim=1)  # [B, 16]
+        return torch.cat((c0[:, None], rest), dim=1)
+
+    def _frame_feed(self, slots, positions, step_text, codes) -> None:
+        """Second half: the frame's codes (+ the step's text id) through the talker at `positions`
+        -> the slots' next hidden state and codebook-0 logits."""
+        c0, rest = codes[:, 0], codes[:, 1:]
         feedback = self.codec_embedding[c0] + self.cp_feedback[self.codebook_ids[:15], rest].sum(1)
         hidden = self._talker_decode(slots, feedback + self.text_embed(step_text), positions)
         self.hidden[slots] = hidden
         self.logits[slots] = F.linear(hidden, self.codec_head).float()
+
+    def _frame_step(self, slots, frames, positions, step_text, variant: SamplerVariant = GENERAL) -> torch.Tensor:
+        codes = self._frame_codes(slots, frames, variant)
+        self._frame_feed(slots, positions, step_text, codes)
         return codes
 
     @torch.inference_mode()
     def frame_step(self, slots: list[int], frames: list[int], positions: list[int],
                    step_text: list[int]) -> torch.Tensor:
-        """One frame for each slot -> codes [B, 16] (device tensor; EOS rows have c0 == EOS).
+        """One frame for each slot -> codes [B, 16] (device tensor; EOS rows have c0 == EOS; with
+        graphs a view of a static buffer that the next step overwrites).
 
         frames[i]: index of the frame being produced for slots[i]; positions[i]: the talker
         position its feedback is written at; step_text[i]: text-track id added to that step."""
+        return self.frame_step_async(slots, frames, positions, step_text).device
+
+    @torch.inference_mode()
+    def frame_step_async(self, slots: list[int], frames: list[int], positions: list[int],
+                         step_text: list[int]) -> StepCodes:
+        """`frame_step` without waiting: returns as soon as the step is queued on the device. The
+        codes are copied to pinned host memory right after the code predictor, before the talker
+        half runs, so `StepCodes.host()` is ready ~a talker step before the step ends."""
         b = len(slots)
         if b > max(self.buckets):
             raise ValueError(f"batch of {b} exceeds the largest bucket {max(self.buckets)}")
         variant = FAST if not self.fused_sampler and all(self.slot_fast[s] for s in slots) else GENERAL
-        if self.use_graphs and self.graphs:
-            bucket = next(x for x in self.buckets if x >= b)
-            graph, inputs, out = self.graphs[(bucket, variant)]
-            pad = bucket - b
-            for buf, vals, fill in zip(inputs, (slots, frames, positions, step_text), (self.scratch, 0, 0, 0)):
-                buf.copy_(torch.tensor(vals + [fill] * pad), non_blocking=True)
-            graph.replay()
-            return out[:b]
-        t = lambda v: torch.tensor(v, device=self.device)  # noqa: E731
-        return self._frame_step(t(slots), t(frames), t(positions), t(step_text), variant)
+        if not (self.use_graphs and self.graphs):
+            t = lambda v: torch.tensor(v, device=self.device)  # noqa: E731
+            codes = self._frame_step(t(slots), t(frames), t(positions), t(step_text), variant)
+            return StepCodes(codes, codes.cpu(), None)
+        bucket = next(x for x in self.buckets if x >= b)
+        codes_graph, feed_graph, inputs, out = self.graphs[(bucket, variant)]
+        ring = self._ring_next()
+        staging, host = self._staging[ring], self._codes_host[ring]
+        pad = bucket - b
+        for row, (vals, fill) in enumerate(zip((slots, frames, positions, step_text), (self.scratch, 0, 0, 0))):
+            staging[row, :bucket] = torch.tensor(vals + [fill] * pad)
+        inputs.copy_(staging[:, :bucket], non_blocking=True)  # pinned: no stream sync
+        codes_graph.replay()
+        host[:b].copy_(out[:b], non_blocking=True)
+        ready = self._ring_events[ring]
+        ready.record()
+        feed_graph.replay()
+        return StepCodes(out[:b], host[:b], ready)
+
+    def _ring_next(self) -> int:
+        """Next pinned staging slot; waits only if the step that used it RING steps ago is unfinished."""
+        self._ring_pos = (self._ring_pos + 1) % len(self._staging)
+        self._ring_events[self._ring_pos].synchronize()
+        return self._ring_pos
 
     @torch.inference_mode()
     def capture_graphs(self) -> None:
-        """Capture one frame-step graph per (bucket, sampler variant), largest first, sharing one memory pool."""
+        """Capture two graphs per (bucket, sampler variant), largest first, sharing one memory pool:
+        the codes half and the talker half of a frame step."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         pool = self._pool = torch.cuda.graph_pool_handle()
+        bmax = max(self.buckets)
+        self._staging = [torch.zeros(4, bmax, dtype=torch.long).pin_memory() for _ in range(STEP_RING)]
+        self._codes_host = [torch.zeros(bmax, 16, dtype=torch.long).pin_memory() for _ in range(STEP_RING)]
+        self._ring_events = [torch.cuda.Event() for _ in range(STEP_RING)]
+        for e in self._ring_events:
+            e.record()
         for bucket, variant in ((b, v) for b in sorted(self.buckets, reverse=True) for v in self.variants):
-            inputs = (torch.full((bucket,), self.scratch, device=self.device),
-                      torch.zeros(bucket, dtype=torch.long, device=self.device),
-                      torch.zeros(bucket, dtype=torch.long, device=self.device),
-                      torch.full((bucket,), self.cfg.code_predictor.vocab_size, device=self.device))
+            inputs = torch.zeros(4, bucket, dtype=torch.long, device=self.device)  # slots, frames, positions, text
+            inputs[0] = self.scratch
+            inputs[3] = self.cfg.code_predictor.vocab_size
+            slots, frames, positions, text = inputs
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self._frame_step(*inputs, variant)
+                    self._frame_step(slots, frames, positions, text, variant)
             torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                out = self._frame_step(*inputs, variant)
-            self.graphs[(bucket, variant)] = (graph, inputs, out)
+            codes_graph, feed_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(codes_graph, pool=pool):
+                out = self._frame_codes(slots, frames, variant)
+            with torch.cuda.graph(feed_graph, pool=pool):
+                self._frame_feed(slots, positions, text, out)
+            self.graphs[(bucket, variant)] = (codes_graph, feed_graph, inputs, out)
         torch.cuda.synchronize()
         self.capture_prefill_graphs()
