@@ -124,7 +124,9 @@ def test_a_spoken_question_in_chromium_gets_a_spoken_answer(demo, tmp_path):
     heard = transcribe(base64.b64decode(result.pop("rec_pcm16_b64")), result["rec_rate"])
     summary = {k: result[k] for k in ("turns", "latency_text", "user_texts", "bot_texts", "bot_peak_rms")}
     summary |= {"bot_audio_heard_as": heard, "question_s": speech_s,
-                "pipeline_ready_after_mic_ms": result["ready_at"] - result["mic_opened_at"]}
+                "pipeline_ready_after_mic_ms": result["ready_at"] - result["mic_opened_at"],
+                "agent_breakdown": [e["lines"] for e in result["events"] if e["type"] == "latency"],
+                "load_average_1min": os.getloadavg()[0]}  # the figures depend on what else runs
     (ARTIFACTS / "browser-e2e.json").write_text(json.dumps(summary, indent=2) + "\n")
     (tmp_path / "browser-e2e.json").write_text(json.dumps(summary, indent=2) + "\n")
 
