@@ -44,16 +44,22 @@ def write_plots(data: dict, out: Path) -> list[str]:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     rates = data["rates"]
+    never_heard = []  # (rate, key, colour): percentiles that land on failed/silent requests ("inf")
     for key, style in (("p50", "o-"), ("p95", "s-"), ("p99", "^-")):
         pts = [(s["rate"], s["audible_ttfa_s"][key] * 1e3) for s in rates
                if isinstance(s["audible_ttfa_s"][key], int | float)]
-        if pts:
-            ax.plot(*zip(*pts), style, label=f"{key} audible TTFA")
+        colour = ax.plot(*zip(*pts), style, label=f"{key} audible TTFA")[0].get_color() if pts else "red"
+        never_heard += [(s["rate"], key, colour) for s in rates if s["audible_ttfa_s"][key] == "inf"]
     ax.axhline(slo_ms, color="grey", linestyle="--", linewidth=1, label=f"SLO {slo_ms:g} ms")
+    ax.set_yscale("log")
+    top = ax.get_ylim()[1]
+    for rate, key, colour in never_heard:  # drawn at the top edge: "off the chart"
+        ax.annotate(f"{key} inf", (rate, top), xytext=(0, -24), textcoords="offset points", ha="center",
+                    color=colour, fontsize=8, arrowprops={"arrowstyle": "->", "color": colour})
     for s in rates:
         if not s["sustained"]:
             ax.axvspan(s["rate"] * 0.97, s["rate"] * 1.03, color="red", alpha=0.12)
-    ax.set(xlabel="offered load (req/s)", ylabel="ms", yscale="log", title="Audible TTFA vs rate (red: rate fails)")
+    ax.set(xlabel="offered load (req/s)", ylabel="ms", title="Audible TTFA vs rate (red: rate fails)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     names.append(_save(fig, out, "ttfa_vs_rate.png"))

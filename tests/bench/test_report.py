@@ -1,0 +1,68 @@
+"""results.json, report.md and plots from a hand-made sweep (no server)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench.load.config import BenchConfig
+from bench.load.corpus import CharMix, prompt_for
+from bench.load.driver import TrialOutcome
+from bench.load.output import dumps, to_json
+from bench.load.plots import write_plots
+from bench.load.report import render
+from bench.load.summary import capacity, cost_per_million_chars, summarize
+from bench.load.sweep import SweepResult, Trial
+
+from .test_summary import rec
+
+
+def sweep(tmp_path: Path) -> SweepResult:
+    cfg = BenchConfig(out=tmp_path, url="http://127.0.0.1:1", rates=(5.0, 10.0, 20.0), warmup_s=1, duration_s=10,
+                      gpu_price=4.29, label="unit test")
+    result = SweepResult(cfg)
+    per_rate = {
+        5.0: [rec(i, 0.02, chars=60) for i in range(50)],
+        10.0: [rec(i, 0.04, chars=60) for i in range(100)],
+        # 20 req/s: three failures in 200 (1.5 %) -> p99 lands on them; a lagging send; the rate fails
+        20.0: [rec(i, 0.06, chars=60) for i in range(197)] + [rec(197, None, ok=False, error="HTTP 503: busy"),
+                                                              rec(198, None, ok=False, error="HTTP 503: busy"),
+                                                              rec(199, None, ok=False, error="timeout after 1 s")],
+    }
+    per_rate[20.0][5] = replace(per_rate[20.0][5], sent_at_s=per_rate[20.0][5].scheduled_at_s + 0.05)
+    for rate, records in per_rate.items():
+        outcome = TrialOutcome(records=records, in_flight=[(0.0, 0), (1.0, 3), (5.0, 7), (12.0, 0)], wall_s=12)
+        result.trials.append(Trial(rate, 0, outcome, 7, CharMix.of([prompt_for(0, r.index) for r in records])))
+        result.rates.append(summarize(rate, [0], records, cfg.duration_s, 7))
+    result.capacity = capacity(result.rates, cfg.slo_s)
+    result.cost_per_million_chars = cost_per_million_chars(4.29, result.capacity.chars_per_s)
+    return result
+
+
+def test_json_report_and_plots(tmp_path):
+    result = sweep(tmp_path)
+    data = to_json(result, ["cadence", "bench", "--url", "http://127.0.0.1:1"])
+    text = dumps(data)
+    assert json.loads(text) == data  # strict JSON: no NaN/Infinity tokens
+    assert data["capacity_rate"] == 10.0
+    assert [r["sustained"] for r in data["rates"]] == [True, True, False]
+    assert data["rates"][2]["audible_ttfa_s"]["p99"] == "inf" and data["rates"][2]["audible_ttfa_s"]["p95"] == 0.06
+    assert data["cost_per_million_chars"] == pytest.approx(4.29 * 1e6 / (100 * 60 / 10 * 3600), abs=1e-6)
+    assert len(data["trials"]) == 3 and len(data["trials"][2]["records"]) == 200
+
+    names = write_plots(data, tmp_path)
+    assert names == ["ttfa_cdf.png", "ttfa_vs_rate.png", "in_flight.png"]
+    assert all((tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
+
+    report = render(data, names)
+    assert "**unit test**" in report
+    assert "| 10 | 100 | 100 | 40.0 / 40.0 / 40.0 |" in report
+    assert "| 20 | 200 | 197 | 60.0 / 60.0 / inf |" in report
+    assert "**10 req/s**" in report
+    assert f"**${data['cost_per_million_chars']:.2f} per million characters**" in report
+    assert "HTTP 503 x2" in report and "timeout after 1 s x1" in report
+    assert "**Warning**" in report and "20 req/s 50.0 ms" in report
+    assert "![ttfa_cdf.png](ttfa_cdf.png)" in report
