@@ -258,7 +258,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.dtype is None:
         on_cuda = args.device.startswith("cuda")
-        args.dtype = args.config.raw.get("torch_dtype", "bfloat16") if on_cuda else "float32"
+        stored = args.config.raw.get("torch_dtype")
+        args.dtype = (stored if stored in DTYPES else "bfloat16") if on_cuda else "float32"
     args.torch_dtype = DTYPES[args.dtype]
     return args
 
@@ -269,7 +270,11 @@ def serve(args: argparse.Namespace, name: str, load: Callable[[], Peer]) -> None
     log.setLevel(logging.INFO)
     worker = Worker(name)
     started = time.perf_counter()
-    peer = worker.call(load)
+    try:
+        peer = worker.call(load)
+    except ImportError as e:
+        raise SystemExit(f"{name}: {e}. Its packages come as wheels: bench/peers/wheels.sh, then "
+                         f"bench/peers/start.sh {name} ... (docs/peers.md)") from e
     if args.warmup:
         worker.call(_warm_up, peer, args.config)
     log.info("%s ready on %s (%s) in %.1f s: http://%s:%d%s", name, args.device, args.dtype,

@@ -3,6 +3,7 @@ would load, the RoPE workaround; tests/gpu/test_peers_gpu.py runs the real thing
 
 from __future__ import annotations
 
+import json
 import re
 import types
 from pathlib import Path
@@ -37,8 +38,10 @@ def test_a_directory_without_a_checkpoint_is_refused(tmp_path, capsys):
     assert "no config.json there" in exit_message(capsys, ["--model", tmp_path, "--device", "cuda"])
 
 
-def test_a_voice_design_checkpoint_is_refused(tiny_voice_design_checkpoint, capsys):
-    message = exit_message(capsys, ["--model", tiny_voice_design_checkpoint, "--device", "cuda"])
+def test_a_voice_design_checkpoint_is_refused(tiny_checkpoint, tmp_path, capsys):
+    raw = json.loads((tiny_checkpoint / "config.json").read_text())  # only config.json is read before loading
+    (tmp_path / "config.json").write_text(json.dumps({**raw, "tts_model_type": "voice_design"}))
+    message = exit_message(capsys, ["--model", tmp_path, "--device", "cuda"])
     assert "serve CustomVoice checkpoints" in message
 
 

@@ -40,7 +40,8 @@ def adapter(tiny_checkpoint, tmp_path_factory):
         pytest.fail("qwen-tts and transformers==4.57.3 must be installed (see README: the test command)")
     port = free_port()
     log = tmp_path_factory.mktemp("qwen-tts-peer") / "out.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": path}
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "bench.peers.qwen_tts", "--model", str(tiny_checkpoint),
                                  "--port", str(port), "--device", "cpu"], cwd=REPO, env=env, stdout=out,
