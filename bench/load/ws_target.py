@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import re
@@ -144,7 +145,8 @@ class WsTarget:
                 await conn.send({"type": "cancel", "context_id": cid})
         except asyncio.CancelledError:  # the driver's timeout: free the server's context too
             if conn.closed is None:
-                await asyncio.shield(conn.send({"type": "cancel", "context_id": cid}))
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    await asyncio.shield(conn.send({"type": "cancel", "context_id": cid}))
             raise
         except websockets.ConnectionClosed as e:
             ex.error = ex.error or f"connection closed ({e})"
