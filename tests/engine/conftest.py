@@ -20,7 +20,6 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint, one_thread):
     eng = start_engine(tiny_checkpoint, max_active_streams=24)
@@ -37,10 +36,20 @@ def small_engine(tiny_checkpoint, one_thread):
     assert eng.fault is None
 
 
+@pytest.fixture(scope="module")
+def pipelined_engine(tiny_checkpoint, one_thread):
+    """Depth 2 as on CUDA: step k+1 is launched before step k is read (on CPU each step is done
+    when launched, so this runs the in-flight logic, not the overlap)."""
+    eng = start_engine(tiny_checkpoint, pipeline_depth=2, max_active_streams=8)
+    yield eng
+    asyncio.run(eng.stop())
+    assert eng.fault is None
+
+
 @pytest.fixture(autouse=True)
 def engines_empty_after_each_test(request):
     yield
-    for name in ("engine", "small_engine"):
+    for name in ("engine", "small_engine", "pipelined_engine"):
         if name in request.fixturenames:
             assert_empty(request.getfixturevalue(name))
 

@@ -30,10 +30,10 @@ def options(seed: int = 7, **kw) -> StreamOptions:
     return StreamOptions(VOICE, SamplingParams(seed=seed), **kw)
 
 
-def start_engine(path, **caps) -> StreamingEngine:
+def start_engine(path, pipeline_depth: int | None = None, **caps) -> StreamingEngine:
     # Invariant violations found while idle fault the engine, so a test that breaks one fails.
-    engine = StreamingEngine(path, device="cpu", max_context=512,
-                             scheduler=SchedulerConfig(raise_on_invariant_violation=True), **caps)
+    cfg = SchedulerConfig(raise_on_invariant_violation=True, pipeline_depth=pipeline_depth)
+    engine = StreamingEngine(path, device="cpu", max_context=512, scheduler=cfg, **caps)
     asyncio.run(engine.start())
     return engine
 

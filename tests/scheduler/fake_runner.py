@@ -2,7 +2,7 @@
 
 `FakeRunner` executes `StepPlan`s the way the engine's StepExecutor does, minus the tensors: a frame
 row's codebook 0 is EOS exactly at the frame its stream's script says, every part takes the time a
-fixed table says, and a launched step completes after a set number of polls (a GPU still busy).
+fixed table says, and a step's result is there when the pipeline reads it.
 It also checks what a real runner relies on: distinct slots per call, prefill before frames, frames
 chunked only once launched and in order, and no work for a slot after its stream was removed
 (unless launched before).
@@ -40,22 +40,16 @@ class FakeCosts:
 class FakeLaunched:
     plan: StepPlan
     result: StepResult
-    polls_left: int
-
-    def done(self) -> bool:
-        if self.polls_left > 0:
-            self.polls_left -= 1
-        return self.polls_left == 0
+    waited: bool = False
 
     def wait(self) -> None:
-        self.polls_left = 0
+        self.waited = True
 
 
 @dataclass
 class FakeRunner:
     eos_at: dict[str, int] = field(default_factory=dict)  # stream id -> frame whose codebook 0 is EOS
     costs: FakeCosts = field(default_factory=FakeCosts)
-    polls: int = 2  # done() calls until a launched step reports done (1: done at once)
     launched: dict[str, int] = field(default_factory=dict)  # stream id -> frames launched
     chunked: dict[str, int] = field(default_factory=dict)  # stream id -> next absolute frame to chunk
     slot_owner: dict[int, str] = field(default_factory=dict)
@@ -89,7 +83,7 @@ class FakeRunner:
         timings = StepTimings(tuple(self.costs.prefill_s for _ in plan.prefills),
                               self.costs.frame_s if plan.frames is not None else None,
                               tuple(self.costs.chunk_s for _ in plan.chunks))
-        return FakeLaunched(plan, StepResult(plan.step_id, eos, timings), self.polls)
+        return FakeLaunched(plan, StepResult(plan.step_id, eos, timings))
 
 
 @dataclass

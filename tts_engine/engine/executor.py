@@ -9,8 +9,8 @@ Launch order (one CUDA stream, so the GPU runs it in this order):
               the pinned buffer per step); the [16] rows stay on the device for the codec.
   chunks      [B, 16, t] codes from those device rows -> CodecRunner.decode -> PCM, copied to
               pinned host memory the same way
-  event       recorded after all of it; `LaunchedStep.done()` polls it, `wait()` blocks on it
-On CPU every call is synchronous, the copies are no-ops and the step is done when launched.
+  event       recorded after all of it; `LaunchedStep.wait()` blocks on it when the step is read
+On CPU every call is synchronous, the copies are no-ops and the step is complete when launched.
 
 Timings come from CUDA events around each part (device time, read after the step completed), or
 wall time on CPU, and feed the scheduler's cost model.
@@ -59,9 +59,6 @@ class LaunchedStep:
     c0: torch.Tensor | None = None  # [B] codebook-0 ids on the host (pinned on CUDA)
     pcm: list[torch.Tensor] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] float on the host
     event: torch.cuda.Event | None = None
-
-    def done(self) -> bool:
-        return self.event is None or self.event.query()
 
     def wait(self) -> None:
         if self.event is not None:

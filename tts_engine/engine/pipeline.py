@@ -1,6 +1,11 @@
-"""Engine steps in flight, oldest first. No torch: the same logic runs on CPU (depth 1, every step
-complete when launched) and on CUDA (depth 2: step k+1 is launched before step k is read, so the GPU
-never waits for Python to plan)."""
+"""Engine steps in flight, oldest first. No torch: the same logic runs on CPU and on CUDA.
+
+Depth 2 (CUDA): after step k+1 is launched, step k is read (its event waited for) while the GPU
+runs k+1, and the next plan is made before k+1 is read, so the GPU never waits for Python. Depth 1
+(CPU, where every call is synchronous): each step is read right after its launch. A step is read
+early only when nothing new was launched (`must_wait`), never because it happens to be done: so
+depth 2 behaves the same on CPU, where its in-flight logic is tested, as on a GPU.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,6 @@ from typing import Protocol
 
 
 class Launched(Protocol):
-    def done(self) -> bool:
-        """The device has finished this step (never blocks)."""
-
     def wait(self) -> None:
         """Block until the device has finished this step."""
 
@@ -31,12 +33,10 @@ class StepPipeline:
         self._steps.append(step)
 
     def completed(self, must_wait: bool = False) -> Iterator[Launched]:
-        """Steps to read now, oldest first: while `depth` are in flight the oldest is waited for
-        (with depth 2 the GPU runs the newer one meanwhile); steps already done come along;
-        `must_wait` (nothing was launched) waits for the oldest at least."""
-        first = True
-        while self._steps and (len(self._steps) >= self.depth or self._steps[0].done() or (must_wait and first)):
-            first = False
+        """Steps to read now, oldest first: the oldest while `depth` are in flight, or while
+        nothing was launched this iteration (`must_wait`), so results keep coming when idle."""
+        while self._steps and (len(self._steps) >= self.depth or must_wait):
+            must_wait = False
             step = self._steps.popleft()
             step.wait()
             yield step

@@ -137,5 +137,11 @@ class StreamState:
         return self.audio_sent_s - min(heard, self.audio_sent_s)
 
     def playout_deadline(self, now: float) -> float:
-        """Monotonic time at which the listener's playback runs dry (now + buffered audio)."""
-        return now + self.buffered_s(now)
+        """Monotonic time at which the listener's playback runs dry: now + buffered audio, or, once
+        it has run dry, the moment it did (in the past), so that under overload the stream starved
+        longest goes first instead of ties broken by arrival for ever."""
+        if self.first_audio_at is None:
+            return now
+        if self.played_s is not None and self.played_at is not None:
+            return self.played_at + (self.audio_sent_s - self.played_s)
+        return self.first_audio_at + self.audio_sent_s

@@ -6,7 +6,7 @@ warm-up), shutdown awaits `engine.stop()`. Routes:
 
   POST /v1/audio/speech   http_speech.py
   WS   /v1/stream         ws_stream.py
-  GET  /health            200 while the engine starts or runs, 503 once it failed or stopped
+  GET  /health            200 while the engine starts or runs, 503 once it failed, stopped or stalled
   GET  /ready             200 once warm-up is done and the engine is healthy, else 503
   GET  /metrics           Prometheus text format
 """
@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from .config import ServerConfig
-from .engine_link import ServedEngine, engine_alive
+from .engine_link import ServedEngine, engine_alive, engine_stalled
 from .errors import ApiError
 from .http_speech import ENDPOINT as SPEECH
 from .http_speech import make_speech_endpoint
@@ -54,7 +54,7 @@ class _Lifecycle:
         return t is not None and t.done() and (t.cancelled() or t.exception() is not None)
 
     def healthy(self) -> bool:
-        if self.stopped or self.start_failed:
+        if self.stopped or self.start_failed or engine_stalled(self.engine):
             return False
         return self.starting or engine_alive(self.engine)
 
@@ -123,7 +123,8 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None, *,
 
     async def health() -> Response:
         ok = life.healthy()
-        status = "starting" if ok and life.starting else "ok" if ok else "failed"
+        status = "starting" if ok and life.starting else "ok" if ok else \
+            "stalled" if engine_stalled(engine) else "failed"
         return JSONResponse({"status": status}, 200 if ok else 503)
 
     async def ready() -> Response:

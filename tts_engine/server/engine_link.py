@@ -20,7 +20,8 @@ class ServedEngine(Protocol):
 
     @property
     def alive(self) -> bool:
-        """The engine loop runs and has not faulted (`GET /health`)."""
+        """The engine loop runs and has not faulted (`GET /health`). An engine may also offer
+        `stalled` (its watchdog saw no loop progress while work was pending): /health says 503."""
 
     async def start(self) -> None: ...
 
@@ -50,5 +51,13 @@ def open_stream(engine: ServedEngine, options: StreamOptions, text: str, *, end_
 def engine_alive(engine: ServedEngine) -> bool:
     try:
         return bool(engine.alive)
+    except Exception:
+        return False
+
+
+def engine_stalled(engine: ServedEngine) -> bool:
+    """The engine's watchdog reports a loop without progress (engines without one never stall)."""
+    try:
+        return bool(getattr(engine, "stalled", False))
     except Exception:
         return False

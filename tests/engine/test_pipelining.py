@@ -1,0 +1,116 @@
+"""The real engine with pipeline depth 2 (as on CUDA) on the tiny checkpoint: step k+1 is launched
+before step k is read, and everything still equals the synchronous engine and the reference:
+audio, EOS read one step late, cancel within one step, slot reuse."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from tests.engine.helpers import (
+    LONG,
+    SHORT,
+    VOICE,
+    assert_pcm_close,
+    collect,
+    next_event,
+    options,
+    pcm_of,
+    reference_pcm,
+    wait_until,
+)
+from tts_engine.engine.api import AudioEvent, DoneEvent
+from tts_engine.engine.audio import to_s16le
+from tts_engine.prompt import Layout
+from tts_engine.reference import generate_codes
+from tts_engine.sampling import SamplingParams
+
+
+@pytest.fixture
+def launches(pipelined_engine):
+    """Steps still unread at each launch: > 0 shows a step launched while the previous one was in flight."""
+    seen: list[int] = []
+    launch = pipelined_engine.executor.launch
+
+    def spy(plan, entries):
+        seen.append(len(pipelined_engine.pipeline))
+        return launch(plan, entries)
+
+    pipelined_engine.executor.launch = spy
+    yield seen
+    pipelined_engine.executor.launch = launch
+
+
+@pytest.mark.parametrize("layout", [Layout.NON_STREAMING, Layout.STREAMING])
+def test_pipelined_audio_equals_the_reference(pipelined_engine, synth, launches, layout):
+    texts = [SHORT, "A second voice joins in.", "Three is a crowd."]
+    refs = [reference_pcm(pipelined_engine, synth, t, layout, seed=20 + i) for i, t in enumerate(texts)]
+
+    async def run():
+        streams = [pipelined_engine.open_stream(options(seed=20 + i, silence_threshold_dbfs=None, layout=layout),
+                                                t, end_input=True) for i, t in enumerate(texts)]
+        return await asyncio.gather(*(collect(s) for s in streams))
+
+    for events, (_, ref_s16, frames) in zip(asyncio.run(run()), refs):
+        assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos"
+        assert events[-1].frames == frames - 1
+        assert_pcm_close(pcm_of(events), ref_s16)
+    assert pipelined_engine.pipeline.depth == 2 and max(launches) == 1
+
+
+def test_eos_read_a_step_late_cuts_the_audio_exactly_at_the_eos_frame(pipelined_engine, synth):
+    """Random weights never sample EOS, so the test names a codebook-0 id the stream first makes
+    at frame k "EOS": the scheduler learns it one step late, frame k + 1 is already launched and
+    chunks may hold frames >= k. The audio must be exactly the decode of frames 1 .. k - 1."""
+    seed = 5
+    inp = synth.prepare(LONG, VOICE, layout=Layout.NON_STREAMING, params=SamplingParams(seed=seed))
+    codes = generate_codes(synth.model, [inp])[0]  # [T, 16]
+    c0 = codes[:, 0].tolist()
+    k = next(i for i in range(6, len(c0)) if c0[i] not in c0[:i])
+    with torch.inference_mode():
+        want = pipelined_engine.codec(codes[1:k].T[None]).float()[0].numpy()
+    want = np.frombuffer(to_s16le(want), dtype="<i2")
+    eos_id = pipelined_engine._eos_id
+    pipelined_engine._eos_id = c0[k]
+    wasted = pipelined_engine.scheduler.stats["frames_wasted"]
+    try:
+        async def run():
+            s = pipelined_engine.open_stream(options(seed=seed, chunk_schedule=(4,), silence_threshold_dbfs=None),
+                                             LONG, end_input=True)
+            return await collect(s)
+
+        events = asyncio.run(run())
+    finally:
+        pipelined_engine._eos_id = eos_id
+    assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos" and events[-1].frames == k - 1
+    assert_pcm_close(pcm_of(events), want)
+    assert pipelined_engine.scheduler.stats["frames_wasted"] == wasted + 1  # frame k + 1, discarded
+
+
+def test_cancel_frees_the_slot_within_one_step_with_pipelining(pipelined_engine, launches):
+    eng = pipelined_engine
+
+    async def run():
+        s = eng.open_stream(options(seed=1, chunk_schedule=(1,)), LONG, end_input=True)
+        assert isinstance(await next_event(s), AudioEvent)
+        frames = eng.metrics()["frames"]
+        s.cancel()
+        await asyncio.to_thread(wait_until, lambda: eng.metrics()["active_streams"] == 0, 10.0, "the slot")
+        frames_after = eng.metrics()["frames"] - frames
+        rest = await collect(s)
+        # The slot is free at once: a new stream takes it and runs to the end.
+        t = eng.open_stream(options(seed=2, chunk_schedule=(64,)), "Hi.", end_input=True)
+        t_events = await collect(t)
+        await asyncio.sleep(0.2)
+        return frames_after, rest, s._events.qsize(), t_events
+
+    frames_after, rest, left, t_events = asyncio.run(run())
+    # Only the step running when the cancel arrived may finish; its successor's row is discarded.
+    assert frames_after <= 1, f"{frames_after} frames were read after the cancel"
+    assert not any(isinstance(e, AudioEvent) for e in rest) and left == 0
+    assert isinstance(rest[-1], DoneEvent) and rest[-1].reason == "cancelled"
+    assert isinstance(t_events[-1], DoneEvent) and t_events[-1].reason == "eos"
+    assert max(launches) == 1
