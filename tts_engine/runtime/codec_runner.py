@@ -85,6 +85,12 @@ class CodecRunner:
         self.buckets = tuple(b for b in buckets if b < max_streams) + tuple(b for b in buckets if b >= max_streams)[:1]
         self.state = codec.new_state(max_streams + 1)
         self.graphs: dict[tuple[int, int], _Graph] = {}
+        # The codec runs on its own CUDA stream: a chunk decodes while the next frame step (queued
+        # on the default stream) runs, and reading its PCM waits only for the codec's own work.
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    def _on_codec_stream(self):
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     # -- slots ---------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -92,6 +98,12 @@ class CodecRunner:
         """Zero a slot's state: its next chunk decodes as the start of a fresh stream."""
         if not 0 <= slot < self.max_streams:
             raise ValueError(f"slot {slot} is outside 0..{self.max_streams - 1}")
+        if self.stream is not None:  # after the caller's work, before the slot's next chunk
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with self._on_codec_stream():
+            self._zero(slot)
+
+    def _zero(self, slot: int) -> None:
         s = self.state
         s.frames[slot] = 0
         s.keys[:, slot].zero_()
@@ -160,9 +172,33 @@ class CodecRunner:
     @torch.inference_mode()
     def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         """Continue the streams in `slots` (distinct) by codes [B, Q, t] -> PCM [B, t * spf] on the
-        codec's device. Batches above the largest bucket and chunks longer than the captured
-        lengths are split; each slot's state advances by t frames."""
+        codec's device, ready in the caller's stream order. Batches above the largest bucket and
+        chunks longer than the captured lengths are split; each slot's state advances by t frames."""
         self._check(slots, codes)
+        if self.stream is None:
+            return self._decode(slots, codes)
+        caller = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(caller)
+        with self._on_codec_stream():
+            pcm = self._decode(slots, codes)
+        caller.wait_stream(self.stream)
+        pcm.record_stream(caller)
+        return pcm
+
+    @torch.inference_mode()
+    def decode_to_host(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        """`decode` on the codec's stream -> fp32 PCM [B, t * spf] on the CPU. Waits for this
+        chunk only, not for frame steps queued on the default stream. codes: on the CPU (no
+        dependency on the default stream) or on the device (then the codec stream waits for it)."""
+        self._check(slots, codes)
+        if self.stream is None:
+            return self._decode(slots, codes).float().cpu()
+        if codes.is_cuda:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with self._on_codec_stream():
+            return self._decode(slots, codes).float().cpu()  # pageable copies sync the codec stream only
+
+    def _decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         step = self.buckets[-1]
         out = [self._decode_group(slots[i:i + step], codes[i:i + step]) for i in range(0, len(slots), step)]
         return out[0] if len(out) == 1 else torch.cat(out)
