@@ -4,9 +4,10 @@ Launch order (one CUDA stream, so the GPU runs it in this order):
   prefills    codec state reset, sampling row, ModelRunner.prefill per stream
   frame step  ModelRunner.frame_step -> codes [B, 16]. With CUDA graphs that is a view of the
               graph's static output, which the next replay overwrites: it is cloned on the device
-              at once (stream-ordered, so before any later replay). Codebook 0 [B] is copied to
-              pinned host memory with non_blocking=True (`.to("cpu", non_blocking=True)` allocates
-              the pinned buffer per step); the [16] rows stay on the device for the codec.
+              at once (stream-ordered, so before any later replay). The clone is copied to pinned
+              host memory with non_blocking=True (`.to("cpu", non_blocking=True)` takes a pinned
+              buffer per step from torch's caching host allocator) for the EOS check on codebook 0;
+              the device rows stay on the device for the codec.
   chunks      [B, 16, t] codes from those device rows -> CodecRunner.decode -> PCM, copied to
               pinned host memory the same way
   event       recorded after all of it; `LaunchedStep.wait()` blocks on it when the step is read
@@ -56,7 +57,7 @@ class _Timer:
 class LaunchedStep:
     plan: StepPlan
     timer: _Timer
-    c0: torch.Tensor | None = None  # [B] codebook-0 ids on the host (pinned on CUDA)
+    c0: torch.Tensor | None = None  # [B] codebook-0 ids on the host (a view of pinned memory on CUDA)
     pcm: list[torch.Tensor] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] float on the host
     event: torch.cuda.Event | None = None
 
@@ -120,4 +121,4 @@ class StepExecutor:
         timer.stop("frame", t0)
         for r, frame_codes in zip(rows, codes):
             entries[r.stream_id].keep_frame(r.frame, frame_codes)
-        return codes[:, 0].to("cpu", non_blocking=True)
+        return codes.to("cpu", non_blocking=True)[:, 0]  # the whole [B, 16] block: one contiguous copy

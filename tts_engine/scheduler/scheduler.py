@@ -337,15 +337,17 @@ class Scheduler:
         return out
 
     def metrics(self) -> dict[str, float]:
-        decoding = sum(1 for s in self.streams.values() if s.phase is Phase.DECODING)
+        """Safe from any thread: it reads copies (list() and dict() of builtins run under the GIL)."""
+        phases = Counter(s.phase for s in list(self.streams.values()))
+        decoding = phases[Phase.DECODING]
         return {
-            "waiting_text_streams": sum(1 for s in self.streams.values() if s.phase is Phase.WAITING_TEXT),
-            "prefill_queue": sum(1 for s in self.streams.values() if s.phase is Phase.QUEUED),
+            "waiting_text_streams": phases[Phase.WAITING_TEXT],
+            "prefill_queue": phases[Phase.QUEUED],
             "steps_in_flight": len(self.in_flight),
             "predicted_cycle_ms": self.cycle_s(decoding) * 1e3,
             "sustainable_streams": self.admission.sustainable,
             "cost_frame_step_ms": self.cost.frame_step_s(self.cost.bucket_for(max(1, decoding))) * 1e3,
-            **{f"scheduler_{k}": float(v) for k, v in self.stats.items()},
+            **{f"scheduler_{k}": float(v) for k, v in dict(self.stats).items()},
         }
 
 
