@@ -35,6 +35,7 @@ from pipecat.frames.frames import (
     UserStoppedSpeakingFrame,
 )
 from pipecat.observers.base_observer import BaseObserver, FramePushed
+from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregator
 from pipecat.processors.frame_processor import FrameDirection
 
 from .pipeline import AgentConfig, describe_tts
@@ -56,17 +57,27 @@ def describe(cfg: AgentConfig) -> dict[str, str]:
 
 
 class UiEvents(BaseObserver):
-    """Turns the pipeline's frames into the page's events: `user` (final transcript), `bot_turn`
+    """Turns the pipeline's frames into the page's events: `user` (the user's words), `bot_turn`
     (a reply begins), `bot` (a word or token of it: played words when there is a TTS, the LLM's
     tokens when there is not), `user_started`/`user_stopped`, `bot_started`/`bot_stopped`, and
-    `latency` (pipecat's per-turn breakdown)."""
+    `latency` (pipecat's per-turn breakdown).
 
-    def __init__(self, send: Callable[[dict], None], *, stt, llm, output, text_only: bool):
+    `user` is the text of each user turn as it goes into the context, from the user aggregator's
+    `on_user_turn_stopped` (so an utterance the interruption rule ignored never shows), or, with no
+    `user_aggregator`, each final transcript of `stt`."""
+
+    def __init__(self, send: Callable[[dict], None], *, stt, llm, output, text_only: bool, user_aggregator=None):
         super().__init__()
         self._send = send
         self._stt, self._llm, self._output = stt, llm, output
         self._text_only = text_only
         self._seen: deque[int] = deque(maxlen=256)  # system frames are pushed by every processor
+        self._from_turns = user_aggregator is not None
+        if user_aggregator is not None:
+            @user_aggregator.event_handler("on_user_turn_stopped")
+            async def _turn(_aggregator, _strategy, message):
+                if message.content:
+                    self._send({"type": "user", "text": message.content})
 
     def _first(self, frame) -> bool:
         if frame.id in self._seen:
@@ -76,7 +87,7 @@ class UiEvents(BaseObserver):
 
     async def on_push_frame(self, data: FramePushed):
         f, src = data.frame, data.source
-        if isinstance(f, TranscriptionFrame) and src is self._stt:
+        if isinstance(f, TranscriptionFrame) and src is self._stt and not self._from_turns:
             self._send({"type": "user", "text": f.text})
         elif isinstance(f, LLMFullResponseStartFrame) and src is self._llm:
             self._send({"type": "bot_turn"})
@@ -113,7 +124,8 @@ async def run_session(cfg: AgentConfig, connection) -> None:
     llm = make_llm(cfg)
     output = transport.output()
     pipeline, _ = build_pipeline(cfg, input=transport.input(), output=output, stt=stt, llm=llm, tts=tts)
-    ui = UiEvents(connection.send_app_message, stt=stt, llm=llm, output=output, text_only=tts is None)
+    ui = UiEvents(connection.send_app_message, stt=stt, llm=llm, output=output, text_only=tts is None,
+                  user_aggregator=next(p for p in pipeline.processors if isinstance(p, LLMUserAggregator)))
     latency = latency_observer()
 
     @latency.event_handler("on_latency_breakdown")

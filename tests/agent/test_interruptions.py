@@ -25,6 +25,7 @@ from agent.interruptions import MinSpeechInterruptionStrategy
 from agent.pipeline import AgentConfig, build_pipeline
 from agent.piper_voice import make_piper_tts
 from agent.scripted_llm import ScriptedLLM
+from agent.server import UiEvents
 
 from .helpers import PacedOutputTransport, PushTimes, run
 
@@ -50,12 +51,14 @@ class Conversation:
         self.input = IdentityFilter()
         pipeline, context = build_pipeline(cfg, input=self.input, output=PacedOutputTransport(), stt=None,
                                            llm=llm, tts=make_piper_tts(), vad=False)
+        aggregator = next(p for p in pipeline.processors if isinstance(p, LLMUserAggregator))
+        self.page: list[dict] = []  # the events the page would get
+        ui = UiEvents(self.page.append, stt=None, llm=llm, output=None, text_only=False, user_aggregator=aggregator)
         self.times = PushTimes()
-        _, up = run(run_test(pipeline, frames_to_send=frames, observers=[self.times]))
+        _, up = run(run_test(pipeline, frames_to_send=frames, observers=[self.times, ui]))
         assert not [f for f in up if isinstance(f, ErrorFrame)], up
         self.users, self.bots = ([m["content"] for m in context.get_messages() if m.get("role") == role]
                                  for role in ("user", "assistant"))
-        aggregator = next(p for p in pipeline.processors if isinstance(p, LLMUserAggregator))
         self.strategy = aggregator._params.user_turn_strategies.start[0]  # (pipecat keeps them in its params)
 
     def vad_start(self, n: int) -> float:
@@ -78,6 +81,7 @@ def test_a_short_utterance_over_the_bot_does_not_interrupt_it():
     assert c.first_after(BotStartedSpeakingFrame, 0) < over  # the bot was speaking
     assert c.first_after(InterruptionFrame, over) is None
     assert c.users == ["Tell me a story."]  # the short utterance's transcript was dropped
+    assert [e["text"] for e in c.page if e["type"] == "user"] == c.users  # and the page never shows it
     assert [b.split() for b in c.bots] == [REPLY.split()]  # the whole reply was played
     assert c.strategy.ignored_utterances == 1
 
@@ -88,6 +92,7 @@ def test_without_the_rule_the_same_utterance_interrupts():
     over = c.vad_start(1)
     assert c.first_after(InterruptionFrame, over) - over < 0.1  # at the VAD start
     assert c.users == ["Tell me a story.", "Uh."]
+    assert [e["text"] for e in c.page if e["type"] == "user"] == c.users
     assert 0 < len(c.bots[0].split()) < len(REPLY.split())
     assert c.strategy.ignored_utterances == 0
 

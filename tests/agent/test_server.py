@@ -225,6 +225,7 @@ def test_a_browser_like_webrtc_session_gets_its_pipeline_events_and_audio(cadenc
 
 def _turn(cfg: AgentConfig, tts, reply: str) -> tuple[list[dict], object]:
     """One user turn through the pipeline under pipecat's harness, with the page's event observer."""
+    from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregator
     from pipecat.processors.filters.identity_filter import IdentityFilter
     from pipecat.tests.utils import SleepFrame, run_test
 
@@ -239,7 +240,8 @@ def _turn(cfg: AgentConfig, tts, reply: str) -> tuple[list[dict], object]:
     source, output = IdentityFilter(), PacedOutputTransport()
     pipeline, context = build_pipeline(cfg, input=source, output=output, stt=None, llm=llm, tts=tts, vad=False)
     sent: list[dict] = []
-    ui = UiEvents(sent.append, stt=source, llm=llm, output=output, text_only=tts is None)
+    aggregator = next(p for p in pipeline.processors if isinstance(p, LLMUserAggregator))
+    ui = UiEvents(sent.append, stt=source, llm=llm, output=output, text_only=tts is None, user_aggregator=aggregator)
     run(run_test(pipeline, frames_to_send=[*user_says("What is the weather like?"), SleepFrame(sleep=3.0)],
                  observers=[ui]))
     return sent, context
