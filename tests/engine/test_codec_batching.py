@@ -1,6 +1,7 @@
 """The engine's codec path (CPU, tiny checkpoint): streams whose chunks are due in the same step
 share one CodecRunner call per chunk length, and every stream's audio still equals a one-piece
-decode of its own codes, also in slots reused by earlier streams."""
+decode of its own codes, also in slots reused by earlier streams; a final chunk padded into a
+longer call sends exactly its own audio."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import threading
 import numpy as np
 import torch
 
+from tests.engine.helpers import assert_pcm_close, reference_pcm
 from tts_engine.engine.api import AudioEvent, DoneEvent, StreamOptions
 from tts_engine.engine.audio import to_s16le
 from tts_engine.engine.core import StreamingEngine
-from tts_engine.prompt import VoiceSpec
+from tts_engine.prompt import Layout, VoiceSpec
 from tts_engine.sampling import SamplingParams
 
 TEXTS = ["Hi there, friend.", "A second voice joins in.", "Three is a crowd.", "Four.", "And a fifth one.",
@@ -23,6 +25,9 @@ SCHEDULES = [(1, 2, 4, 8, 12), (3,), (1, 2, 4, 8, 12), (2, 5), (4, 1), (1, 2, 4,
 
 def test_due_chunks_are_batched_by_length_and_equal_per_stream_decodes(tiny_checkpoint):
     engine = StreamingEngine(tiny_checkpoint, device="cpu", max_context=512, max_active_streams=4)
+    # Codec calls without a fixed cost: no final chunk is ever padded into a longer call, so what
+    # a slot decodes is exactly what its stream sends (padding has its own test below).
+    engine.scheduler.cost.chunk_s = lambda num_frames, batch: 1e-3 * num_frames * batch
     calls: list[tuple[int, list[int], int]] = []  # (engine step, slots, chunk length)
     codes_of: dict[str, list[torch.Tensor]] = {}
     pcm_of: dict[str, list[torch.Tensor]] = {}
@@ -84,3 +89,38 @@ def test_due_chunks_are_batched_by_length_and_equal_per_stream_decodes(tiny_chec
         # What the stream sent is exactly what its slot decoded (no trimming with threshold None).
         sent = b"".join(e.pcm for e in events if isinstance(e, AudioEvent))
         assert np.array_equal(np.frombuffer(sent, "<i2"), np.frombuffer(to_s16le(chunked.float().numpy()), "<i2"))
+
+
+def test_a_final_chunk_padded_into_a_longer_call_sends_exactly_its_own_audio(tiny_checkpoint, synth):
+    """Two streams start together: a's final 3-frame chunk is due in the step of b's 5-frame chunk.
+    With a cost model where every codec call has a large fixed cost, a's chunk rides in b's call,
+    padded to 5 frames; both still send exactly the reference audio."""
+    engine = StreamingEngine(tiny_checkpoint, device="cpu", max_context=512, max_active_streams=4)
+    engine.scheduler.cost.chunk_s = lambda num_frames, batch: 1.0 + 1e-3 * num_frames * batch
+    gate = threading.Event()
+    step = engine._step
+    engine._step = lambda: gate.wait() and step()
+    texts, schedules = ["Hi there, friend.", "A second voice joins in, a little longer."], [(4,), (5,)]
+    refs = [reference_pcm(engine, synth, t, Layout.NON_STREAMING, seed=30 + i)[1] for i, t in enumerate(texts)]
+
+    async def all_events(stream) -> tuple[str, list]:
+        return stream.id, [e async for e in stream.events()]
+
+    async def run():
+        await engine.start()
+        try:
+            streams = [engine.open_stream(StreamOptions(VoiceSpec("ryan"), SamplingParams(seed=30 + i),
+                                                        chunk_schedule=schedules[i], silence_threshold_dbfs=None),
+                                          texts[i], end_input=True) for i in range(2)]
+            gate.set()
+            return await asyncio.wait_for(asyncio.gather(*(all_events(s) for s in streams)), 120)
+        finally:
+            gate.set()
+            await engine.stop()
+
+    results = asyncio.run(run())
+    assert engine.fault is None and engine.scheduler.stats["padded_chunks"] >= 1
+    for (_, got), ref in zip(results, refs):
+        assert isinstance(got[-1], DoneEvent) and got[-1].reason == "eos"
+        sent = np.frombuffer(b"".join(e.pcm for e in got if isinstance(e, AudioEvent)), "<i2")
+        assert_pcm_close(sent, ref)

@@ -227,3 +227,32 @@ def test_abort_in_every_state_frees_everything_and_neighbours_go_on(where, depth
     assert loop.listeners["n"].done == "eos" and loop.listeners["n"].frames == 29
     assert loop.listeners["y"].done == "eos" and loop.listeners["y"].frames == 4
     loop.assert_empty()
+
+
+def test_a_final_chunk_rides_padded_in_a_longer_call_when_the_cost_model_says_so():
+    loop = FakeLoop()
+    loop.open("b", forced=100, schedule=(4,))  # 4-frame chunks due at steps 4, 8, ...
+    loop.step()
+    loop.open("a", forced=4, schedule=(12,))  # its only chunk: 3 audible frames, due at step 4
+    for _ in range(3):
+        loop.step()
+    plan = loop.step()
+    assert [(b.num_frames, [(c.stream_id, c.num_frames) for c in b.chunks]) for b in plan.chunks] == \
+        [(4, [("b", 4), ("a", 3)])]
+    assert loop.runner.padded and loop.sched.stats["padded_chunks"] == 1
+    loop.abort("b")
+    loop.run()
+    assert loop.listeners["a"].done == "eos" and loop.listeners["a"].frames == 3
+    assert loop.listeners["a"].audio[-1].final
+    # Without a fixed cost per call, one longer call is never cheaper: no padding.
+    loop = FakeLoop()
+    loop.sched.cost.chunk_s = lambda num_frames, batch: 1e-3 * num_frames * batch
+    loop.open("b", forced=100, schedule=(4,))
+    loop.step()
+    loop.open("a", forced=4, schedule=(12,))
+    for _ in range(4):
+        plan = loop.step()
+    assert sorted(b.num_frames for b in plan.chunks) == [3, 4] and not loop.runner.padded
+    loop.abort("b")
+    loop.run()
+    loop.assert_empty()

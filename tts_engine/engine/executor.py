@@ -93,6 +93,9 @@ class StepExecutor:
         for batch in plan.chunks:
             t0 = step.timer.start()
             frames = [entries[c.stream_id].take_frames(c.first_frame, c.num_frames) for c in batch.chunks]
+            # A final chunk shorter than the call is padded with copies of its last frame.
+            frames = [f if f.shape[1] == batch.num_frames else
+                      torch.cat([f, f[:, -1:].expand(-1, batch.num_frames - f.shape[1])], dim=1) for f in frames]
             codes = torch.stack(frames)  # [B, 16, t]
             # A chunk planned before its EOS check may hold the EOS frame (codebook-0 id past the
             # codec's range); its audio is cut there, so only the ids need to be valid.

@@ -49,7 +49,9 @@ class Chunk:
 
 @dataclass(frozen=True)
 class ChunkBatch:
-    """One codec call: chunks of equal length of distinct streams."""
+    """One codec call over distinct streams, `num_frames` long. A stream's final chunk may be
+    shorter: the executor pads it by repeating its last frame, and only its own frames' audio is
+    sent (the codec is causal; the slot's state past the end is never read)."""
 
     num_frames: int
     chunks: tuple[Chunk, ...]

@@ -184,6 +184,7 @@ class Scheduler:
     def _plan_chunks(self, decoding: list[StreamState], now: float) -> tuple[ChunkBatch, ...]:
         short = self.capacity_short(0, len(decoding))
         per_stream: list[list[Chunk]] = []
+        last: set[tuple[str, int]] = set()  # (stream, first frame) of each stream's final chunk
         for s in sorted(decoding, key=lambda s: s.arrival):
             due = due_chunks(s)
             if not due:
@@ -194,6 +195,8 @@ class Scheduler:
             per_stream.append([Chunk(s.id, s.slot, first, n) for first, n in due])
             s.frames_chunked += sum(n for _, n in due)
             s.chunks_planned += len(due)
+            if s.launches_over and s.audible_frames_ready() == 0:
+                last.add((s.id, due[-1][0]))
         # Round r holds each stream's r-th due chunk; within a round, equal lengths share a codec call.
         batches: list[ChunkBatch] = []
         for r in range(max((len(c) for c in per_stream), default=0)):
@@ -201,8 +204,28 @@ class Scheduler:
             for chunks in per_stream:
                 if r < len(chunks):
                     by_length.setdefault(chunks[r].num_frames, []).append(chunks[r])
+            self._pad_last_chunks(by_length, last)
             batches += [ChunkBatch(n, tuple(cs)) for n, cs in by_length.items()]
         return tuple(batches)
+
+    def _pad_last_chunks(self, by_length: dict[int, list[Chunk]], last: set[tuple[str, int]]) -> None:
+        """A stream's final chunk may ride in a longer call of the same round, padded: its audio is
+        cut to its own frames and its codec state, past its end, is never read again. Done when the
+        cost model says one longer call costs less than two (each call has a fixed cost)."""
+        for n in sorted(by_length):
+            group = by_length[n]
+            if not all((c.stream_id, c.first_frame) in last for c in group):
+                continue
+            longer = [m for m in sorted(by_length) if m > n]
+            if not longer:
+                continue
+            m = longer[0]
+            host = by_length[m]
+            apart = self.cost.chunk_s(m, len(host)) + self.cost.chunk_s(n, len(group))
+            if self.cost.chunk_s(m, len(host) + len(group)) < apart:
+                host += group
+                del by_length[n]
+                self.stats["padded_chunks"] += len(group)
 
     # -- results -------------------------------------------------------------------------------------
     def postprocess(self, result: StepResult) -> list[Output]:
