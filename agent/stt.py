@@ -12,6 +12,7 @@ may transcribe from several threads at once.
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 from loguru import logger
@@ -31,7 +32,8 @@ def load_whisper(model: str, device: str, compute_type: str):
     from faster_whisper import WhisperModel
 
     logger.info(f"STT: loading faster-whisper {model} on {device} ({compute_type})")
-    whisper = WhisperModel(model, device=device, compute_type=compute_type)
+    # CTranslate2's default is 4 threads: more than a small machine's cores only adds contention.
+    whisper = WhisperModel(model, device=device, compute_type=compute_type, cpu_threads=min(4, os.cpu_count() or 4))
     list(whisper.transcribe(np.zeros(16000, dtype=np.float32), language="en")[0])  # warm-up: the first call is slow
     return whisper
 
