@@ -1,0 +1,30 @@
+"""Rebuild report.md and the plots of a finished run from its results.json (e.g. a GPU run made
+with --no-plots on a machine without matplotlib).
+
+    python -m bench.load.rerender bench/results/load-h200-<commit>
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from . import plots, report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m bench.load.rerender RUN_DIR", file=sys.stderr)
+        return 2
+    out = Path(args[0])
+    data = json.loads((out / "results.json").read_text())
+    names = plots.write_plots(data, out) if plots.available() else []
+    (out / "report.md").write_text(report.render(data, names))
+    print(f"{out / 'report.md'}: {len(names)} plots")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
