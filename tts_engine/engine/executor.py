@@ -1,6 +1,6 @@
 """StepExecutor: runs one scheduler `StepPlan` on the runners without waiting for the device.
 
-Launch order (one CUDA stream, so the GPU runs it in this order):
+Launch order (the default CUDA stream runs the first two in this order):
   prefills    codec state reset, sampling row, ModelRunner.prefill per stream
   frame step  ModelRunner.frame_step -> codes [B, 16]. With CUDA graphs that is a view of the
               graph's static output, which the next replay overwrites: it is cloned on the device
@@ -8,9 +8,12 @@ Launch order (one CUDA stream, so the GPU runs it in this order):
               host memory with non_blocking=True (`.to("cpu", non_blocking=True)` takes a pinned
               buffer per step from torch's caching host allocator) for the EOS check on codebook 0;
               the device rows stay on the device for the codec.
-  chunks      [B, 16, t] codes from those device rows -> CodecRunner.decode -> PCM, copied to
-              pinned host memory the same way
-  event       recorded after all of it; `LaunchedStep.wait()` blocks on it when the step is read
+  chunks      [B, 16, t] codes from those device rows -> CodecRunner.launch on the codec's own
+              CUDA stream, which first waits for the default stream (the chunk may hold this
+              step's frames); PCM copied to pinned host memory there, a codec event recorded.
+              The codec work then overlaps the next step's frame step on the default stream.
+  events      one after the default stream's part, one after the codec's; `LaunchedStep.wait()`
+              blocks on both when the step is read
 On CPU every call is synchronous, the copies are no-ops and the step is complete when launched.
 
 Timings come from CUDA events around each part (device time, read after the step completed), or
@@ -59,11 +62,13 @@ class LaunchedStep:
     timer: _Timer
     c0: torch.Tensor | None = None  # [B] codebook-0 ids on the host (a view of pinned memory on CUDA)
     pcm: list[torch.Tensor] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] float on the host
-    event: torch.cuda.Event | None = None
+    event: torch.cuda.Event | None = None  # end of the step on the default stream
+    codec_event: torch.cuda.Event | None = None  # end of its chunks on the codec stream
 
     def wait(self) -> None:
-        if self.event is not None:
-            self.event.synchronize()
+        for event in (self.codec_event, self.event):
+            if event is not None:
+                event.synchronize()
 
     def result(self, eos_id: int | None) -> StepResult:
         """Call after wait(). eos_id None: EOS never ends a stream (random weights)."""
@@ -90,23 +95,40 @@ class StepExecutor:
             step.timer.stop("prefill", t0)
         if plan.frames is not None:
             step.c0 = self._frame_step(plan, entries, step.timer)
+        if self.cuda:
+            step.event = torch.cuda.Event()
+            step.event.record()
+        # Chunks last (they may hold this step's frames), on the codec's own stream: they run
+        # beside the next step's frame step, and reading their PCM waits for them, not for it.
+        self._launch_chunks(plan, entries, step)
+        return step
+
+    def _launch_chunks(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> None:
+        calls = []
         for batch in plan.chunks:
-            t0 = step.timer.start()
             frames = [entries[c.stream_id].take_frames(c.first_frame, c.num_frames) for c in batch.chunks]
             # A final chunk shorter than the call is padded with copies of its last frame.
             frames = [f if f.shape[1] == batch.num_frames else
                       torch.cat([f, f[:, -1:].expand(-1, batch.num_frames - f.shape[1])], dim=1) for f in frames]
-            codes = torch.stack(frames)  # [B, 16, t]
+            codes = torch.stack(frames)  # [B, 16, t], on the default stream, after the frames it reads
             # A chunk planned before its EOS check may hold the EOS frame (codebook-0 id past the
             # codec's range); its audio is cut there, so only the ids need to be valid.
             codes[:, 0].clamp_(max=self.max_code)
-            pcm = self.codec_runner.decode([c.slot for c in batch.chunks], codes)
-            step.timer.stop("chunk", t0)
-            step.pcm.append(pcm.float().to("cpu", non_blocking=True))
-        if self.cuda:
-            step.event = torch.cuda.Event()
-            step.event.record()
-        return step
+            calls.append(([c.slot for c in batch.chunks], codes))
+        if not calls:
+            return
+        codec = self.codec_runner
+        with codec.launch_context() as stream:
+            for slots, codes in calls:
+                if stream is not None:
+                    codes.record_stream(stream)  # allocated on the default stream, read on the codec's
+                t0 = step.timer.start()
+                pcm = codec.launch(slots, codes)
+                step.timer.stop("chunk", t0)
+                step.pcm.append(pcm.float().to("cpu", non_blocking=True))
+            if stream is not None:
+                step.codec_event = torch.cuda.Event()
+                step.codec_event.record()
 
     def _prefill(self, slot: int, entry: StreamEntry) -> None:
         state, prompt = entry.state, entry.prompt

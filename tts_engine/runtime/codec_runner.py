@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model.codec import CodecDecoder, CodecState
+from .host import staged, to_device
 
 CHUNK_SIZES = tuple(range(1, 13))
 BUCKETS = (1, 2, 4, 8, 16)
@@ -198,6 +199,22 @@ class CodecRunner:
         with self._on_codec_stream():
             return self._decode(slots, codes).float().cpu()  # pageable copies sync the codec stream only
 
+    @contextlib.contextmanager
+    def launch_context(self) -> Iterator[torch.cuda.Stream | None]:
+        """For `launch`: the codec stream (None on CPU), made to wait for the caller's work so far."""
+        if self.stream is None:
+            yield None
+            return
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with self._on_codec_stream():
+            yield self.stream
+
+    def launch(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        """`decode` inside `launch_context()`: queued on the codec stream, not ordered back into the
+        caller's; read the PCM after an event recorded there (or copy it to the host there)."""
+        self._check(slots, codes)
+        return self._decode(slots, codes)
+
     def _decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         step = self.buckets[-1]
         out = [self._decode_group(slots[i:i + step], codes[i:i + step]) for i in range(0, len(slots), step)]
@@ -210,7 +227,7 @@ class CodecRunner:
             chunk = codes[:, :, start:start + t]
             graph = self.graphs.get((t, bucket)) if self.use_graphs else None
             if graph is not None:
-                graph.slot_ids.copy_(torch.tensor(slots + [self.scratch] * (bucket - n)), non_blocking=True)
+                graph.slot_ids.copy_(staged(slots + [self.scratch] * (bucket - n), self.device), non_blocking=True)
                 graph.codes[:n].copy_(chunk, non_blocking=True)  # padding rows keep old, valid codes
                 graph.graph.replay()
                 pieces.append(graph.pcm[:n].clone())  # the static output is overwritten by the next replay
@@ -221,7 +238,7 @@ class CodecRunner:
 
     def _eager(self, slots: list[int], codes: torch.Tensor, rows: int) -> torch.Tensor:
         n = len(slots)
-        slot_ids = torch.tensor(slots + [self.scratch] * (rows - n), device=self.device)
+        slot_ids = to_device(slots + [self.scratch] * (rows - n), self.device)
         codes = codes.to(self.device, torch.long)
         if rows > n:
             codes = torch.cat([codes, codes.new_zeros(rows - n, *codes.shape[1:])])

@@ -32,6 +32,7 @@ from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Qwen3TTS
 from ..sampling import SamplingParams, suppress_mask
 from .fused import FusedStack, decoder_step_torch, decoder_step_triton, finish_layer, qkv, rms_norm, rope_table
+from .host import to_device
 from .sampler import (
     FAST,
     GENERAL,
@@ -154,10 +155,14 @@ class ModelRunner:
         x = torch.zeros(len(text_ids), self.cfg.hidden_size, device=self.device, dtype=self.dtype)
         t_rows = [i for i, v in enumerate(text_ids) if v is not None]
         c_rows = [i for i, v in enumerate(codec_ids) if v is not None]
-        if t_rows:
-            x[t_rows] = self.text_embed(torch.tensor([text_ids[i] for i in t_rows], device=self.device))
-        if c_rows:
-            x[c_rows] += self.codec_embedding[torch.tensor([codec_ids[i] for i in c_rows], device=self.device)]
+        # One pinned copy of every index (rows and ids of both tracks), split on the device.
+        nt, nc = len(t_rows), len(c_rows)
+        idx = to_device(t_rows + [text_ids[i] for i in t_rows] + c_rows + [codec_ids[i] for i in c_rows], self.device)
+        t_at, t_id, c_at, c_id = idx.split([nt, nt, nc, nc])
+        if nt:
+            x.index_copy_(0, t_at, self.text_embed(t_id))
+        if nc:
+            x.index_add_(0, c_at, self.codec_embedding[c_id])
         return x
 
     def text_embed(self, ids: torch.Tensor) -> torch.Tensor:
