@@ -66,3 +66,8 @@ def test_empty_stdin_is_an_error(tiny_checkpoint, tmp_path):
 def test_make_checkpoint_rejects_unknown_size(tmp_path):
     r = cadence("make-checkpoint", "--size", "70b", "--out", tmp_path)
     assert r.returncode == 2 and "invalid choice" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_serve_rejects_a_bad_scheduler_setting_before_loading_the_model(tmp_path):
+    r = cadence("serve", "--model", tmp_path / "missing", "--realtime-margin", "0.5")
+    assert r.returncode == 2 and r.stderr.strip() == "cadence serve: error: realtime_margin must be >= 1, got 0.5"

@@ -62,6 +62,13 @@ def _add_serve(sub) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--max-active-streams", type=int, default=None, help="engine admission cap")
     p.add_argument("--max-queued-streams", type=int, default=None, help="engine admission cap")
+    p.add_argument("--underrun-admission", choices=["auto", "on", "off"], default="auto",
+                   help="refuse streams whose admission the cost model predicts would make streams underrun "
+                        "(auto: on with CUDA)")
+    p.add_argument("--realtime-margin", type=float, default=None,
+                   help="admission keeps the predicted cycle under 80 ms / this (default 1.25)")
+    p.add_argument("--yield-buffer-s", type=float, default=None,
+                   help="audio ahead of its listener past which a stream yields when capacity is short")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024)
     p.add_argument("--max-text-chars", type=int, default=5000)
     p.add_argument("--max-ws-message-bytes", type=int, default=1024 * 1024)
@@ -110,6 +117,7 @@ def _demo(args) -> int:
 
 def _serve(args) -> int:
     from .loading import load_model_dir
+    from .scheduler.config import SchedulerConfig
     from .server.config import ServerConfig
     from .server.run import bind, serve
 
@@ -121,13 +129,16 @@ def _serve(args) -> int:
     for name in ("max_active_streams", "max_queued_streams"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    policy = {k: getattr(args, k) for k in ("realtime_margin", "yield_buffer_s") if getattr(args, k) is not None}
+    policy["reject_predicted_underrun"] = {"auto": None, "on": True, "off": False}[args.underrun_admission]
+    scheduler = SchedulerConfig(**policy).validate()  # a bad value: one line, exit 2
     load_model_dir(args.model)  # a missing or wrong directory fails before the socket is taken
     sock = bind(cfg)
     from .engine.core import StreamingEngine
 
     caps = {k: getattr(args, k) for k in ("max_active_streams", "max_queued_streams")
             if getattr(args, k) is not None}
-    engine = StreamingEngine(args.model, device=args.device, **caps)
+    engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, **caps)
     host, port = sock.getsockname()[:2]
     print(f"cadence serve: listening on http://{host}:{port} (model {args.model}, device {args.device})",
           file=sys.stderr)
