@@ -392,11 +392,12 @@ class ModelRunner:
         bucket = next(x for x in self.buckets if x >= b)
         codes_graph, feed_graph, inputs, out = self.graphs[(bucket, variant)]
         ring = self._ring_next()
-        staging, host = self._staging[ring], self._codes_host[ring]
+        staging = self._staging[ring][: 4 * bucket].view(4, bucket)  # contiguous: one pinned DMA
+        host = self._codes_host[ring]
         pad = bucket - b
         for row, (vals, fill) in enumerate(zip((slots, frames, positions, step_text), (self.scratch, 0, 0, 0))):
-            staging[row, :bucket] = torch.tensor(vals + [fill] * pad)
-        inputs.copy_(staging[:, :bucket], non_blocking=True)  # pinned: no stream sync
+            staging[row] = torch.tensor(vals + [fill] * pad)
+        inputs.copy_(staging, non_blocking=True)  # pinned: no stream sync
         codes_graph.replay()
         host[:b].copy_(out[:b], non_blocking=True)
         ready = self._ring_events[ring]
@@ -418,7 +419,7 @@ class ModelRunner:
             raise RuntimeError("CUDA graphs need a CUDA device")
         pool = self._pool = torch.cuda.graph_pool_handle()
         bmax = max(self.buckets)
-        self._staging = [torch.zeros(4, bmax, dtype=torch.long).pin_memory() for _ in range(STEP_RING)]
+        self._staging = [torch.zeros(4 * bmax, dtype=torch.long).pin_memory() for _ in range(STEP_RING)]
         self._codes_host = [torch.zeros(bmax, 16, dtype=torch.long).pin_memory() for _ in range(STEP_RING)]
         self._ring_events = [torch.cuda.Event() for _ in range(STEP_RING)]
         for e in self._ring_events:
