@@ -67,6 +67,8 @@ def _add_serve(sub) -> None:
                         "(auto: on with CUDA)")
     p.add_argument("--realtime-margin", type=float, default=None,
                    help="admission keeps the predicted cycle under 80 ms / this (default 1.25)")
+    p.add_argument("--codec-stream", action="store_true",
+                   help="decode codec chunks on a CUDA stream of their own, beside the frame steps (experimental)")
     p.add_argument("--yield-buffer-s", type=float, default=None,
                    help="audio ahead of its listener past which a stream yields when capacity is short")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024)
@@ -138,7 +140,8 @@ def _serve(args) -> int:
 
     caps = {k: getattr(args, k) for k in ("max_active_streams", "max_queued_streams")
             if getattr(args, k) is not None}
-    engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, **caps)
+    engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
+                             **caps)
     host, port = sock.getsockname()[:2]
     print(f"cadence serve: listening on http://{host}:{port} (model {args.model}, device {args.device})",
           file=sys.stderr)

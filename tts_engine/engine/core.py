@@ -62,7 +62,8 @@ class StreamingEngine:
     def __init__(self, model_dir: str | Path, *, device: str = "cpu", dtype: torch.dtype | None = None,
                  max_active_streams: int | None = None, max_queued_streams: int | None = None,
                  max_context: int = 2048, max_text_chars: int = 20_000, use_graphs: bool | None = None,
-                 use_triton: bool | None = None, scheduler: SchedulerConfig | None = None):
+                 use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
+                 codec_stream: bool = False):
         """max_active_streams / max_queued_streams override the scheduler config's caps."""
         cfg = scheduler or SchedulerConfig()
         caps = {k: v for k, v in (("max_active_streams", max_active_streams),
@@ -78,7 +79,9 @@ class StreamingEngine:
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,
                                   use_graphs=use_graphs, use_triton=use_triton)
         # The codec state of a stream lives in the codec runner's row of its engine slot.
-        self.codec_runner = CodecRunner(self.codec, cfg.max_active_streams, use_graphs=use_graphs)
+        # codec_stream: codec chunks on a CUDA stream of their own, overlapping frame steps (runtime/codec_runner.py).
+        self.codec_runner = CodecRunner(self.codec, cfg.max_active_streams, use_graphs=use_graphs,
+                                        own_stream=codec_stream)
         self.config = cfg
         self.max_active, self.max_queued = cfg.max_active_streams, cfg.max_queued_streams
         self.max_text_chars = max_text_chars

@@ -1,6 +1,6 @@
 """StepExecutor: runs one scheduler `StepPlan` on the runners without waiting for the device.
 
-Launch order (the default CUDA stream runs the first two in this order):
+Launch order (the default CUDA stream runs them in this order):
   prefills    codec state reset, sampling row, ModelRunner.prefill per stream
   frame step  ModelRunner.frame_step -> codes [B, 16]. With CUDA graphs that is a view of the
               graph's static output, which the next replay overwrites: it is cloned on the device
@@ -8,12 +8,13 @@ Launch order (the default CUDA stream runs the first two in this order):
               host memory with non_blocking=True (`.to("cpu", non_blocking=True)` takes a pinned
               buffer per step from torch's caching host allocator) for the EOS check on codebook 0;
               the device rows stay on the device for the codec.
-  chunks      [B, 16, t] codes from those device rows -> CodecRunner.launch on the codec's own
-              CUDA stream, which first waits for the default stream (the chunk may hold this
-              step's frames); PCM copied to pinned host memory there, a codec event recorded.
-              The codec work then overlaps the next step's frame step on the default stream.
-  events      one after the default stream's part, one after the codec's; `LaunchedStep.wait()`
-              blocks on both when the step is read
+  chunks      [B, 16, t] codes from those device rows -> CodecRunner.launch -> PCM, copied to
+              pinned host memory. By default on the default stream after the frame step; with
+              the codec's own stream (CodecRunner own_stream) there, after waiting for the
+              default stream (the chunk may hold this step's frames), with a codec event, so the
+              codec work overlaps the next step's frame step.
+  events      one after the default stream's part (and one after the codec's, with its own
+              stream); `LaunchedStep.wait()` blocks on them when the step is read
 On CPU every call is synchronous, the copies are no-ops and the step is complete when launched.
 
 Timings come from CUDA events around each part (device time, read after the step completed), or
@@ -95,12 +96,12 @@ class StepExecutor:
             step.timer.stop("prefill", t0)
         if plan.frames is not None:
             step.c0 = self._frame_step(plan, entries, step.timer)
+        # Chunks last (they may hold this step's frames); with a codec stream of their own they run
+        # beside the next step's frame step, and reading their PCM waits for them, not for it.
+        self._launch_chunks(plan, entries, step)
         if self.cuda:
             step.event = torch.cuda.Event()
             step.event.record()
-        # Chunks last (they may hold this step's frames), on the codec's own stream: they run
-        # beside the next step's frame step, and reading their PCM waits for them, not for it.
-        self._launch_chunks(plan, entries, step)
         return step
 
     def _launch_chunks(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> None:

@@ -62,8 +62,9 @@ def cuda_numerics(exact_fp32: bool) -> Iterator[None]:
 class CodecRunner:
     def __init__(self, codec: CodecDecoder, max_streams: int, *, chunk_sizes: tuple[int, ...] = CHUNK_SIZES,
                  buckets: tuple[int, ...] = BUCKETS, use_graphs: bool | None = None,
-                 pad_batches: bool | None = None, allow_tf32: bool = False):
+                 pad_batches: bool | None = None, allow_tf32: bool = False, own_stream: bool = False):
         """use_graphs: replay captured graphs (default: on CUDA; `capture()` must still be called).
+        own_stream: run on a CUDA stream of its own, beside the frame steps (see `stream`).
         pad_batches: pad eager batches to a bucket too (default: as use_graphs; tests use it on CPU
         to exercise the scratch rows)."""
         if max_streams < 1:
@@ -86,9 +87,15 @@ class CodecRunner:
         self.buckets = tuple(b for b in buckets if b < max_streams) + tuple(b for b in buckets if b >= max_streams)[:1]
         self.state = codec.new_state(max_streams + 1)
         self.graphs: dict[tuple[int, int], _Graph] = {}
-        # The codec runs on its own CUDA stream: a chunk decodes while the next frame step (queued
-        # on the default stream) runs, and reading its PCM waits only for the codec's own work.
-        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        # own_stream: the codec runs on its own CUDA stream, so a chunk decodes while the next frame
+        # step (default stream) runs and reading its PCM waits only for the codec's work. Its graphs
+        # are then captured on their own capture stream: graphs captured on one stream share that
+        # stream's cuBLAS workspace, and two of them replaying at once on two streams would share
+        # it too. Off by default: with it on (before the capture-stream fix, commit 42272da) the
+        # H200 load run hung at 10 req/s in a step's event wait, and the fix is not yet verified.
+        on_cuda = self.device.type == "cuda"
+        self.stream = torch.cuda.Stream(self.device) if on_cuda and own_stream else None
+        self.capture_stream = torch.cuda.Stream(self.device) if on_cuda and own_stream else None
 
     def _on_codec_stream(self):
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
@@ -280,7 +287,7 @@ class CodecRunner:
                     continue
                 torch.cuda.current_stream().wait_stream(stream)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                with torch.cuda.graph(graph, pool=pool, stream=self.capture_stream):
                     pcm = self._step(slot_ids, codes)
                 self.graphs[(t, bucket)] = _Graph(graph, slot_ids, codes, pcm)
         torch.cuda.synchronize()
