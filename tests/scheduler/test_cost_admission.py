@@ -139,3 +139,18 @@ def test_admission_accepts_what_real_time_allows_and_can_be_switched_off():
         off.open(f"s{i}", forced=4)  # a CPU engine: no prediction, only caps
     off.run()
     off.assert_empty()
+
+
+def test_an_empty_engine_admits_even_when_the_prediction_says_nothing_is_real_time():
+    # A 70 ms frame step (one bad measurement, or a slow GPU): no stream count keeps real time.
+    loop = slow_loop(reject=True, frame_s=0.070)
+    learn(loop, 0.070, 0.070)
+    assert loop.sched.admission.sustainable == 0
+    loop.open("first", forced=4)  # empty engine: admitted, so steps run and the estimate can move
+    with pytest.raises(Rejected, match="underrun"):
+        loop.open("second")
+    loop.run()
+    loop.assert_empty()
+    loop.open("after", forced=4)  # empty again: admitted again
+    loop.run()
+    loop.assert_empty()

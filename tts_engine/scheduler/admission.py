@@ -67,7 +67,9 @@ class Admission:
             return self._reject("caps", f"server is at capacity ({self.admitted} streams)",
                                 self.admitted - cap + 1, now)
         decoding = min(self.admitted + 1, self.max_active)
-        if self.reject_predicted_underrun and decoding > self.sustainable:
+        # An empty engine always takes one stream: the prediction is refreshed only by the steps
+        # streams make, so refusing the first would keep a pessimistic estimate forever.
+        if self.reject_predicted_underrun and self.admitted > 0 and decoding > self.sustainable:
             return self._reject("underrun", f"one more stream would make the {self.admitted} admitted streams "
                                 f"underrun (real time holds for {self.sustainable})",
                                 decoding - self.sustainable, now)
