@@ -184,6 +184,8 @@ class StreamingEngine:
     def command(self, kind: str, stream_id: str, payload=None) -> None:
         self._commands.put((kind, stream_id, payload))
         self._wake.set()
+        if self.fault is not None:  # the engine thread is gone: nothing else will drain this
+            self._fail_pending_opens()
 
     # -- engine thread -----------------------------------------------------------------------------
     def _run(self, warmup: bool) -> None:
@@ -202,8 +204,19 @@ class StreamingEngine:
             for entry in list(self._entries.values()):
                 entry.handle.deliver(ErrorEvent(entry.state.id, f"engine failure: {exc}", "engine_error"))
             self._entries.clear()
+            self._fail_pending_opens()
             self._ready.set()
             raise
+
+    def _fail_pending_opens(self) -> None:
+        """After a fault: streams whose open command was never drained get the error too."""
+        while True:
+            try:
+                kind, sid, payload = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "open":
+                payload[0].deliver(ErrorEvent(sid, f"engine failure: {self.fault}", "engine_error"))
 
     def _warmup(self) -> None:
         if self.runner.use_graphs:
