@@ -2,12 +2,11 @@
 
 Launch order (the default CUDA stream runs them in this order):
   prefills    codec state reset, sampling row, ModelRunner.prefill per stream
-  frame step  ModelRunner.frame_step -> codes [B, 16]. With CUDA graphs that is a view of the
-              graph's static output, which the next replay overwrites: it is cloned on the device
-              at once (stream-ordered, so before any later replay). The clone is copied to pinned
-              host memory with non_blocking=True (`.to("cpu", non_blocking=True)` takes a pinned
-              buffer per step from torch's caching host allocator) for the EOS check on codebook 0;
-              the device rows stay on the device for the codec.
+  frame step  ModelRunner.frame_step_async -> StepCodes: codes [B, 16] on the device (with CUDA
+              graphs a view of the graph's static output, which the next replay overwrites: it
+              is cloned on the device at once, stream-ordered, so before any later replay) and
+              their pinned host copy, which the runner queues right after the code predictor;
+              codebook 0 of the host copy is the EOS check, the device rows stay for the codec.
   chunks      [B, 16, t] codes from those device rows -> CodecRunner.launch -> PCM, copied to
               pinned host memory. By default on the default stream after the frame step; with
               the codec's own stream (CodecRunner own_stream) there, after waiting for the
@@ -140,11 +139,14 @@ class StepExecutor:
     def _frame_step(self, plan: StepPlan, entries: dict[str, StreamEntry], timer: _Timer) -> torch.Tensor:
         rows = plan.frames.rows
         t0 = timer.start()
-        codes = self.runner.frame_step([r.slot for r in rows], [r.frame for r in rows],
-                                       [r.position for r in rows], [r.text_id for r in rows])
+        step_codes = self.runner.frame_step_async([r.slot for r in rows], [r.frame for r in rows],
+                                                  [r.position for r in rows], [r.text_id for r in rows])
+        codes = step_codes.device
         if self.cuda:
             codes = codes.clone()  # [B, 16]: the graph's output buffer is overwritten by the next replay
         timer.stop("frame", t0)
         for r, frame_codes in zip(rows, codes):
             entries[r.stream_id].keep_frame(r.frame, frame_codes)
-        return codes.to("cpu", non_blocking=True)[:, 0]  # the whole [B, 16] block: one contiguous copy
+        # Pinned host copy made by the runner right after the code predictor; read after the step's
+        # event (recorded later on the same stream), well within the runner's ring of STEP_RING steps.
+        return step_codes.host_buffer[:, 0]

@@ -62,9 +62,6 @@ class StepCodes:
     host_buffer: torch.Tensor
     ready: torch.cuda.Event | None
 
-    def done(self) -> bool:
-        return self.ready is None or self.ready.query()
-
     def host(self) -> torch.Tensor:
         """Waits for the copy (not for the rest of the step) -> codes on the CPU."""
         if self.ready is not None:
@@ -386,9 +383,14 @@ class ModelRunner:
             raise ValueError(f"batch of {b} exceeds the largest bucket {max(self.buckets)}")
         variant = FAST if not self.fused_sampler and all(self.slot_fast[s] for s in slots) else GENERAL
         if not (self.use_graphs and self.graphs):
-            t = lambda v: torch.tensor(v, device=self.device)  # noqa: E731
+            t = lambda v: to_device(v, self.device)  # noqa: E731
             codes = self._frame_step(t(slots), t(frames), t(positions), t(step_text), variant)
-            return StepCodes(codes, codes.cpu(), None)
+            if self.device.type != "cuda":
+                return StepCodes(codes, codes, None)
+            ready = torch.cuda.Event()
+            host = codes.to("cpu", non_blocking=True)  # pinned (caching host allocator): no sync
+            ready.record()
+            return StepCodes(codes, host, ready)
         bucket = next(x for x in self.buckets if x >= b)
         codes_graph, feed_graph, inputs, out = self.graphs[(bucket, variant)]
         ring = self._ring_next()
