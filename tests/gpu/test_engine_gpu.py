@@ -1,7 +1,7 @@
 """The whole engine on CUDA (tiny checkpoint, fp32, CUDA graphs, Triton kernels, fused sampler,
-pipeline depth 2, codec on its own stream): concurrent streams' audio equals the CPU reference
-loop decoded in one piece, and a cancel frees the slot. Exercises what CPU runs cannot: steps in
-flight on the device, codec chunks overlapping the next frame step, pinned host copies."""
+pipeline depth 2), with the codec on the default stream and on its own stream: concurrent streams'
+audio equals the CPU reference loop decoded in one piece. Exercises what CPU runs cannot: steps in
+flight on the device, pinned host copies, codec chunks overlapping the next frame step."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ def cpu_reference(synth: Synthesizer, text: str, layout: Layout, seed: int):
     return np.frombuffer(to_s16le(pcm), dtype="<i2"), len(codes)
 
 
-@pytest.fixture(scope="module")
-def cuda_engine(cuda, tiny_checkpoint):
+@pytest.fixture(scope="module", params=[False, True], ids=["codec-default-stream", "codec-own-stream"])
+def cuda_engine(request, cuda, tiny_checkpoint):
     cfg = SchedulerConfig(raise_on_invariant_violation=True)
     engine = StreamingEngine(tiny_checkpoint, device="cuda", dtype=torch.float32, max_context=512,
-                             max_active_streams=8, scheduler=cfg)
+                             max_active_streams=8, scheduler=cfg, codec_stream=request.param)
     asyncio.run(engine.start())
     assert engine.pipeline.depth == 2 and engine.runner.use_graphs and engine.runner.use_triton
     yield engine

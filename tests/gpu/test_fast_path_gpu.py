@@ -123,8 +123,9 @@ def test_prefill_graphs_equal_eager_prefill_and_touch_only_their_slot(model_1_7b
 
 
 def test_async_steps_queued_ahead_give_each_steps_codes_on_the_host(model_1_7b):
-    """Three frame steps queued before any is read: each StepCodes.host() holds its own step's
-    codes (the pinned ring is not overwritten early), equal to the same steps run one by one."""
+    """Three frame steps queued before any is read (within the ring of STEP_RING = 4, as the
+    depth-2 engine reads them): each StepCodes.host() holds its own step's codes, equal to the
+    same steps run one by one."""
     cfg, model = model_1_7b
     runner = ModelRunner(model, max_slots=8, max_context=256)
     prompts = _prompts(cfg, 3)

@@ -3,10 +3,11 @@
 One engine step = one `StepPlan`, launched in this order:
   prefills    each fills one slot from its prompt (ModelRunner.prefill)
   frames      one frame step for a batch of slots, padded to a captured bucket: sample codebook 0,
-              the 15 code-predictor steps and the talker position, one CUDA graph (ModelRunner.frame_step)
-  chunks      codec calls, one per ChunkBatch (CodecRunner.decode); a chunk may hold frames of this
-              very step's frame batch: the codes never leave the device, and the GPU runs the work in
-              launch order
+              the 15 code-predictor steps and the talker position (ModelRunner.frame_step_async: on
+              CUDA two graphs, the codes half and the talker half, replayed back to back)
+  chunks      codec calls, one per ChunkBatch (CodecRunner.launch); a chunk may hold frames of this
+              very step's frame batch: the codes never leave the device, and the codec waits for
+              them (stream order, or an explicit wait with its own CUDA stream)
 The engine reads the step's codebook-0 column (EOS) and PCM back when the step has completed, and
 hands the scheduler a `StepResult`; `Scheduler.postprocess` turns it into `Output`s (audio to send,
 flushes done, streams finished).
