@@ -1,7 +1,8 @@
 """A fresh `cadence serve` process per trial (the reference method's "fresh server per trial").
 
-The server picks a free port (`--port 0`) and announces it on its first stderr line; the rest of
-stderr is drained by a thread (a full pipe would block the server) and its tail kept for errors.
+The server picks a free port (`--port 0`) and announces it on stderr ("listening on URL"); a thread
+drains all of stderr (a full pipe would block the server), keeps its tail for errors and finds that
+line, whatever warnings come before it.
 """
 
 from __future__ import annotations
@@ -29,21 +30,25 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.tail: collections.deque[str] = collections.deque(maxlen=40)
+        self._drainer: threading.Thread | None = None
 
     def _fail(self, why: str) -> RuntimeError:
         self.stop()
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)  # the pipe closes with the process: the tail is complete
         return RuntimeError(f"cadence serve {why}; last stderr lines:\n" + "".join(self.tail))
 
     def start(self) -> ServerProcess:
         self.proc = subprocess.Popen(self.cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        line = self.proc.stderr.readline()
-        self.tail.append(line)
-        match = _LISTENING.search(line)
-        if not match:
-            raise self._fail("did not start")
-        self.url = match.group(1)
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._listening = threading.Event()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
         deadline = time.monotonic() + self.ready_timeout_s
+        while not self._listening.wait(0.1):
+            if self.proc.poll() is not None:
+                raise self._fail(f"exited with status {self.proc.returncode} before listening")
+            if time.monotonic() > deadline:
+                raise self._fail(f"did not listen within {self.ready_timeout_s:g} s")
         while True:
             if self.proc.poll() is not None:
                 raise self._fail(f"exited with status {self.proc.returncode}")
@@ -59,6 +64,10 @@ class ServerProcess:
     def _drain(self) -> None:
         for line in self.proc.stderr:
             self.tail.append(line)
+            match = None if self._listening.is_set() else _LISTENING.search(line)
+            if match:
+                self.url = match.group(1)
+                self._listening.set()
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
