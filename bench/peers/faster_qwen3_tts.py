@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .compat import fix_default_rope, stub_audio_io_imports
-from .server import Job, arg_parser, parse_args, serve
+from .server import Job, arg_parser, check_sample_rate, check_voice, parse_args, serve
 
 NAME = "faster-qwen3-tts"
 DEFAULT_CHUNK = 8
@@ -48,10 +48,7 @@ class FasterQwen3TTSPeer:
         self.languages = set(base.get_supported_languages() or ())
 
     def check(self, job: Job) -> None:
-        if self.speakers and job.voice not in self.speakers:
-            raise ValueError(f"unknown voice {job.voice!r}; choose one of: {', '.join(sorted(self.speakers))}")
-        if self.languages and job.language not in self.languages:
-            raise ValueError(f"unknown language {job.language!r}; supported: {', '.join(sorted(self.languages))}")
+        check_voice(job, self.speakers, self.languages)
 
     def synthesize(self, job: Job) -> Iterator[np.ndarray]:
         kwargs = dict(job.sampling)
@@ -64,7 +61,7 @@ class FasterQwen3TTSPeer:
             non_streaming_mode=True, chunk_size=self.chunk_size, **kwargs)
         try:
             for pcm, sample_rate, _timing in chunks:
-                assert sample_rate == 24000, sample_rate
+                check_sample_rate(sample_rate)
                 yield pcm
         finally:
             chunks.close()  # a client that left stops the decode loop at its next chunk

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .compat import fix_default_rope, stub_audio_io_imports
-from .server import Job, arg_parser, parse_args, serve
+from .server import Job, arg_parser, check_sample_rate, check_voice, parse_args, serve
 
 NAME = "qwen-tts"
 
@@ -55,10 +55,7 @@ class OfficialQwenTTS:
         talker.generate = generate_exact
 
     def check(self, job: Job) -> None:
-        if self.speakers and job.voice not in self.speakers:
-            raise ValueError(f"unknown voice {job.voice!r}; choose one of: {', '.join(sorted(self.speakers))}")
-        if self.languages and job.language not in self.languages:
-            raise ValueError(f"unknown language {job.language!r}; supported: {', '.join(sorted(self.languages))}")
+        check_voice(job, self.speakers, self.languages)
 
     def synthesize(self, job: Job) -> Iterator[np.ndarray]:
         kwargs = dict(job.sampling)
@@ -68,7 +65,7 @@ class OfficialQwenTTS:
         wavs, sample_rate = self.model.generate_custom_voice(
             text=job.text, speaker=job.voice, language=job.language, instruct=job.instruct,
             non_streaming_mode=True, **kwargs)  # our server's layout for a whole text too
-        assert sample_rate == 24000, sample_rate
+        check_sample_rate(sample_rate)
         yield wavs[0]
 
 

@@ -76,6 +76,19 @@ class Peer(Protocol):
         """Float PCM at 24 kHz, in as many pieces as the package gives them."""
 
 
+def check_voice(job: Job, speakers: set[str], languages: set[str]) -> None:
+    """ValueError (-> 422) for a voice or language the peer's model does not list."""
+    if speakers and job.voice not in speakers:
+        raise ValueError(f"unknown voice {job.voice!r}; choose one of: {', '.join(sorted(speakers))}")
+    if languages and job.language not in languages:
+        raise ValueError(f"unknown language {job.language!r}; supported: {', '.join(sorted(languages))}")
+
+
+def check_sample_rate(sample_rate: int) -> None:
+    if sample_rate != SAMPLE_RATE:
+        raise RuntimeError(f"the peer produced {sample_rate} Hz audio; the adapter serves {SAMPLE_RATE} Hz PCM")
+
+
 def forced_frames(cfg: ModelConfig, text: str) -> int | None:
     if not cfg.is_random:
         return None
