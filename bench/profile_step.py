@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.profile_step")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    from tests.gpu.conftest import random_model
+    from tts_engine.checkpoint import random_model
     from tts_engine.runtime.runner import ModelRunner
     from tts_engine.sampling import SamplingParams
 

@@ -61,6 +61,16 @@ def _generator(seed: int, name: str, device: torch.device) -> torch.Generator:
     return torch.Generator(device=device).manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
 
 
+def random_model(size: str, dtype: torch.dtype, device, seed: int = 0) -> tuple[ModelConfig, Qwen3TTS]:
+    """Qwen3TTS of a named size with random weights built directly on `device` (no checkpoint on
+    disk): for GPU tests and benchmarks that need only the model."""
+    cfg = ModelConfig.from_file(CONFIG_DIR / SIZES[size][0])
+    with torch.device("meta"):
+        model = Qwen3TTS(cfg)
+    model.load_state_dict(random_talker_state_dict(cfg, seed, dtype, device), assign=True)
+    return cfg, model.eval()
+
+
 def random_talker_state_dict(cfg: ModelConfig, seed: int, dtype: torch.dtype,
                              device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Every talker/code-predictor tensor, seeded per name, in `dtype`.

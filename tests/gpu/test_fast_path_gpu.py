@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu.conftest import random_model
+from tts_engine.checkpoint import random_model
 from tts_engine.prompt import Layout, VoiceSpec, build_prompt
 from tts_engine.reference import GenerationInput, generate_codes
 from tts_engine.runtime.runner import ModelRunner

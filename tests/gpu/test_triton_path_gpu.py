@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu.conftest import random_model
+from tts_engine.checkpoint import random_model
 from tts_engine.runtime.runner import ModelRunner
 from tts_engine.sampling import SamplingParams
 
