@@ -5,19 +5,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import torch
 
 from tests.engine.helpers import assert_empty, start_engine
+from tests.threads import one_torch_thread
 from tts_engine.synthesizer import Synthesizer
 
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    # The tiny model's ops are microseconds long: one thread is ~10x faster than two on a busy CI box.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

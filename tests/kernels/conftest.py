@@ -12,6 +12,8 @@ import math
 import pytest
 import torch
 
+from tests.threads import one_torch_thread
+
 
 @pytest.fixture(scope="session")
 def device() -> torch.device:
@@ -40,7 +42,5 @@ def poisoned_allocations(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with one_torch_thread():
+        yield

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.threads import one_torch_thread
 from tts_engine import sampling as ref
 from tts_engine.prompt import Layout, VoiceSpec
 from tts_engine.reference import GenerationInput, generate_codes
@@ -38,11 +39,8 @@ SAMPLED_NO_TOP_K = ref.SamplingParams(seed=13, top_k=0, subtalker_top_k=0, repet
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    # The tiny model's ops are microseconds long: one thread is ~10x faster than two on a busy CI box.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
