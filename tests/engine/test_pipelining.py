@@ -93,8 +93,12 @@ def test_eos_read_a_step_late_cuts_the_audio_exactly_at_the_eos_frame(pipelined_
 def test_cancel_frees_the_slot_within_one_step_with_pipelining(pipelined_engine, launches):
     eng = pipelined_engine
 
+    delivered: list = []  # what the engine hands the stream, before the client-side filter
+
     async def run():
         s = eng.open_stream(options(seed=1, chunk_schedule=(1,)), LONG, end_input=True)
+        deliver = s.deliver
+        s.deliver = lambda event: (delivered.append(event), deliver(event))
         assert isinstance(await next_event(s), AudioEvent)
         frames = eng.metrics()["frames"]
         s.cancel()
@@ -112,5 +116,9 @@ def test_cancel_frees_the_slot_within_one_step_with_pipelining(pipelined_engine,
     assert frames_after <= 1, f"{frames_after} frames were read after the cancel"
     assert not any(isinstance(e, AudioEvent) for e in rest) and left == 0
     assert isinstance(rest[-1], DoneEvent) and rest[-1].reason == "cancelled"
+    # Engine side (the client filter above would hide it): nothing follows the cancelled stream's
+    # Done, so results of steps still in flight at the cancel never reach it.
+    done_at = next(i for i, e in enumerate(delivered) if isinstance(e, DoneEvent))
+    assert done_at == len(delivered) - 1, delivered[done_at:]
     assert isinstance(t_events[-1], DoneEvent) and t_events[-1].reason == "eos"
     assert max(launches) == 1
