@@ -68,9 +68,10 @@ def _add_serve(sub) -> None:
     p.add_argument("--realtime-margin", type=float, default=None,
                    help="admission keeps the predicted cycle under 80 ms / this (default 1.25)")
     p.add_argument("--codec-stream", action="store_true",
-                   help="decode codec chunks on a CUDA stream of their own, beside the frame steps (experimental)")
+                   help="decode codec chunks on a CUDA stream of their own, beside the frame steps "
+                        "(experimental; CUDA only)")
     p.add_argument("--yield-buffer-s", type=float, default=None,
-                   help="audio ahead of its listener past which a stream yields when capacity is short")
+                   help="audio ahead of its listener past which a stream yields when capacity is short (default 1.5)")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024)
     p.add_argument("--max-text-chars", type=int, default=5000)
     p.add_argument("--max-ws-message-bytes", type=int, default=1024 * 1024)

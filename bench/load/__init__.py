@@ -7,5 +7,5 @@ Around them: `corpus` (Harvard sentences), `records` (the typed records passed b
 metrics), `driver` (one open-loop trial), `summary` (per-rate statistics, capacity, cost),
 `recognizer` (faster-whisper WER), `server_proc` (a fresh `cadence serve` per trial), `sweep`
 (rates x seeds), `output` / `report` / `plots` (results.json, report.md, PNGs), `options` +
-`config` + `main` (the command).
+`config` + `main` (the command), `rerender` (report and plots again from a results.json).
 """

@@ -66,3 +66,16 @@ def test_json_report_and_plots(tmp_path):
     assert "HTTP 503 x2" in report and "timeout after 1 s x1" in report
     assert "**Warning**" in report and "20 req/s 50.0 ms" in report
     assert "![ttfa_cdf.png](ttfa_cdf.png)" in report
+
+
+def test_rerender_rebuilds_the_report_and_plots_from_results_json(tmp_path):
+    from bench.load import output, rerender
+
+    data = to_json(sweep(tmp_path), ["cadence", "bench", "--no-plots"])
+    output.write_json(tmp_path / "results.json", data)
+    assert rerender.main([str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert report == render(data, ["ttfa_cdf.png", "ttfa_vs_rate.png", "in_flight.png"])
+    assert all((tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+               for n in ("ttfa_cdf.png", "ttfa_vs_rate.png", "in_flight.png"))
+    assert rerender.main([]) == 2  # usage
