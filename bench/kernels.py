@@ -1,7 +1,8 @@
 """Per-kernel GPU times at the 1.7B shapes: each Triton kernel against its torch reference, the
 versions of decode attention (v1: one program per row and kv head; v2: split-KV, the default; v3:
-split-KV with tensor-core products, opt-in until timed here), and the cuBLAS products of one
-talker layer against their weight-read floor.
+split-KV with tensor-core products, opt-in until timed here), the cuBLAS products of one
+talker layer against their weight-read floor, and the fused small-batch GEMV (kernels/gemv.py)
+against cuBLAS plus the epilogue kernel it replaces, at talker and code-predictor shapes.
 
     python -m bench.kernels --out bench/results/kernels.json
 
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from tts_engine.kernels import decode_attention as da
     from tts_engine.kernels.cp_attention import cp_attention, cp_attention_ref
+    from tts_engine.kernels.gemv import gemv
     from tts_engine.kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_ref
     from tts_engine.kernels.rms_norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
     from tts_engine.kernels.silu_mul import silu_mul, silu_mul_ref
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
 
     with torch.inference_mode():
-        for b in (1, 64):
+        for b in (1, 8, 64):
             xs = [rnd(b, h) for _ in range(SETS)]
             ds = [rnd(b, h) for _ in range(SETS)]
             w = rnd(h)
@@ -129,6 +131,21 @@ def main(argv: list[str] | None = None) -> int:
                     kv_bytes)
                 add(f"decode_attn L{length} v3", b,
                     graph_ms([partial(da.decode_attention, q, *rest, version=3) for q in qs]), kv_bytes)
+
+            if b <= 16:  # the fused small-batch GEMV against cuBLAS (+ its separate epilogue kernel)
+                for name, n_out, n_in in (("talker", 2 * inter, h), ("cp", 6144, 1024)):
+                    xin, res = rnd(b, n_in), rnd(b, n_out // 2)
+                    ws = [rnd(n_out, n_in) for _ in range(SETS)]
+                    floor = n_out * n_in * 2
+                    add(f"{name} gate_up+silu cublas", b, graph_ms([partial(lambda x, w: silu_mul(F.linear(x, w)),
+                                                                           xin, w) for w in ws]), floor)
+                    add(f"{name} gate_up+silu gemv", b, graph_ms([partial(gemv, xin, w, silu_mul=True) for w in ws]),
+                        floor)
+                    wd = [rnd(n_out // 2, n_in) for _ in range(SETS)]
+                    add(f"{name} proj+residual cublas", b, graph_ms([partial(lambda x, w, r: r + F.linear(x, w),
+                                                                            xin, w, res) for w in wd]), floor // 2)
+                    add(f"{name} proj+residual gemv", b, graph_ms([partial(gemv, xin, w, residual=res) for w in wd]),
+                        floor // 2)
 
             ckv = (rnd(64, hkv, 16, d), rnd(64, hkv, 16, d), 8)
             cqs = [rnd(b, 1, hq, d) for _ in range(SETS)]

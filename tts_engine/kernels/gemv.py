@@ -1,0 +1,108 @@
+"""Small-batch matrix-vector products with the ops that follow them fused in.
+
+    gemv(x [M, K], w [N, K])                      -> x @ w.T                     [M, N]
+    gemv(x, w, residual=r [M, N])                 -> r + x @ w.T                 [M, N]
+    gemv(x, w_gate_up [2 I, K], silu_mul=True)    -> silu(x @ gate.T) * (x @ up.T)  [M, I]
+
+Why: at batch 1 the decode steps are GEMVs, and cuBLAS runs the code predictor's 4-12 MB matrices
+with 64x8 tiles, 16-64 CTAs on a 132-SM card, ~5 µs each whatever the size (profile-h200-1aa9bd0):
+latency-bound, far from bandwidth. Here one program owns BLOCK_N output features (rows of w) for
+every batch row (M <= 16), streams its rows of w once in BLOCK_K slices with 16-byte loads, and
+keeps the products in fp32 registers; N / BLOCK_N programs (e.g. 128 for N = 1024, BLOCK_N = 8)
+put the whole matrix in flight at once. The residual add and SwiGLU, separate launches after a
+cuBLAS product, happen in the epilogue (the gate and up rows of one feature live in one program).
+
+Rounding is the reference's: the product rounded to the output dtype, then the residual add
+rounded again (`r + F.linear(x, w)`), or silu in fp32 rounded, times the rounded up projection,
+rounded (`F.silu(g) * u`). The fp32 sum runs in another order than cuBLAS', so a few elements may
+differ by one ulp (tests/kernels/test_gemv.py).
+
+Status: tested against its reference (interpreter on CPU, compiled on a GPU); not yet timed on a
+GPU, so the runner does not use it by default (`bench/kernels.py` times it against cuBLAS).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .backend import HAVE_TRITON, next_pow2
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    from .backend import round_to
+
+MAX_ROWS = 16  # batch rows one program holds; larger batches are cuBLAS' regime
+
+
+def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
+             silu_mul: bool = False) -> torch.Tensor:
+    y = F.linear(x, w)
+    if silu_mul:
+        gate, up = y.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return y if residual is None else residual + y
+
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def _gemv_kernel(x_ptr, w_ptr, r_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y,
+                     MODE: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """MODE 0: plain, 1: + residual, 2: SwiGLU over rows n (gate) and n + n_out (up) of w."""
+        feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows = tl.arange(0, M_P)
+        f_ok, r_ok = feats < n_out, rows < m
+        acc = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, k, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_ok = ks < k
+            xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
+                         other=0.0).to(tl.float32)  # [M_P, BLOCK_K]
+            w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
+            w_ok = f_ok[:, None] & k_ok[None, :]
+            ws = tl.load(w_at, mask=w_ok, other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_K]
+            acc += tl.sum(xs[:, None, :] * ws[None, :, :], axis=2)
+            if MODE == 2:
+                wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0).to(tl.float32)
+                acc_up += tl.sum(xs[:, None, :] * wu[None, :, :], axis=2)
+        dt = y_ptr.dtype.element_ty
+        out = round_to(acc, dt)
+        ok = r_ok[:, None] & f_ok[None, :]
+        if MODE == 1:
+            res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
+            out = round_to(res + out, dt)
+        if MODE == 2:
+            act = round_to(out / (1.0 + tl.exp(-out)), dt)
+            out = round_to(act * round_to(acc_up, dt), dt)
+        tl.store(y_ptr + rows[:, None] * s_y + feats[None, :], out.to(dt), mask=ok)
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
+         block_n: int = 8, block_k: int = 256) -> torch.Tensor:
+    """x [M, K] (M <= MAX_ROWS, last dim contiguous), w [N, K] contiguous -> [M, N] (or [M, N / 2]
+    with silu_mul), in x's dtype."""
+    if not HAVE_TRITON:
+        return gemv_ref(x, w, residual=residual, silu_mul=silu_mul)
+    m, k = x.shape
+    if m > MAX_ROWS:
+        raise ValueError(f"gemv holds at most {MAX_ROWS} rows, got {m}")
+    if w.shape[1] != k or w.stride(1) != 1 or x.stride(1) != 1:
+        raise ValueError(f"gemv needs x [M, K] and w [N, K] with K contiguous, got {tuple(x.shape)}, {tuple(w.shape)}")
+    if x.dtype != w.dtype:
+        raise ValueError(f"gemv needs one dtype, got x {x.dtype}, w {w.dtype}")
+    if residual is not None and silu_mul:
+        raise ValueError("gemv: residual and silu_mul do not combine")
+    n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
+    y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
+    r = residual if residual is not None else y
+    if residual is not None and (residual.shape != y.shape or residual.stride(1) != 1):
+        raise ValueError(f"residual must be [M, N] = {tuple(y.shape)} with N contiguous")
+    mode = 2 if silu_mul else 1 if residual is not None else 0
+    _gemv_kernel[(triton.cdiv(n_out, block_n),)](
+        x, w, r, y, m, n_out, k, x.stride(0), w.stride(0), r.stride(0), y.stride(0),
+        MODE=mode, M_P=max(1, next_pow2(m)), BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
+    return y
