@@ -193,19 +193,6 @@ class CodecRunner:
         pcm.record_stream(caller)
         return pcm
 
-    @torch.inference_mode()
-    def decode_to_host(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
-        """`decode` on the codec's stream -> fp32 PCM [B, t * spf] on the CPU. Waits for this
-        chunk only, not for frame steps queued on the default stream. codes: on the CPU (no
-        dependency on the default stream) or on the device (then the codec stream waits for it)."""
-        self._check(slots, codes)
-        if self.stream is None:
-            return self._decode(slots, codes).float().cpu()
-        if codes.is_cuda:
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        with self._on_codec_stream():
-            return self._decode(slots, codes).float().cpu()  # pageable copies sync the codec stream only
-
     @contextlib.contextmanager
     def launch_context(self) -> Iterator[torch.cuda.Stream | None]:
         """For `launch`: the codec stream (None on CPU), made to wait for the caller's work so far."""

@@ -112,10 +112,6 @@ class StreamState:
         """No further frame step will be launched for this stream."""
         return self.eos_frame is not None or self.frames_launched >= self.frame_limit
 
-    def next_chunk_frames(self) -> int:
-        s = self.chunk_schedule
-        return s[min(self.chunks_planned, len(s) - 1)]
-
     def audible_frames_ready(self) -> int:
         """Audible frames launched (and not past the end) but not yet handed to the codec."""
         return max(0, min(self.frames_launched, self.end_frame) - self.audible_skip) - self.frames_chunked
