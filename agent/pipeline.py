@@ -166,7 +166,7 @@ def cadence_reachable(ws_url: str, timeout_s: float = 1.5) -> bool:
         return False
 
 
-def describe_tts(cfg: AgentConfig) -> str:
+def describe_tts(cfg: AgentConfig, why_fallback: str = "no Cadence engine configured") -> str:
     """The TTS in words, for the page and the log."""
     piper = f"Piper fallback voice ({Path(cfg.piper_model).stem if cfg.piper_model else BUNDLED_VOICE}, CPU)"
     if cfg.cadence_url:
@@ -175,7 +175,7 @@ def describe_tts(cfg: AgentConfig) -> str:
     if cfg.speech_base_url:
         return f"OpenAI-compatible speech at {cfg.speech_base_url} ({cfg.speech_model})"
     if cfg.fallback_tts == "piper":
-        return f"{piper}: no Cadence engine configured"
+        return f"{piper}: {why_fallback}"
     return "no TTS engine configured: replies are text only"
 
 
@@ -188,8 +188,7 @@ def choose_tts(cfg: AgentConfig) -> tuple[TTSService | None, str]:
         logger.warning(f"the Cadence engine at {cfg.cadence_url} does not answer: speaking with the Piper "
                        "fallback voice")
         fallback = dataclasses.replace(cfg, cadence_url=None)
-        return make_tts(fallback), describe_tts(fallback).replace(
-            "no Cadence engine configured", f"the Cadence engine at {cfg.cadence_url} does not answer")
+        return make_tts(fallback), describe_tts(fallback, f"the Cadence engine at {cfg.cadence_url} does not answer")
     if not cfg.has_tts:
         return None, describe_tts(cfg)
     return make_tts(cfg), describe_tts(cfg)
