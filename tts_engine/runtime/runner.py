@@ -7,15 +7,20 @@ State lives in per-slot device buffers, so a step can run any subset of requests
   seen               [slots + 1, 3072]    codebook-0 ids generated so far (repetition penalty)
   rows               per-slot sampling settings (SamplingRows)
 
-`prefill(slot, x)` fills a slot from its prompt rows. `frame_step(slots, frames, positions,
-step_text)` produces one frame for each given slot entirely on the device: sample c0, run the 15
-code-predictor steps, feed the frame back through the talker for one position. On CUDA each
-(batch bucket, sampler variant) frame step is one captured graph; padded rows point at the
-scratch slot. The sampler variant is picked per step on the host from the rows' settings: the
-fast one (top-k by `torch.topk`, no top-p sort) when it serves every row, else the general one.
+`prefill(slot, x)` fills a slot from its prompt rows (on CUDA through a graph per prompt-length
+bucket, rows zero-padded). `frame_step_async(slots, frames, positions, step_text)` produces one
+frame for each given slot entirely on the device: sample c0, run the 15 code-predictor steps
+(the codes half), feed the frame back through the talker for one position (the talker half). On
+CUDA each half is a captured graph per (batch bucket, sampler variant), inputs staged through
+pinned memory, the codes copied to a pinned ring between the halves; padded rows point at the
+scratch slot.
 
-`use_triton` runs decode steps through the Triton kernels (`fused.decoder_step_triton`); without
-it they run in plain torch (`fused.decoder_step_torch`), the reference the fast path is tested against.
+`use_triton` runs decode steps and prefills through the Triton kernels (`fused.decoder_step_triton`)
+and samples with the fused kernel (`kernels/sample.py`: same distribution as the torch sampler, any
+settings, so one variant); without it they run in plain torch (`fused.decoder_step_torch`, SDPA
+prefill, the torch sampler), the reference the fast path is tested against. On that path the
+sampler variant is picked per step from the rows' settings: the fast one (top-k by `torch.topk`,
+no top-p sort) when it serves every row, else the general one.
 """
 
 from __future__ import annotations
