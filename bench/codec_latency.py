@@ -98,19 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     from tts_engine.config import CONFIG_DIR, CodecConfig
-    from tts_engine.model.codec import CodecDecoder
-    from tts_engine.model.codec_init import random_codec_state_dict
+    from tts_engine.model.codec_init import random_codec_decoder
 
     if not torch.cuda.is_available():
         print("bench.codec_latency needs a CUDA device", file=sys.stderr)
         return 2
     cfg = CodecConfig.from_file(CONFIG_DIR / "speech_tokenizer.config.json")
-    weights = {k.removeprefix("decoder."): v for k, v in random_codec_state_dict(cfg, 0).items()
-               if k.startswith("decoder.")}
-    with torch.device("meta"):
-        codec = CodecDecoder(cfg.decoder)
-    codec.load_state_dict(weights, strict=True, assign=True)
-    codec = codec.to("cuda", getattr(torch, args.dtype)).eval()
+    codec = random_codec_decoder(cfg).to("cuda", getattr(torch, args.dtype))
     result: dict[str, object] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                                  "python": platform.python_version(), "dtype": args.dtype,
                                  "tf32": False, "runs": args.runs}

@@ -12,7 +12,7 @@ import torch
 
 from tts_engine.config import CONFIG_DIR, CodecConfig
 from tts_engine.model.codec import CodecDecoder
-from tts_engine.model.codec_init import random_codec_state_dict
+from tts_engine.model.codec_init import random_codec_decoder
 from tts_engine.runtime.codec_runner import BUCKETS, CHUNK_SIZES, CodecRunner
 
 pytestmark = pytest.mark.gpu
@@ -24,12 +24,7 @@ MAX_STREAMS = 20  # > the largest bucket: batches of 17..20 are split
 @pytest.fixture(scope="module")
 def codec(cuda) -> CodecDecoder:
     cfg = CodecConfig.from_file(CONFIG_DIR / "speech_tokenizer.config.json")
-    weights = {k.removeprefix("decoder."): v for k, v in random_codec_state_dict(cfg, 0).items()
-               if k.startswith("decoder.")}
-    with torch.device("meta"):
-        decoder = CodecDecoder(cfg.decoder)
-    decoder.load_state_dict(weights, strict=True, assign=True)
-    return decoder.to(cuda).eval()
+    return random_codec_decoder(cfg).to(cuda)
 
 
 class _Pair:

@@ -9,7 +9,7 @@ import torch
 
 from tts_engine.config import CONFIG_DIR, CodecConfig
 from tts_engine.model.codec import CodecDecoder
-from tts_engine.model.codec_init import random_codec_state_dict
+from tts_engine.model.codec_init import random_codec_decoder
 from tts_engine.runtime.codec_runner import CodecRunner
 
 TOL = 1e-4
@@ -19,12 +19,7 @@ SPF = 1920
 @pytest.fixture(scope="module")
 def codec() -> CodecDecoder:
     cfg = CodecConfig.from_file(CONFIG_DIR / "tiny-speech_tokenizer.config.json")
-    weights = {k.removeprefix("decoder."): v for k, v in random_codec_state_dict(cfg, 0).items()
-               if k.startswith("decoder.")}
-    with torch.device("meta"):
-        decoder = CodecDecoder(cfg.decoder)
-    decoder.load_state_dict(weights, strict=True, assign=True)
-    return decoder.eval()
+    return random_codec_decoder(cfg)
 
 
 def _codes(frames: int, seed: int, batch: int = 1) -> torch.Tensor:

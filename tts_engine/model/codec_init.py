@@ -117,3 +117,14 @@ def random_codec_state_dict(cfg: CodecConfig, seed: int) -> dict[str, torch.Tens
     for name, shape in encoder_tensor_shapes(cfg.encoder_raw).items():
         tensors[f"encoder.{name}"] = _encoder_tensor(name, shape, gen)
     return tensors
+
+
+def random_codec_decoder(cfg: CodecConfig, seed: int = 0) -> CodecDecoder:
+    """The decoder half of `random_codec_state_dict(cfg, seed)` loaded into a CodecDecoder (CPU,
+    fp32, eval): for tests and benchmarks that need the codec without a checkpoint on disk."""
+    weights = {k.removeprefix("decoder."): v for k, v in random_codec_state_dict(cfg, seed).items()
+               if k.startswith("decoder.")}
+    with torch.device("meta"):
+        decoder = CodecDecoder(cfg.decoder)
+    decoder.load_state_dict(weights, strict=True, assign=True)
+    return decoder.eval()
