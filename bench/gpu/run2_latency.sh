@@ -2,9 +2,7 @@
 # GPU run, part 1: GPU tests of what changed, compiled sampler-kernel tests, single-stream latency.
 # On the device machine (repo root): CADENCE_COMMIT=<sha> bash bench/gpu/run2_latency.sh   (writes to $OUT)
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$OUT/gpu.txt"
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/gpu.txt"
 t0=$SECONDS

@@ -2,12 +2,9 @@
 # GPU run, part 2: the open-loop sweep (cadence bench) against one `cadence serve` on the 1.7B
 # random-weight checkpoint. RATES / DURATION / WARMUP from the environment.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/gpu/setup.sh
 t0=$SECONDS
-[ -f /tmp/ckpt/model.safetensors ] || python3 -m tts_engine.cli make-checkpoint --size 1.7b --out /tmp/ckpt --device cuda \
-  > "$OUT/make.log" 2>&1
+ensure_checkpoint
 python3 -m tts_engine.cli serve --model /tmp/ckpt --device cuda --port 8000 --log-level warning ${SERVE_ARGS:-} \
   > "$OUT/serve.log" 2>&1 &
 server=$!

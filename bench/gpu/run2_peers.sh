@@ -2,12 +2,9 @@
 # GPU run, part 3: the peers (faster-qwen3-tts, official qwen-tts) through their adapters on the same
 # 1.7B random-weight checkpoint, measured by the same `cadence bench` client.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/gpu/setup.sh
 t0=$SECONDS
-[ -f /tmp/ckpt/model.safetensors ] || python3 -m tts_engine.cli make-checkpoint --size 1.7b --out /tmp/ckpt --device cuda \
-  > "$OUT/make.log" 2>&1
+ensure_checkpoint
 peer() {  # name port rates duration
   pid=$(timeout 240 bash bench/peers/start.sh "$1" /tmp/ckpt "$2") || { echo "$1 failed to start"; \
     tail -20 "/tmp/peers/$1.log"; cp "/tmp/peers/$1.log" "$OUT/" 2>/dev/null; return; }

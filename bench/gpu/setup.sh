@@ -1,0 +1,10 @@
+# Sourced by the GPU run scripts (repo root, on the device machine): the server wheels onto
+# PYTHONPATH, and `ensure_checkpoint` for the 1.7B random-weight checkpoint at /tmp/ckpt.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+
+ensure_checkpoint() {
+  [ -f /tmp/ckpt/model.safetensors ] || python3 -m tts_engine.cli make-checkpoint --size 1.7b --out /tmp/ckpt \
+    --device cuda > "$OUT/make.log" 2>&1
+}
