@@ -112,7 +112,7 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
     long_positions = torch.full((b,), runner.max_context - 64, device="cuda")
     talker = graph_of(lambda: runner._talker_decode(slots, x, positions))
     talker_long = graph_of(lambda: runner._talker_decode(slots, x, long_positions))
-    cp = graph_of(lambda: runner._code_predict(x, c0, frames, rows, variant=FAST))
+    cp = graph_of(lambda: runner.code_predictor.predict(x, c0, frames, rows, variant=FAST))
     step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
     step_general = graph_of(lambda: runner._frame_step(slots, frames, positions, text, GENERAL))
     return {"talker_step_ms": cuda_time_ms(talker), "talker_step_long_ms": cuda_time_ms(talker_long),

@@ -10,10 +10,10 @@ State lives in per-slot device buffers, so a step can run any subset of requests
 `prefill(slot, x)` fills a slot from its prompt rows (on CUDA through a graph per prompt-length
 bucket, rows zero-padded). `frame_step_async(slots, frames, positions, step_text)` produces one
 frame for each given slot entirely on the device: sample c0, run the 15 code-predictor steps
-(the codes half), feed the frame back through the talker for one position (the talker half). On
-CUDA each half is a captured graph per (batch bucket, sampler variant), inputs staged through
-pinned memory, the codes copied to a pinned ring between the halves; padded rows point at the
-scratch slot.
+(`code_predictor.CodePredictorRunner`; the codes half), feed the frame back through the talker
+for one position (the talker half). On CUDA each half is a captured graph per (batch bucket,
+sampler variant), inputs staged through pinned memory, the codes copied to a pinned ring between
+the halves; padded rows point at the scratch slot.
 
 `use_triton` runs decode steps and prefills through the Triton kernels (`fused.decoder_step_triton`)
 and samples with the fused kernel (`kernels/sample.py`: same distribution as the torch sampler, any
@@ -31,11 +31,11 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.backend import runs_on
-from ..kernels.cp_attention import cp_attention, cp_attention_ref
 from ..kernels.decode_attention import decode_attention, decode_attention_ref
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Qwen3TTS
 from ..sampling import SamplingParams, suppress_mask
+from .code_predictor import CodePredictorRunner
 from .fused import FusedStack, decoder_step_torch, decoder_step_triton, finish_layer, qkv, rms_norm, rope_table
 from .host import to_device
 from .sampler import (
@@ -43,9 +43,7 @@ from .sampler import (
     GENERAL,
     SamplerVariant,
     SamplingRows,
-    WarpRows,
     counter_uniform,
-    sample_codebook,
     sample_codebook0,
 )
 
@@ -54,7 +52,6 @@ STEP_RING = 4  # frame steps that may be queued on the device at once (pinned st
 # Prompt lengths with a captured prefill graph (rows padded up to the bucket). A CustomVoice
 # prompt is ~10 rows + the text's tokens in the non-streaming layout, ~11 in the streaming one.
 PREFILL_BUCKETS = (16, 32, 64, 128, 256)
-CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
 
 
 @dataclass
@@ -97,22 +94,14 @@ class ModelRunner:
         self.buckets = tuple(b for b in buckets if b <= max_slots) or (max_slots,)
 
         self.talker = FusedStack.from_stack(talker.model)
-        self.cp = FusedStack.from_stack(talker.code_predictor.model)
         self.codec_head = talker.codec_head.weight
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
         self.text_embedding = talker.model.text_embedding.weight
         self.text_projection = talker.text_projection
-        cp = talker.code_predictor
-        self.cp_feedback = torch.stack([t.weight for t in cp.model.codec_embedding])  # [15, 2048, H]
-        self.cp_heads = torch.stack([h.weight for h in cp.lm_head])  # [15, 2048, h]
-        with torch.no_grad():
-            proj = cp.small_to_mtp_projection
-            # Pre-projected inputs of the code predictor: proj(C(c0)) and proj(E_j[c]).
-            self.cp_in_c0 = proj(self.codec_embedding)  # [3072, h]
-            self.cp_in = proj(self.cp_feedback)  # [15, 2048, h]
-        self.cp_proj = proj
+        self.code_predictor = CodePredictorRunner(talker, self.codec_embedding, max(self.buckets),
+                                                  use_triton=self.use_triton)
 
-        t, c, n = self.talker, self.cp, max_slots + 1
+        t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
         self.k_cache = torch.zeros(len(t.layers), n, t.num_kv_heads, max_context, t.head_dim, **f)
         self.v_cache = torch.zeros_like(self.k_cache)
@@ -122,17 +111,8 @@ class ModelRunner:
         self.eos_allowed = torch.ones(n, dtype=torch.bool, device=self.device)
         self._true = torch.ones((), dtype=torch.bool, device=self.device)
         self.rows = SamplingRows.empty(n, self.device)
-        bmax = max(self.buckets)
-        self.cp_k = torch.zeros(len(c.layers), bmax, c.num_kv_heads, CP_POSITIONS, c.head_dim, **f)
-        self.cp_v = torch.zeros_like(self.cp_k)
-        # RoPE tables (rows = positions) and the code predictor's static row/position indices.
-        self.rope = rope_table(t, max_context, self.dtype)  # cos, sin [max_context, D]
-        self.cp_rope = rope_table(c, CP_POSITIONS, self.dtype)  # [16, D]
+        self.rope = rope_table(t, max_context, self.dtype)  # cos, sin [max_context, D]: rows = positions
         i = dict(device=self.device, dtype=torch.long)
-        self.cp_rows = torch.arange(bmax, **i)
-        self.cp_pos = torch.arange(CP_POSITIONS, **i)[:, None].expand(-1, bmax).contiguous()  # [16, bmax]: row p = p
-        self.cp_prefill_rows = torch.arange(bmax, **i).repeat_interleave(2)  # tokens (row, 0), (row, 1), ...
-        self.cp_prefill_pos = torch.arange(2, **i).repeat(bmax)
         self.codebook_ids = torch.arange(16, **i)
         self.prefill_positions = torch.arange(max_context, **i)
         self.suppress = suppress_mask(self.cfg.vocab_size, self.cfg.codec_eos_token_id).to(self.device)
@@ -264,70 +244,6 @@ class ModelRunner:
         cos, sin = (t[positions][:, None] for t in self.rope)  # [B, 1, D], once per step
         return decoder_step_torch(st, x[:, None], cos, sin, attend_torch)[:, 0]
 
-    def _cp_layers(self, h, b, start):
-        """Code predictor over new positions start .. start + n - 1 of rows 0..b-1; h [b, n, h]
-        -> final-norm hidden of the last position [b, h]."""
-        c = self.cp
-        n = h.shape[1]
-        if self.use_triton:
-            if n == 2:
-                rows, positions = self.cp_prefill_rows[:2 * b], self.cp_prefill_pos[:2 * b]
-            elif n == 1:
-                rows, positions = self.cp_rows[:b], self.cp_pos[start, :b]
-            else:
-                raise ValueError(f"the code predictor takes 1 or 2 new positions, got {n}")
-
-            def attend(i, q):  # q [b n, Hq, D]
-                return cp_attention(q.view(b, n, *q.shape[1:]), self.cp_k[i], self.cp_v[i], start).flatten(0, 1)
-
-            out = decoder_step_triton(c, h.flatten(0, 1), *self.cp_rope, positions, rows, self.cp_k, self.cp_v,
-                                      attend)  # [b n, h]
-            return out.view(b, n, -1)[:, -1]
-
-        def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
-            self.cp_k[i, :b, :, start:start + n] = k.transpose(1, 2)
-            self.cp_v[i, :b, :, start:start + n] = v.transpose(1, 2)
-            return cp_attention_ref(q, self.cp_k[i], self.cp_v[i], start)
-
-        cos, sin = (t[start:start + n] for t in self.cp_rope)  # [n, D]: static slices
-        return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1]
-
-    def _code_predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
-                      variant: SamplerVariant = GENERAL) -> torch.Tensor:
-        """hidden [B, H], c0 [B] -> codebooks 1..15 [B, 15]. u: the frame's uniforms [B, 16] if drawn."""
-        b = hidden.shape[0]
-        if self.fused_sampler:
-            return self._code_predict_fused(hidden, c0, frames, rows)
-        if u is None:
-            u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)
-        warp_rows = WarpRows.of(rows.sub_temperature, rows.sub_top_k, rows.sub_top_p,
-                                self.cfg.code_predictor.vocab_size, variant)
-        x = torch.stack((self.cp_proj(hidden), self.cp_in_c0[c0]), dim=1)  # [B, 2, h]
-        out = self._cp_layers(x, b, 0)
-        codes = []
-        for j in range(15):
-            code = sample_codebook(F.linear(out, self.cp_heads[j]).float(), frames, j + 1, rows, u=u[:, j + 1],
-                                   variant=variant, warp_rows=warp_rows)
-            codes.append(code)
-            if j < 14:
-                out = self._cp_layers(self.cp_in[j][code][:, None], b, j + 2)
-        return torch.stack(codes, dim=1)
-
-    def _code_predict_fused(self, hidden, c0, frames, rows: SamplingRows) -> torch.Tensor:
-        """`_code_predict` with the fused sampler: each draw also gathers the next input row."""
-        b = hidden.shape[0]
-        codes = torch.empty(b, 15, dtype=torch.long, device=self.device)
-        x = torch.empty(b, 1, self.cp_in.shape[-1], dtype=self.dtype, device=self.device)
-        out = self._cp_layers(torch.stack((self.cp_proj(hidden), self.cp_in_c0[c0]), dim=1), b, 0)
-        settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
-                        top_p=rows.sub_top_p, seed=rows.seed, frame=frames)
-        for j in range(15):
-            sample_rows(F.linear(out, self.cp_heads[j]), codes[:, j], codebook=j + 1,
-                        gather=(self.cp_in[j], x[:, 0]) if j < 14 else None, **settings)
-            if j < 14:
-                out = self._cp_layers(x, b, j + 2)
-        return codes
-
     def _sample_c0(self, slots, frames, rows: SamplingRows, u, variant: SamplerVariant) -> torch.Tensor:
         if not self.fused_sampler:
             c0 = sample_codebook0(self.logits[slots], self.seen[slots], frames, rows, self.cfg.codec_eos_token_id,
@@ -350,14 +266,14 @@ class ModelRunner:
         if not self.fused_sampler:  # [B, 16]: all codebooks at once
             u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)
         c0 = self._sample_c0(slots, frames, rows, u, variant)
-        rest = self._code_predict(self.hidden[slots], c0, frames, rows, u, variant)
+        rest = self.code_predictor.predict(self.hidden[slots], c0, frames, rows, u, variant)
         return torch.cat((c0[:, None], rest), dim=1)
 
     def _frame_feed(self, slots, positions, step_text, codes) -> None:
         """Second half: the frame's codes (+ the step's text id) through the talker at `positions`
         -> the slots' next hidden state and codebook-0 logits."""
         c0, rest = codes[:, 0], codes[:, 1:]
-        feedback = self.codec_embedding[c0] + self.cp_feedback[self.codebook_ids[:15], rest].sum(1)
+        feedback = self.codec_embedding[c0] + self.code_predictor.feedback[self.codebook_ids[:15], rest].sum(1)
         hidden = self._talker_decode(slots, feedback + self.text_embed(step_text), positions)
         self.hidden[slots] = hidden
         self.logits[slots] = F.linear(hidden, self.codec_head).float()

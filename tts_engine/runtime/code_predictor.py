@@ -1,0 +1,115 @@
+"""CodePredictorRunner: the code predictor's fast path, codebooks 1..15 of a frame.
+
+State (rows = batch positions of the current frame step, not slots: the code predictor starts
+afresh every frame, so it needs no per-stream state):
+  k, v        [layers, max_batch, Hkv, 16, D]   its 16-position KV cache ([h, C(c0)] + 14 fed codebooks)
+  inputs      proj(C(c0)) [3072, h] and proj(E_j[c]) [15, 2048, h]: embeddings pre-projected through
+              small_to_mtp_projection at load, so a step's input is one gather
+`predict(hidden, c0, frames, rows)` runs the 2-position prefill and the 14 one-position steps with a
+draw after each, entirely on the device (captured inside the runner's frame-step graph).
+With `use_triton` the layers run through the Triton kernels and each draw is the fused sampling
+kernel (which also gathers the next input row); otherwise plain torch and the torch sampler.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..kernels.cp_attention import cp_attention, cp_attention_ref
+from ..kernels.sample import sample_rows
+from ..model.qwen3_tts import Talker
+from .fused import FusedStack, decoder_step_torch, decoder_step_triton, rope_table
+from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
+
+CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
+
+
+class CodePredictorRunner:
+    def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool):
+        cp = talker.code_predictor
+        self.stack = c = FusedStack.from_stack(cp.model)
+        self.use_triton = use_triton
+        self.vocab_size = talker.cfg.code_predictor.vocab_size
+        p = cp.lm_head[0].weight
+        self.device, self.dtype = p.device, p.dtype
+        self.feedback = torch.stack([t.weight for t in cp.model.codec_embedding])  # [15, 2048, H]
+        self.heads = torch.stack([h.weight for h in cp.lm_head])  # [15, 2048, h]
+        self.proj = cp.small_to_mtp_projection
+        with torch.no_grad():
+            self.in_c0 = self.proj(codec_embedding)  # [3072, h]
+            self.inputs = self.proj(self.feedback)  # [15, 2048, h]
+        f = dict(device=self.device, dtype=self.dtype)
+        self.k = torch.zeros(len(c.layers), max_batch, c.num_kv_heads, CP_POSITIONS, c.head_dim, **f)
+        self.v = torch.zeros_like(self.k)
+        self.rope = rope_table(c, CP_POSITIONS, self.dtype)  # cos, sin [16, D]
+        # Static row/position indices: a graph bakes each step's start position in.
+        i = dict(device=self.device, dtype=torch.long)
+        self.rows = torch.arange(max_batch, **i)
+        self.pos = torch.arange(CP_POSITIONS, **i)[:, None].expand(-1, max_batch).contiguous()  # [16, B]: row p = p
+        self.prefill_rows = torch.arange(max_batch, **i).repeat_interleave(2)  # tokens (row, 0), (row, 1), ...
+        self.prefill_pos = torch.arange(2, **i).repeat(max_batch)
+        self.codebook_ids = torch.arange(16, **i)
+
+    def layers(self, h: torch.Tensor, b: int, start: int) -> torch.Tensor:
+        """New positions start .. start + n - 1 of rows 0..b-1; h [b, n, h] -> final-norm hidden of
+        the last position [b, h]."""
+        c = self.stack
+        n = h.shape[1]
+        if self.use_triton:
+            if n == 2:
+                rows, positions = self.prefill_rows[:2 * b], self.prefill_pos[:2 * b]
+            elif n == 1:
+                rows, positions = self.rows[:b], self.pos[start, :b]
+            else:
+                raise ValueError(f"the code predictor takes 1 or 2 new positions, got {n}")
+
+            def attend(i, q):  # q [b n, Hq, D]
+                return cp_attention(q.view(b, n, *q.shape[1:]), self.k[i], self.v[i], start).flatten(0, 1)
+
+            out = decoder_step_triton(c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v,
+                                      attend)  # [b n, h]
+            return out.view(b, n, -1)[:, -1]
+
+        def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
+            self.k[i, :b, :, start:start + n] = k.transpose(1, 2)
+            self.v[i, :b, :, start:start + n] = v.transpose(1, 2)
+            return cp_attention_ref(q, self.k[i], self.v[i], start)
+
+        cos, sin = (t[start:start + n] for t in self.rope)  # [n, D]: static slices
+        return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1]
+
+    def predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
+                variant: SamplerVariant = GENERAL) -> torch.Tensor:
+        """hidden [B, H], c0 [B] -> codebooks 1..15 [B, 15]. u: the frame's uniforms [B, 16] if drawn
+        (torch sampler only; the fused kernel draws its own)."""
+        if self.use_triton:
+            return self._predict_fused(hidden, c0, frames, rows)
+        b = hidden.shape[0]
+        if u is None:
+            u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)
+        warp_rows = WarpRows.of(rows.sub_temperature, rows.sub_top_k, rows.sub_top_p, self.vocab_size, variant)
+        out = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)  # [B, 2, h] in
+        codes = []
+        for j in range(15):
+            code = sample_codebook(F.linear(out, self.heads[j]).float(), frames, j + 1, rows, u=u[:, j + 1],
+                                   variant=variant, warp_rows=warp_rows)
+            codes.append(code)
+            if j < 14:
+                out = self.layers(self.inputs[j][code][:, None], b, j + 2)
+        return torch.stack(codes, dim=1)
+
+    def _predict_fused(self, hidden, c0, frames, rows: SamplingRows) -> torch.Tensor:
+        """`predict` with the fused sampler: each draw also gathers the next input row."""
+        b = hidden.shape[0]
+        codes = torch.empty(b, 15, dtype=torch.long, device=self.device)
+        x = torch.empty(b, 1, self.inputs.shape[-1], dtype=self.dtype, device=self.device)
+        out = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)
+        settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
+                        top_p=rows.sub_top_p, seed=rows.seed, frame=frames)
+        for j in range(15):
+            sample_rows(F.linear(out, self.heads[j]), codes[:, j], codebook=j + 1,
+                        gather=(self.inputs[j], x[:, 0]) if j < 14 else None, **settings)
+            if j < 14:
+                out = self.layers(x, b, j + 2)
+        return codes
