@@ -151,6 +151,67 @@ def codec_times(codec, batches) -> dict:
     return out
 
 
+def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 12)) -> dict:
+    """The incremental chunk as a CUDA graph at each codec precision (fp32 exact, TF32 convs and
+    matmuls, bf16 weights and activations; cuDNN's timed algorithm choice, as the server runs it),
+    and each precision's PCM error against exact fp32 on one 24-frame decode (SNR in dB)."""
+    import copy
+
+    from tts_engine.runtime.codec_runner import cuda_numerics
+
+    gen = torch.Generator().manual_seed(0)
+    probe = torch.randint(0, 2048, (1, 16, 24), generator=gen).cuda()
+    out = {}
+    with torch.inference_mode():
+        with cuda_numerics(False):
+            ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
+        for name in ("fp32", "tf32", "bf16"):
+            model = copy.deepcopy(codec).to(torch.bfloat16) if name == "bf16" else codec
+            row = {}
+            with cuda_numerics(name == "tf32"):
+                pcm = model.decode_chunk(probe, model.new_state(1))[0].float()
+                err = (pcm - ref).pow(2).mean()
+                row["snr_db_vs_fp32"] = float("inf") if err == 0 else float(10 * torch.log10(ref.pow(2).mean() / err))
+                for b in batches:
+                    for t in frames:
+                        codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
+                        warm = model.new_state(b)
+                        model.decode_chunk(torch.randint(0, 2048, (b, 16, 30), device="cuda"), warm)
+                        keep = [x.clone() for x in warm.tensors()]
+
+                        def incremental(_codes=codes, _warm=warm, _keep=keep, _m=model):
+                            for dst, src in zip(_warm.tensors(), _keep):
+                                dst.copy_(src)
+                            _m.decode_chunk(_codes, _warm)
+
+                        row[f"b{b}_{t}f_ms"] = cuda_time_ms(graph_of(incremental))
+            out[name] = row
+            print(f"codec {name}: {row}", flush=True)
+            del model
+    return out
+
+
+def codec_profile(codec, b: int = 8, t: int = 12, tf32: bool = True) -> list[dict]:
+    """Top CUDA kernels of one incremental chunk (b streams x t frames), from the torch profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tts_engine.runtime.codec_runner import cuda_numerics
+
+    with torch.inference_mode(), cuda_numerics(tf32):
+        state = codec.new_state(b)
+        codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
+        for _ in range(3):
+            codec.decode_chunk(codes, state)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            codec.decode_chunk(codes, state)
+            torch.cuda.synchronize()
+    rows = [{"kernel": e.key[:120], "count": e.count, "cuda_ms": e.device_time_total / 1e3}
+            for e in prof.key_averages()]
+    rows.sort(key=lambda r: -r["cuda_ms"])
+    return rows[:25]
+
+
 def reference_loop_ms_per_frame(model, cfg, frames: int = 8) -> float:
     from tts_engine.prompt import Layout, VoiceSpec, build_prompt
     from tts_engine.reference import GenerationInput, generate_codes
@@ -173,10 +234,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def socket_first_pcm(model_dir: Path, requests: int, texts: list[str]) -> dict:
+def _ttfa_sums(port: int) -> dict[str, float]:
+    """The server's TTFA sums and counts from /metrics: the engine's breakdown (opened -> drained ->
+    prefill launched -> first chunk launched -> audio read) and the HTTP handler's whole TTFA."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        text = b"".join(iter(lambda: s.recv(65536), b"")).decode()
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("cadence_engine_ttfa_") or name.startswith("cadence_time_to_first_audio_seconds_sum") \
+                or name.startswith("cadence_time_to_first_audio_seconds_count"):
+            out[name.split("{")[0]] = float(value)
+    return out
+
+
+def _ttfa_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Mean ms per request of each part between two /metrics reads."""
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    n = d.get("cadence_engine_ttfa_count", 0.0)
+    out = {}
+    if n:
+        for part in ("wake", "plan", "launch", "device"):
+            out[f"engine_{part}_ms"] = d.get(f"cadence_engine_ttfa_{part}_sum_s", 0.0) / n * 1e3
+        out["engine_total_ms"] = sum(out.values())
+    m = d.get("cadence_time_to_first_audio_seconds_count", 0.0)
+    if m:
+        out["http_handler_ttfa_ms"] = d["cadence_time_to_first_audio_seconds_sum"] / m * 1e3
+    return out
+
+
+def socket_first_pcm(model_dir: Path, requests: int, texts: list[str], serve_args: tuple[str, ...] = ()) -> dict:
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(model_dir),
-                               "--device", "cuda", "--port", str(port), "--log-level", "warning"],
+                               "--device", "cuda", "--port", str(port), "--log-level", "warning", *serve_args],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
@@ -194,7 +285,10 @@ def socket_first_pcm(model_dir: Path, requests: int, texts: list[str]) -> dict:
                 raise RuntimeError("server not ready after 300 s")
             time.sleep(0.5)
         first_pcm, totals = [], []
+        sums = {}
         for i in range(requests + 5):
+            if i == 5:
+                sums = _ttfa_sums(port)
             body = json.dumps({"model": "qwen3-tts", "input": texts[i % len(texts)], "voice": "ryan",
                                "language": "english", "response_format": "pcm", "seed": i}).encode()
             head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -223,8 +317,10 @@ def socket_first_pcm(model_dir: Path, requests: int, texts: list[str]) -> dict:
         def pct(p: float) -> float:
             return first_pcm[max(0, int(-(-p * len(first_pcm) // 100)) - 1)]
 
-        return {"requests": len(first_pcm), "first_pcm_ms_p50": pct(50), "first_pcm_ms_p95": pct(95),
-                "first_pcm_ms_max": first_pcm[-1], "total_ms_p50": statistics.median(totals)}
+        return {"requests": len(first_pcm), "serve_args": list(serve_args), "first_pcm_ms_p50": pct(50),
+                "first_pcm_ms_p95": pct(95), "first_pcm_ms_max": first_pcm[-1],
+                "first_pcm_ms_mean": statistics.fmean(first_pcm), "total_ms_p50": statistics.median(totals),
+                "breakdown_mean": _ttfa_breakdown(sums, _ttfa_sums(port))}
     finally:
         server.terminate()
         server.wait(30)
@@ -239,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--skip-socket", action="store_true")
     p.add_argument("--skip-codec", action="store_true")
+    p.add_argument("--skip-codec-eager", action="store_true", help="only the codec's graph times per precision")
+    p.add_argument("--socket-args", action="append", default=[],
+                   help="`cadence serve` arguments of one more socket run (repeatable), e.g. '--codec-stream'")
     p.add_argument("--modes", default="triton,torch", help="runner modes to time: triton, torch or both")
     args = p.parse_args(argv)
     from tts_engine.checkpoint import make_checkpoint
@@ -287,7 +386,11 @@ def main(argv: list[str] | None = None) -> int:
             codec = CodecDecoder(CodecConfig.from_file(args.model / "speech_tokenizer" / "config.json").decoder)
         codec = load_into(codec, safetensors_files(args.model / "speech_tokenizer"), prefix="decoder.",
                           ignore_prefixes=("encoder.",), device="cuda").eval()
-        result["codec"] = codec_times(codec, (1, 8, 32))
+        if not args.skip_codec_eager:
+            result["codec"] = codec_times(codec, (1, 8, 32))
+        result["codec_precision"] = codec_precision_times(codec)
+        result["codec_profile_b8_12f_tf32"] = codec_profile(codec)
+        print(json.dumps(result["codec_profile_b8_12f_tf32"][:12], indent=1), flush=True)
         del codec
     del model
     torch.cuda.empty_cache()
@@ -296,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         texts = [line.strip() for line in corpus.read_text().splitlines() if line.strip()]
         result["socket"] = socket_first_pcm(args.model, args.requests, texts)
         print(f"socket: {result['socket']}", flush=True)
+        for i, extra in enumerate(args.socket_args):
+            result[f"socket_{i + 1}"] = socket_first_pcm(args.model, args.requests, texts, tuple(extra.split()))
+            print(f"socket {extra}: {result[f'socket_{i + 1}']}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

@@ -70,6 +70,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-stream", action="store_true",
                    help="decode codec chunks on a CUDA stream of their own, beside the frame steps "
                         "(experimental; CUDA only)")
+    p.add_argument("--codec-precision", choices=["fp32", "tf32", "bf16"], default=None,
+                   help="codec numerics: fp32 exact, tf32 (fp32 weights, tensor-core convs) or bf16 "
+                        "(default: tf32 on CUDA, fp32 on CPU)")
     p.add_argument("--yield-buffer-s", type=float, default=None,
                    help="audio ahead of its listener past which a stream yields when capacity is short (default 1.5)")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024)
@@ -142,7 +145,7 @@ def _serve(args) -> int:
     caps = {k: getattr(args, k) for k in ("max_active_streams", "max_queued_streams")
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
-                             **caps)
+                             codec_precision=args.codec_precision, **caps)
     host, port = sock.getsockname()[:2]
     print(f"cadence serve: listening on http://{host}:{port} (model {args.model}, device {args.device})",
           file=sys.stderr)

@@ -122,3 +122,44 @@ def test_cancel_frees_the_slot_within_one_step_with_pipelining(pipelined_engine,
     assert done_at == len(delivered) - 1, delivered[done_at:]
     assert isinstance(t_events[-1], DoneEvent) and t_events[-1].reason == "eos"
     assert max(launches) == 1
+
+
+def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelined_engine):
+    """A step's codec chunks are queued after its codes half and before its talker half (no chunk
+    needs the talker half, so first audio comes a talker step sooner); and the engine's
+    first-audio breakdown (wake, plan, launch, device) covers each stream's opened -> audio read."""
+    eng = pipelined_engine
+    order: list[str] = []
+    codes_half, feed_half, launch = eng.runner._frame_codes, eng.runner._frame_feed, eng.codec_runner.launch
+
+    def spy(name, fn):
+        def wrapped(*args, **kw):
+            order.append(name)
+            return fn(*args, **kw)
+        return wrapped
+
+    eng.runner._frame_codes, eng.runner._frame_feed = spy("codes", codes_half), spy("talker", feed_half)
+    eng.codec_runner.launch = spy("chunk", launch)
+    before = eng.metrics()
+    try:
+        async def run():
+            return await collect(eng.open_stream(options(seed=3, silence_threshold_dbfs=None), SHORT, end_input=True))
+
+        events = asyncio.run(run())
+    finally:
+        eng.runner._frame_codes, eng.runner._frame_feed, eng.codec_runner.launch = codes_half, feed_half, launch
+    assert isinstance(events[-1], DoneEvent)
+    # every chunk call sits between a codes half and the talker half of the same frame step
+    for i, name in enumerate(order):
+        if name == "chunk":
+            prev = next(n for n in reversed(order[:i]) if n != "chunk")
+            nxt = next((n for n in order[i + 1:] if n != "chunk"), "talker")
+            assert (prev, nxt) == ("codes", "talker"), order
+    assert "chunk" in order
+    after = eng.metrics()
+    assert after["ttfa_count"] == before["ttfa_count"] + 1
+    parts = {p: after[f"ttfa_{p}_sum_s"] - before[f"ttfa_{p}_sum_s"] for p in ("wake", "plan", "launch", "device")}
+    assert all(v >= 0 for v in parts.values()), parts
+    assert parts["launch"] > 0  # prefill, frame 0 and frame 1 stand between the prefill and the first chunk
+    whole = after["ttfa_sum_s"] - before["ttfa_sum_s"]  # from the engine's drain of the open
+    assert 0 < sum(parts.values()) - parts["wake"] <= whole + 1e-6

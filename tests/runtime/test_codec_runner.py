@@ -134,7 +134,8 @@ def test_split_uses_the_largest_chunk_sizes_that_fit(codec):
 
 def test_buckets_stop_at_the_first_that_holds_every_stream(codec):
     assert CodecRunner(codec, max_streams=3).buckets == (1, 2, 4)
-    assert CodecRunner(codec, max_streams=32).buckets == (1, 2, 4, 8, 16)
+    assert CodecRunner(codec, max_streams=32).buckets == (1, 2, 4, 8, 16, 32)
+    assert CodecRunner(codec, max_streams=64).buckets == (1, 2, 4, 8, 16, 32)
 
 
 @pytest.mark.parametrize(("slots", "shape", "message"), [

@@ -117,7 +117,8 @@ def test_runner_picks_the_fast_variant_only_when_it_serves_every_row(tiny_checkp
     runner = ModelRunner(Synthesizer(tiny_checkpoint).model, max_slots=4, max_context=32, use_triton=False,
                          use_graphs=False)
     picked = []
-    runner._frame_step = lambda *args: picked.append(args[-1]) or torch.zeros(len(args[0]), 16, dtype=torch.long)
+    runner._frame_codes = lambda *args: picked.append(args[-1]) or torch.zeros(len(args[0]), 16, dtype=torch.long)
+    runner._frame_feed = lambda *args: None
     runner.start_slot(0, ref.SamplingParams(), 1, eos_allowed=True)
     runner.start_slot(1, ref.SamplingParams(top_p=0.8), 2, eos_allowed=True)
     runner.frame_step([0], [0], [5], [0])

@@ -32,7 +32,7 @@ import torch
 from ..checkpoint import speech_frames
 from ..loading import load_checkpoint
 from ..prompt import Layout, assistant_text, build_prompt, instruct_text, resolve_voice
-from ..runtime.codec_runner import CodecRunner
+from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
 from ..runtime.runner import ModelRunner
 from ..scheduler.config import SchedulerConfig
 from ..scheduler.plan import AudioReady, Finished, FlushDone, Output
@@ -48,7 +48,7 @@ from .api import (
     FlushDoneEvent,
     StreamOptions,
 )
-from .entry import StreamEntry
+from .entry import FirstAudioTrace, StreamEntry
 from .executor import LaunchedStep, StepExecutor
 from .pipeline import StepPipeline
 from .stream import Stream
@@ -63,8 +63,13 @@ class StreamingEngine:
                  max_active_streams: int | None = None, max_queued_streams: int | None = None,
                  max_context: int = 2048, max_text_chars: int = 20_000, use_graphs: bool | None = None,
                  use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
-                 codec_stream: bool = False):
-        """max_active_streams / max_queued_streams override the scheduler config's caps."""
+                 codec_stream: bool = False, codec_precision: str | None = None):
+        """max_active_streams / max_queued_streams override the scheduler config's caps.
+        codec_precision: fp32 (exact), tf32 (fp32 weights, convs and matmuls on TF32 tensor cores)
+        or bf16 (weights and activations, as the official package runs it with a bf16 model).
+        None: tf32 on CUDA, fp32 on CPU."""
+        if codec_precision not in (None, *CODEC_PRECISIONS):
+            raise ValueError(f"codec_precision must be one of {CODEC_PRECISIONS}, got {codec_precision!r}")
         cfg = scheduler or SchedulerConfig()
         caps = {k: v for k, v in (("max_active_streams", max_active_streams),
                                   ("max_queued_streams", max_queued_streams)) if v is not None}
@@ -76,12 +81,15 @@ class StreamingEngine:
         ckpt = load_checkpoint(model_dir, device=self.device, dtype=dtype)
         self.path, self.model_config, self.defaults = ckpt.path, ckpt.cfg, ckpt.defaults
         self.tokenizer, self.codec = ckpt.tokenizer, ckpt.codec
+        self.codec_precision = codec_precision or ("tf32" if on_cuda else "fp32")
+        if self.codec_precision == "bf16":
+            self.codec = self.codec.to(torch.bfloat16)
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,
                                   use_graphs=use_graphs, use_triton=use_triton)
         # The codec state of a stream lives in the codec runner's row of its engine slot.
         # codec_stream: codec chunks on a CUDA stream of their own, overlapping frame steps (runtime/codec_runner.py).
         self.codec_runner = CodecRunner(self.codec, cfg.max_active_streams, use_graphs=use_graphs,
-                                        own_stream=codec_stream)
+                                        own_stream=codec_stream, allow_tf32=self.codec_precision == "tf32")
         self.config = cfg
         self.max_active, self.max_queued = cfg.max_active_streams, cfg.max_queued_streams
         self.max_text_chars = max_text_chars
@@ -105,7 +113,8 @@ class StreamingEngine:
         self.fault: BaseException | None = None
         self.step_count = 0
         self.stats = {"finished": 0, "cancelled": 0, "frames": 0, "last_step_ms": 0.0, "last_batch": 0,
-                      "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0}
+                      "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0,
+                      **{f"ttfa_{part}_sum_s": 0.0 for part in ("wake", "plan", "launch", "device")}}
         self.watchdog = Watchdog(lambda: self.step_count, self._busy, cfg.watchdog_stall_s, on_stall=self._report_stall)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -274,6 +283,10 @@ class StreamingEngine:
         if entry.state.first_audio_at is None:
             self.stats["ttfa_sum_s"] += now - entry.state.arrival
             self.stats["ttfa_count"] += 1
+            parts = entry.trace.parts(now) if entry.trace is not None else None
+            if parts is not None:  # where the engine's share of TTFA goes (means: sum / ttfa_count)
+                for name, seconds in parts.items():
+                    self.stats[f"ttfa_{name}_sum_s"] += seconds
         self.scheduler.audio_sent(entry.state, event.duration_s, now)
         entry.handle.deliver(event)
 
@@ -334,7 +347,8 @@ class StreamingEngine:
         max_frames = min(max_frames, self.runner.max_context - 1)
         state = StreamState(handle.id, layout, seed, max_frames, forced, options.chunk_schedule,
                             drop_first_frame=options.voice.speaker is not None)
-        entry = StreamEntry(state, handle, options, None, StreamOutput(handle.id, options.silence_threshold_dbfs))
+        entry = StreamEntry(state, handle, options, None, StreamOutput(handle.id, options.silence_threshold_dbfs),
+                            trace=FirstAudioTrace(handle.opened_at, drained=time.monotonic()))
         # Token-to-frame timing exists only in the streaming layout.
         entry.out.timings_enabled = layout is Layout.STREAMING
         self.scheduler.add(state)

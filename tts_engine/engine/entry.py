@@ -3,7 +3,7 @@ its text and prompt, its output formatting, and the codes of frames not yet deco
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -16,6 +16,26 @@ from .streamout import StreamOutput
 
 
 @dataclass
+class FirstAudioTrace:
+    """Monotonic times on the way to a stream's first audio, for the engine's TTFA breakdown:
+    opened (the caller's open) -> drained (the engine thread took the open) -> prefill launched ->
+    first chunk launched (the end of that step's launch) -> first audio read (its step completed)."""
+
+    opened: float
+    drained: float | None = None
+    prefill_launched: float | None = None
+    chunk_launched: float | None = None
+
+    def parts(self, read: float) -> dict[str, float] | None:
+        """Seconds of each span, named by what the stream waited for; None if a mark is missing."""
+        marks = [getattr(self, f.name) for f in fields(self)] + [read]
+        if any(m is None for m in marks):
+            return None
+        names = ("wake", "plan", "launch", "device")
+        return {n: b - a for n, a, b in zip(names, marks, marks[1:])}
+
+
+@dataclass
 class StreamEntry:
     state: StreamState  # shared with the scheduler, which owns it
     handle: Stream
@@ -25,6 +45,7 @@ class StreamEntry:
     prompt: Prompt | None = None
     # frame index -> its [16] codes, on the runner's device, from the frame step until its chunk
     frames: dict[int, torch.Tensor] = field(default_factory=dict)
+    trace: FirstAudioTrace | None = None
 
     def keep_frame(self, frame: int, codes: torch.Tensor) -> None:
         if frame >= self.state.audible_skip:  # a dropped frame 0 is never decoded

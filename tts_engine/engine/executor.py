@@ -2,16 +2,18 @@
 
 Launch order (the default CUDA stream runs them in this order):
   prefills    codec state reset, sampling row, ModelRunner.prefill per stream
-  frame step  ModelRunner.frame_step_async -> StepCodes: codes [B, 16] on the device (with CUDA
+  codes half  ModelRunner.frame_step_async -> StepCodes: codes [B, 16] on the device (with CUDA
               graphs a view of the graph's static output, which the next replay overwrites: it
               is cloned on the device at once, stream-ordered, so before any later replay) and
               their pinned host copy, which the runner queues right after the code predictor;
               codebook 0 of the host copy is the EOS check, the device rows stay for the codec.
   chunks      [B, 16, t] codes from those device rows -> CodecRunner.launch -> PCM, copied to
-              pinned host memory. By default on the default stream after the frame step; with
-              the codec's own stream (CodecRunner own_stream) there, after waiting for the
-              default stream (the chunk may hold this step's frames), with a codec event, so the
-              codec work overlaps the next step's frame step.
+              pinned host memory. Queued from the runner's `after_codes` hook, between the frame
+              step's two halves: no chunk needs the talker half. By default on the default
+              stream; with the codec's own stream (CodecRunner own_stream) there, after waiting
+              for the default stream (the chunk may hold this step's frames), with a codec
+              event, so the codec work overlaps the talker half and the next step's frame step.
+  talker half the rest of the frame step (without a frame step, the chunks alone)
   events      one after the default stream's part (and one after the codec's, with its own
               stream); `LaunchedStep.wait()` blocks on them when the step is read
 On CPU every call is synchronous, the copies are no-ops and the step is complete when launched.
@@ -73,10 +75,23 @@ class LaunchedStep:
     def result(self, eos_id: int | None) -> StepResult:
         """Call after wait(). eos_id None: EOS never ends a stream (random weights)."""
         eos = () if self.c0 is None else tuple(eos_id is not None and int(c) == eos_id for c in self.c0.tolist())
-        frame = self.timer.seconds("frame")
+        frame = self.timer.seconds("frame")  # its two halves, around the chunks
         return StepResult(self.plan.step_id, eos, StepTimings(tuple(self.timer.seconds("prefill")),
-                                                              frame[0] if frame else None,
+                                                              sum(frame) if frame else None,
                                                               tuple(self.timer.seconds("chunk"))))
+
+
+def _mark_launched(plan: StepPlan, entries: dict[str, StreamEntry], now: float) -> None:
+    """First-audio trace marks: the launch of a stream's prefill and of its first chunk."""
+    for p in plan.prefills:
+        trace = entries[p.stream_id].trace
+        if trace is not None and trace.prefill_launched is None:
+            trace.prefill_launched = now
+    for batch in plan.chunks:
+        for c in batch.chunks:
+            trace = entries[c.stream_id].trace
+            if trace is not None and trace.chunk_launched is None:
+                trace.chunk_launched = now
 
 
 class StepExecutor:
@@ -93,14 +108,18 @@ class StepExecutor:
             t0 = step.timer.start()
             self._prefill(p.slot, entries[p.stream_id])
             step.timer.stop("prefill", t0)
+        # Chunks after the codes half of the frame step (they may hold its frames) and before its
+        # talker half, which no chunk needs: first audio comes a talker step sooner. With a codec
+        # stream of their own they run beside the talker half and the next step's frame step, and
+        # reading their PCM waits for them, not for those.
         if plan.frames is not None:
-            step.c0 = self._frame_step(plan, entries, step.timer)
-        # Chunks last (they may hold this step's frames); with a codec stream of their own they run
-        # beside the next step's frame step, and reading their PCM waits for them, not for it.
-        self._launch_chunks(plan, entries, step)
+            step.c0 = self._frame_step(plan, entries, step)
+        else:
+            self._launch_chunks(plan, entries, step)
         if self.cuda:
             step.event = torch.cuda.Event()
             step.event.record()
+        _mark_launched(plan, entries, time.monotonic())
         return step
 
     def _launch_chunks(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> None:
@@ -136,17 +155,25 @@ class StepExecutor:
         self.runner.start_slot(slot, entry.options.params, state.seed, eos_allowed=self.eos_allowed)
         self.runner.prefill(slot, self.runner.embed_prompt(list(prompt.text_ids), list(prompt.codec_ids)))
 
-    def _frame_step(self, plan: StepPlan, entries: dict[str, StreamEntry], timer: _Timer) -> torch.Tensor:
-        rows = plan.frames.rows
+    def _frame_step(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> torch.Tensor:
+        rows, timer = plan.frames.rows, step.timer
         t0 = timer.start()
+        t1 = None
+
+        def after_codes(codes: torch.Tensor) -> None:
+            nonlocal t1
+            timer.stop("frame", t0)  # the codes half; the talker half is timed after the chunks
+            if self.cuda:
+                codes = codes.clone()  # [B, 16]: the graph's output buffer is overwritten by the next replay
+            for r, frame_codes in zip(rows, codes):
+                entries[r.stream_id].keep_frame(r.frame, frame_codes)
+            self._launch_chunks(plan, entries, step)
+            t1 = timer.start()
+
         step_codes = self.runner.frame_step_async([r.slot for r in rows], [r.frame for r in rows],
-                                                  [r.position for r in rows], [r.text_id for r in rows])
-        codes = step_codes.device
-        if self.cuda:
-            codes = codes.clone()  # [B, 16]: the graph's output buffer is overwritten by the next replay
-        timer.stop("frame", t0)
-        for r, frame_codes in zip(rows, codes):
-            entries[r.stream_id].keep_frame(r.frame, frame_codes)
+                                                  [r.position for r in rows], [r.text_id for r in rows],
+                                                  after_codes=after_codes)
+        timer.stop("frame", t1)
         # Pinned host copy made by the runner right after the code predictor; read after the step's
         # event (recorded later on the same stream), well within the runner's ring of STEP_RING steps.
         return step_codes.host_buffer[:, 0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ class Stream:
         self._ended = False
         self.text_chars = 0  # all text given so far, checked against the engine's limit
         self.cancelled = False
+        self.opened_at = time.monotonic()
 
     # -- commands (any thread) ------------------------------------------------------------------
     def append(self, text: str) -> None:

@@ -10,8 +10,10 @@ dropped and their state lands in scratch, which no stream reads.
 On CUDA, `capture()` records that gather -> decode_chunk -> scatter as one graph per (chunk length
 t, bucket); `decode` copies slot ids and codes into the graph's static inputs and replays it. What
 no graph covers runs the same function eagerly; that eager function is the CPU path and the
-reference the graphs are tested against (tests/runtime, tests/gpu). fp32 codecs run with TF32 off
-(eager and at capture), so the fast path equals `CodecDecoder.decode_chunk` to fp32 rounding.
+reference the graphs are tested against (tests/runtime, tests/gpu). An fp32 codec runs with TF32 off
+(eager and at capture), so the fast path equals `CodecDecoder.decode_chunk` to fp32 rounding, or
+with `allow_tf32` on: its convs then run on tensor cores (~8x the fp32 rate; the codec's convs are
+compute-bound from batch ~8 x 12 frames, docs/benchmarks.md), at TF32's 10-bit mantissa.
 
 cuDNN picks conv algorithms by timing them on CUDA (`cudnn.benchmark`, eager and capture, so both
 use the same algorithms): with its heuristic picks, torch 2.11 on an H200 captured graphs whose
@@ -33,7 +35,8 @@ from ..model.codec import CodecDecoder, CodecState
 from .host import staged, to_device
 
 CHUNK_SIZES = tuple(range(1, 13))
-BUCKETS = (1, 2, 4, 8, 16)
+BUCKETS = (1, 2, 4, 8, 16, 32)
+CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 @dataclass
@@ -45,14 +48,13 @@ class _Graph:
 
 
 @contextlib.contextmanager
-def cuda_numerics(exact_fp32: bool) -> Iterator[None]:
-    """Timed cuDNN algorithm choice, and exact fp32 matmuls/convs (TF32 off) when `exact_fp32`,
+def cuda_numerics(tf32: bool) -> Iterator[None]:
+    """Timed cuDNN algorithm choice, and fp32 matmuls/convs on TF32 tensor cores or exact (`tf32`),
     for the duration (global flags, restored after)."""
     cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     saved = cuda.allow_tf32, cudnn.allow_tf32, cudnn.benchmark
     cudnn.benchmark = True
-    if exact_fp32:
-        cuda.allow_tf32 = cudnn.allow_tf32 = False
+    cuda.allow_tf32 = cudnn.allow_tf32 = tf32
     try:
         yield
     finally:
@@ -78,7 +80,7 @@ class CodecRunner:
         self.device, self.dtype = weight.device, weight.dtype
         self.use_graphs = self.device.type == "cuda" if use_graphs is None else use_graphs
         self.pad_batches = self.use_graphs if pad_batches is None else pad_batches
-        self.exact = self.device.type == "cuda" and self.dtype == torch.float32 and not allow_tf32
+        self.tf32 = allow_tf32
         self.max_streams = max_streams
         self.scratch = max_streams
         self.chunk_sizes = tuple(sorted(set(chunk_sizes)))
@@ -143,7 +145,7 @@ class CodecRunner:
 
     # -- decoding ------------------------------------------------------------------------------
     def _precision(self):
-        return cuda_numerics(self.exact) if self.device.type == "cuda" else contextlib.nullcontext()
+        return cuda_numerics(self.tf32) if self.device.type == "cuda" else contextlib.nullcontext()
 
     def _check(self, slots: list[int], codes: torch.Tensor) -> None:
         q = self.codec.cfg.num_quantizers
@@ -293,7 +295,7 @@ class CodecRunner:
         same state, and drop graphs that disagree (their shapes then run eagerly or split). Returns
         the max abs PCM error per graph; the scratch row is restored, real slots are not touched."""
         if tol is None:
-            tol = 1e-3 if self.dtype == torch.float32 else 5e-2
+            tol = 1e-3 if self.dtype == torch.float32 and not self.tf32 else 5e-2
         gen = torch.Generator().manual_seed(0)
         rows = self._scratch_rows()
         saved = [r.clone() for r in rows]

@@ -25,6 +25,7 @@ no top-p sort) when it serves every row, else the general one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -295,17 +296,24 @@ class ModelRunner:
 
     @torch.inference_mode()
     def frame_step_async(self, slots: list[int], frames: list[int], positions: list[int],
-                         step_text: list[int]) -> StepCodes:
+                         step_text: list[int], after_codes: Callable[[torch.Tensor], None] | None = None) -> StepCodes:
         """`frame_step` without waiting: returns as soon as the step is queued on the device. The
         codes are copied to pinned host memory right after the code predictor, before the talker
-        half runs, so `StepCodes.host()` is ready ~a talker step before the step ends."""
+        half runs, so `StepCodes.host()` is ready ~a talker step before the step ends.
+
+        after_codes(codes [B, 16] on the device): called between the two halves, so that work queued
+        there (the codec chunks holding this step's frames) runs before the talker half, not after."""
         b = len(slots)
         if b > max(self.buckets):
             raise ValueError(f"batch of {b} exceeds the largest bucket {max(self.buckets)}")
         variant = FAST if not self.fused_sampler and all(self.slot_fast[s] for s in slots) else GENERAL
         if not (self.use_graphs and self.graphs):
             t = lambda v: to_device(v, self.device)  # noqa: E731
-            codes = self._frame_step(t(slots), t(frames), t(positions), t(step_text), variant)
+            slots_d, positions_d = t(slots), t(positions)
+            codes = self._frame_codes(slots_d, t(frames), variant)
+            if after_codes is not None:
+                after_codes(codes)
+            self._frame_feed(slots_d, positions_d, t(step_text), codes)
             if self.device.type != "cuda":
                 return StepCodes(codes, codes, None)
             ready = torch.cuda.Event()
@@ -325,6 +333,8 @@ class ModelRunner:
         host[:b].copy_(out[:b], non_blocking=True)
         ready = self._ring_events[ring]
         ready.record()
+        if after_codes is not None:
+            after_codes(out[:b])
         feed_graph.replay()
         return StepCodes(out[:b], host[:b], ready)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class SchedulerConfig:
     # Slots (streams decoding at once) and streams admitted beyond them, waiting for a slot.
-    max_active_streams: int = 32
+    max_active_streams: int = 64
     max_queued_streams: int = 64
     # Prefills per engine step: at least one while slots are free, more while the most urgent
     # audible stream's buffer covers their cost.
