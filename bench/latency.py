@@ -153,8 +153,9 @@ def codec_times(codec, batches) -> dict:
 
 def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 12)) -> dict:
     """The incremental chunk as a CUDA graph at each codec precision (fp32 exact, TF32 convs and
-    matmuls, bf16 weights and activations; cuDNN's timed algorithm choice, as the server runs it),
-    and each precision's PCM error against exact fp32 on one 24-frame decode (SNR in dB)."""
+    matmuls, bf16 weights and activations; cuDNN's timed algorithm choice, as the server runs it;
+    `+snake`: SnakeBeta as one kernel, as the server runs it on CUDA), and each one's PCM error
+    against exact all-torch fp32 on one 24-frame decode (SNR in dB)."""
     import copy
 
     from tts_engine.runtime.codec_runner import cuda_numerics
@@ -165,10 +166,12 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 12)) -> dict:
     with torch.inference_mode():
         with cuda_numerics(False):
             ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
-        for name in ("fp32", "tf32", "bf16"):
-            model = copy.deepcopy(codec).to(torch.bfloat16) if name == "bf16" else codec
+        for name in ("fp32", "tf32", "tf32+snake", "bf16+snake"):
+            model = copy.deepcopy(codec).use_fused_kernels("snake" in name)
+            if name.startswith("bf16"):
+                model = model.to(torch.bfloat16)
             row = {}
-            with cuda_numerics(name == "tf32"):
+            with cuda_numerics(name.startswith("tf32")):
                 pcm = model.decode_chunk(probe, model.new_state(1))[0].float()
                 err = (pcm - ref).pow(2).mean()
                 row["snr_db_vs_fp32"] = float("inf") if err == 0 else float(10 * torch.log10(ref.pow(2).mean() / err))
@@ -192,11 +195,15 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 12)) -> dict:
 
 
 def codec_profile(codec, b: int = 8, t: int = 12, tf32: bool = True) -> list[dict]:
-    """Top CUDA kernels of one incremental chunk (b streams x t frames), from the torch profiler."""
+    """Top CUDA kernels of one incremental chunk (b streams x t frames, SnakeBeta fused, as served),
+    from the torch profiler."""
+    import copy
+
     from torch.profiler import ProfilerActivity, profile
 
     from tts_engine.runtime.codec_runner import cuda_numerics
 
+    codec = copy.deepcopy(codec).use_fused_kernels()
     with torch.inference_mode(), cuda_numerics(tf32):
         state = codec.new_state(b)
         codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
@@ -336,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-socket", action="store_true")
     p.add_argument("--skip-codec", action="store_true")
     p.add_argument("--skip-codec-eager", action="store_true", help="only the codec's graph times per precision")
+    p.add_argument("--skip-stages", action="store_true", help="no stage, prefill or reference-loop times")
     p.add_argument("--socket-args", action="append", default=[],
                    help="`cadence serve` arguments of one more socket run (repeatable), e.g. '--codec-stream'")
     p.add_argument("--modes", default="triton,torch", help="runner modes to time: triton, torch or both")
@@ -368,9 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     result["floor_talker_step_ms"] = talker_bytes / bw * 1e3
     # 15 passes through the predictor's layers per frame, and each of the 15 heads once.
     result["floor_code_predictor_frame_ms"] = (15 * cp_layer_bytes + cp_head_bytes) / bw * 1e3
-    result["reference_loop_ms_per_frame"] = reference_loop_ms_per_frame(model, cfg)
-    print(f"reference loop: {result['reference_loop_ms_per_frame']:.1f} ms/frame", flush=True)
-    for mode in args.modes.split(","):
+    if not args.skip_stages:
+        result["reference_loop_ms_per_frame"] = reference_loop_ms_per_frame(model, cfg)
+        print(f"reference loop: {result['reference_loop_ms_per_frame']:.1f} ms/frame", flush=True)
+    for mode in args.modes.split(",") if not args.skip_stages else ():
         if mode not in ("triton", "torch"):
             raise ValueError(f"--modes: unknown mode {mode!r} (triton, torch)")
         runner = ModelRunner(model, max_slots=max(BATCHES), max_context=512, use_triton=mode == "triton")
@@ -389,8 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_codec_eager:
             result["codec"] = codec_times(codec, (1, 8, 32))
         result["codec_precision"] = codec_precision_times(codec)
-        result["codec_profile_b8_12f_tf32"] = codec_profile(codec)
-        print(json.dumps(result["codec_profile_b8_12f_tf32"][:12], indent=1), flush=True)
+        result["codec_profile_b8_12f_tf32_snake"] = codec_profile(codec)
+        print(json.dumps(result["codec_profile_b8_12f_tf32_snake"][:12], indent=1), flush=True)
         del codec
     del model
     torch.cuda.empty_cache()

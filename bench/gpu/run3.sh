@@ -3,6 +3,7 @@
 #   PART=latency CADENCE_COMMIT=<sha> bash bench/gpu/run3.sh   GPU tests, kernel timings, bench.latency
 #                                                               (codec per precision, socket: default and
 #                                                               --codec-stream) with the TTFA breakdown
+#   PART=codec ... bash bench/gpu/run3.sh                       bench.latency's codec part alone
 #   PART=load ... bash bench/gpu/run3.sh                        load sweeps: one `cadence serve` per entry
 #                                                               of CONFIGS ("name:serve args;..."),
 #                                                               RATES / WARMUP / DURATION per sweep
@@ -14,22 +15,28 @@ t0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > $W/gpu.txt
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> $W/gpu.txt
 ensure_checkpoint; echo "checkpoint $((SECONDS - t0)) s"
-finish() { tar -czf "$OUT/run3-$PART.tgz" -C $W . ; ls -la $W; }
+finish() { tar -czf "$OUT/run3-${PART// /-}.tgz" -C $W . ; ls -la $W; }
 trap finish EXIT
 
-if [ "$PART" = latency ]; then
+if [[ " $PART " == *" codec "* ]]; then
+  timeout 120 python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
+    --skip-codec-eager > $W/codec.log 2>&1
+  echo "codec rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec.log | cut -c1-700
+fi
+
+if [[ " $PART " == *" latency "* ]]; then
   timeout 200 python3 -m pytest -q -m gpu tests/gpu/test_fast_path_gpu.py tests/gpu/test_codec_graphs.py \
     tests/gpu/test_triton_path_gpu.py tests/gpu/test_engine_gpu.py -p no:cacheprovider > $W/gpu-tests.log 2>&1
   echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
   timeout 90 python3 -m bench.kernels --out $W/kernels.json > $W/kernels.log 2>&1
   echo "kernels rc=$? $((SECONDS - t0)) s"; grep -i gemv $W/kernels.log | cut -c1-300 | head -20
   timeout $((585 - SECONDS)) python3 -m bench.latency --model /tmp/ckpt --out $W/latency.json --modes triton \
-    --skip-codec-eager --requests ${REQUESTS:-100} --socket-args "--codec-stream" > $W/latency.log 2>&1
+    --skip-codec-eager --requests ${REQUESTS:-100} --socket-args=--codec-stream > $W/latency.log 2>&1
   echo "latency rc=$? $((SECONDS - t0)) s"
   grep -E "^(batch|prefill|reference|socket|codec)" $W/latency.log | cut -c1-700
 fi
 
-if [ "$PART" = load ]; then
+if [[ " $PART " == *" load "* ]]; then
   IFS=';' read -ra configs <<< "${CONFIGS:-default:}"
   for config in "${configs[@]}"; do
     name=${config%%:*}; args=${config#*:}

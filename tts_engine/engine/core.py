@@ -84,6 +84,8 @@ class StreamingEngine:
         self.codec_precision = codec_precision or ("tf32" if on_cuda else "fp32")
         if self.codec_precision == "bf16":
             self.codec = self.codec.to(torch.bfloat16)
+        if on_cuda:  # SnakeBeta as one kernel (kernels/snake.py); the CPU engine stays all-torch
+            self.codec.use_fused_kernels()
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,
                                   use_graphs=use_graphs, use_triton=use_triton)
         # The codec state of a stream lives in the codec runner's row of its engine slot.

@@ -201,6 +201,14 @@ class CodecDecoder(nn.Module):
                 module.slot = len(self._history_shapes)
                 self._history_shapes.append((module.conv.in_channels, module.history_len))
 
+    def use_fused_kernels(self, on: bool = True) -> CodecDecoder:
+        """SnakeBeta as one Triton kernel (kernels/snake.py) where Triton runs on the weights' device;
+        off, every op is the torch reference."""
+        for module in self.modules():
+            if isinstance(module, SnakeBeta):
+                module.fused = on
+        return self
+
     def new_state(self, batch: int, device: torch.device | str | None = None,
                   dtype: torch.dtype | None = None) -> CodecState:
         """Zeroed state for `batch` fresh streams (zeros = the reference's left padding)."""

@@ -17,6 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels.backend import runs_on
+from ..kernels.snake import snake_beta, snake_beta_ref
+
 
 @dataclass
 class ConvCache:
@@ -81,13 +84,13 @@ class SnakeBeta(nn.Module):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
+        self.fused = False  # one Triton kernel instead of the torch ops (CodecDecoder.use_fused_kernels)
 
     def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
         del cache  # pointwise in time: no state; the argument keeps block lists uniform
-        freq = self.alpha.exp()[None, :, None]  # [1, C, 1]
-        # The 1e-9 guard is part of the reference numerics (it matters in bf16 only in theory).
-        inv_mag = 1.0 / (self.beta.exp()[None, :, None] + 1e-9)
-        return x + inv_mag * torch.sin(x * freq).pow(2)
+        if self.fused and runs_on(x.device):
+            return snake_beta(x, self.alpha, self.beta)
+        return snake_beta_ref(x, self.alpha, self.beta)
 
 
 class ConvNeXtBlock(nn.Module):
