@@ -73,6 +73,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-precision", choices=["fp32", "tf32", "bf16"], default=None,
                    help="codec numerics: fp32 exact, tf32 (fp32 weights, tensor-core convs) or bf16 "
                         "(default: tf32 on CUDA, fp32 on CPU)")
+    p.add_argument("--codec-tick", type=int, default=None,
+                   help="after a stream's first chunk, decode its audio every N engine steps so that streams "
+                        "share codec calls (0: each stream on its own chunk schedule; default 3 on CUDA, 0 on CPU)")
     p.add_argument("--yield-buffer-s", type=float, default=None,
                    help="audio ahead of its listener past which a stream yields when capacity is short (default 1.5)")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024)
@@ -136,6 +139,7 @@ def _serve(args) -> int:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     policy = {k: getattr(args, k) for k in ("realtime_margin", "yield_buffer_s") if getattr(args, k) is not None}
+    policy["codec_tick_steps"] = args.codec_tick
     policy["reject_predicted_underrun"] = {"auto": None, "on": True, "off": False}[args.underrun_admission]
     scheduler = SchedulerConfig(**policy).validate()  # a bad value: one line, exit 2
     load_model_dir(args.model)  # a missing or wrong directory fails before the socket is taken

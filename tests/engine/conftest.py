@@ -33,11 +33,12 @@ def small_engine(tiny_checkpoint, one_thread):
     assert eng.fault is None
 
 
-@pytest.fixture(scope="module")
-def pipelined_engine(tiny_checkpoint, one_thread):
+@pytest.fixture(scope="module", params=[0, 3], ids=["own-schedules", "codec-tick-3"])
+def pipelined_engine(request, tiny_checkpoint, one_thread):
     """Depth 2 as on CUDA: step k+1 is launched before step k is read (on CPU each step is done
-    when launched, so this runs the in-flight logic, not the overlap)."""
-    eng = start_engine(tiny_checkpoint, pipeline_depth=2, max_active_streams=8)
+    when launched, so this runs the in-flight logic, not the overlap); with each stream on its own
+    chunk schedule, and with the codec tick of the CUDA engine."""
+    eng = start_engine(tiny_checkpoint, pipeline_depth=2, max_active_streams=8, codec_tick_steps=request.param)
     yield eng
     asyncio.run(eng.stop())
     assert eng.fault is None

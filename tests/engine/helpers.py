@@ -30,9 +30,11 @@ def options(seed: int = 7, **kw) -> StreamOptions:
     return StreamOptions(VOICE, SamplingParams(seed=seed), **kw)
 
 
-def start_engine(path, pipeline_depth: int | None = None, **caps) -> StreamingEngine:
+def start_engine(path, pipeline_depth: int | None = None, codec_tick_steps: int | None = None,
+                 **caps) -> StreamingEngine:
     # Invariant violations found while idle fault the engine, so a test that breaks one fails.
-    cfg = SchedulerConfig(raise_on_invariant_violation=True, pipeline_depth=pipeline_depth)
+    cfg = SchedulerConfig(raise_on_invariant_violation=True, pipeline_depth=pipeline_depth,
+                          codec_tick_steps=codec_tick_steps)
     engine = StreamingEngine(path, device="cpu", max_context=512, scheduler=cfg, **caps)
     asyncio.run(engine.start())
     return engine

@@ -142,6 +142,40 @@ def test_due_chunks_follow_the_schedule_over_launched_frames():
     assert due_chunks(s) == [(8, 1)]
 
 
+def test_with_the_codec_tick_chunks_after_the_first_wait_for_a_tick():
+    s = stream("s", schedule=(1, 2, 4), frames=2)
+    assert due_chunks(s, on_tick=False) == [(1, 1)]  # the first chunk does not wait
+    s.frames_chunked, s.chunks_planned, s.frames_launched = 1, 1, 4
+    assert due_chunks(s, on_tick=False) == []  # 2 frames ready, no tick
+    assert due_chunks(s, on_tick=True) == [(2, 2)]  # every ready frame, not the schedule's 2 then 4
+    assert due_chunks(s, on_tick=False, urgent=True) == [(2, 2)]  # its listener is about to run dry
+    s.frames_launched = 12  # 10 ready: pieces of at most the schedule's largest entry
+    assert due_chunks(s, on_tick=True) == [(2, 4), (6, 4), (10, 2)]
+    s.max_frames = 12  # end of stream: no tick needed
+    assert due_chunks(s, on_tick=False) == [(2, 4), (6, 4), (10, 2)]
+
+
+def test_the_codec_tick_merges_streams_into_one_codec_call():
+    """Streams that started at different steps get chunks of one length at a tick: one codec call
+    per tick, where their own schedules give each phase its own call."""
+    from tests.scheduler.fake_runner import FakeLoop
+
+    def codec_calls(tick: int) -> tuple[int, int]:
+        loop = FakeLoop(SchedulerConfig(codec_tick_steps=tick), depth=1)
+        for i in range(6):
+            loop.open(f"s{i}", forced=40, schedule=(1, 2, 4, 8))
+            loop.step()
+        loop.run()
+        assert all(lis.frames == 39 and lis.done for lis in loop.listeners.values())
+        plans = loop.runner.plans
+        return sum(len(p.chunks) for p in plans), sum(len(b.chunks) for p in plans for b in p.chunks)
+
+    calls_off, chunks_off = codec_calls(0)
+    calls_on, chunks_on = codec_calls(3)
+    assert calls_on < calls_off * 0.7, (calls_on, calls_off)
+    assert chunks_on / calls_on > 2 * chunks_off / calls_off  # streams per call
+
+
 def test_streaming_text_gates_frames():
     s = stream("s", layout=Layout.STREAMING, content=3, input_ended=False, frames=2)
     assert s.step_text(1, EOS, PAD) == 2 and s.step_text(2, EOS, PAD) is None  # frame k needs token k + 2

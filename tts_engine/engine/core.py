@@ -34,7 +34,7 @@ from ..loading import load_checkpoint
 from ..prompt import Layout, assistant_text, build_prompt, instruct_text, resolve_voice
 from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
 from ..runtime.runner import ModelRunner
-from ..scheduler.config import SchedulerConfig
+from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
 from ..scheduler.plan import AudioReady, Finished, FlushDone, Output
 from ..scheduler.request import Phase, StreamState
 from ..scheduler.scheduler import Scheduler
@@ -76,6 +76,8 @@ class StreamingEngine:
         cfg = replace(cfg, **caps).validate()
         self.device = torch.device(device)
         on_cuda = self.device.type == "cuda"
+        if cfg.codec_tick_steps is None:
+            cfg = replace(cfg, codec_tick_steps=CODEC_TICK_CUDA if on_cuda else 0)
         if dtype is None:
             dtype = torch.bfloat16 if on_cuda else torch.float32
         ckpt = load_checkpoint(model_dir, device=self.device, dtype=dtype)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+CODEC_TICK_CUDA = 3
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -15,6 +17,14 @@ class SchedulerConfig:
     max_prefills_per_step: int = 4
     # A stream this far ahead of its listener yields its frame and chunk work when capacity is short.
     yield_buffer_s: float = 1.5
+    # Codec tick (0: off): after its first chunk, a stream's chunks are due only every this many
+    # engine steps, with all its ready frames (policy.due_chunks), so that streams share codec
+    # calls; off, each stream follows its own chunk schedule and a step holds one small codec call
+    # per schedule phase (~2 streams a call at 30 req/s on the H200, 2/3 of the device time).
+    # None: CODEC_TICK_CUDA on CUDA, off on CPU. Chosen with bench/schedsim.py (docs/benchmarks.md).
+    codec_tick_steps: int | None = None
+    # With the tick: a stream whose listener has less audio than this left gets its chunk now.
+    codec_tick_urgent_s: float = 0.04
     # A stream passed over this many steps in a row runs next, whatever its deadline.
     starvation_steps: int = 8
     # Real time holds when one engine cycle (a frame for every stream, its share of codec and
@@ -35,11 +45,13 @@ class SchedulerConfig:
     def validate(self) -> SchedulerConfig:
         if self.max_active_streams < 1:
             raise ValueError(f"max_active_streams must be >= 1, got {self.max_active_streams}")
-        for name in ("max_queued_streams", "starvation_steps"):
-            if getattr(self, name) < 0:
+        for name in ("max_queued_streams", "starvation_steps", "codec_tick_steps"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_prefills_per_step < 1:
             raise ValueError(f"max_prefills_per_step must be >= 1, got {self.max_prefills_per_step}")
+        if not self.codec_tick_urgent_s >= 0:
+            raise ValueError(f"codec_tick_urgent_s must be >= 0, got {self.codec_tick_urgent_s}")
         if not self.yield_buffer_s > 0:
             raise ValueError(f"yield_buffer_s must be > 0, got {self.yield_buffer_s}")
         if not self.realtime_margin >= 1.0:

@@ -78,20 +78,32 @@ def flushing(s: StreamState) -> bool:
     return bool(s.flush_targets) and s.frames_launched >= s.flush_targets[0]
 
 
-def due_chunks(s: StreamState) -> list[tuple[int, int]]:
-    """(first absolute frame, frames) of each chunk due now, in order, on the stream's schedule.
+def due_chunks(s: StreamState, on_tick: bool | None = None, urgent: bool = False) -> list[tuple[int, int]]:
+    """(first absolute frame, frames) of each chunk due now, in order.
 
-    A chunk is due once its frames are launched; a shorter one when no more frames will come
-    (end of stream) or a flush waits for them."""
+    on_tick None: the stream's chunk schedule. A chunk is due once its frames are launched; a
+    shorter one when no more frames will come (end of stream) or a flush waits for them.
+
+    on_tick True/False (the codec tick, `SchedulerConfig.codec_tick_steps`): the first chunk as
+    the schedule says, as soon as its frames are launched; after it, chunks are due only on a tick
+    step (or at the end, for a flush, or while `urgent`: its listener is about to run dry), holding
+    every ready frame in pieces of at most the schedule's largest entry. Streams that get a frame
+    every step then all hold the same number of frames at a tick and share one codec call,
+    instead of one small call per stream's phase."""
     out = []
     chunked, planned = s.frames_chunked, s.chunks_planned
     ready = s.audible_frames_ready()
     short_ok = s.launches_over or flushing(s)
     sched = s.chunk_schedule
     while ready > 0:
-        want = sched[min(planned, len(sched) - 1)]
-        if ready < want and not short_ok:
-            break
+        if on_tick is not None and planned > 0:
+            if not (on_tick or short_ok or urgent):
+                break
+            want = max(sched)
+        else:
+            want = sched[min(planned, len(sched) - 1)]
+            if ready < want and not short_ok:
+                break
         n = min(want, ready)
         out.append((s.audible_skip + chunked, n))
         chunked += n

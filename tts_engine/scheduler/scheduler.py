@@ -188,8 +188,10 @@ class Scheduler:
         short = self.capacity_short(0, len(decoding))
         per_stream: list[list[Chunk]] = []
         last: set[tuple[str, int]] = set()  # (stream, first frame) of each stream's final chunk
+        tick = self.cfg.codec_tick_steps or 0
+        on_tick = None if not tick else self._next_step % tick == 0
         for s in sorted(decoding, key=lambda s: s.arrival):
-            due = due_chunks(s)
+            due = due_chunks(s, on_tick, urgent=s.audible and s.buffered_s(now) < self.cfg.codec_tick_urgent_s)
             if not due:
                 continue
             if short and deferrable(s, now, self.cfg) and not (s.launches_over or flushing(s)):

@@ -1,0 +1,214 @@
+"""The real scheduler under open-loop load on a simulated device: what the policy does at 10-60 req/s
+without a GPU.
+
+    python -m bench.schedsim --rates 10,20,30,40 --duration 60
+
+The device is a cost table measured on the H200 (docs/benchmarks.md, run 5): a frame step by batch
+bucket, a codec call by (frames, batch), a prefill. The loop is `StreamingEngine._step` at depth 2:
+a step starts on the device when it is launched and the previous one has ended, and its results
+(EOS, audio) are read when it has ended and the next one is launched. Planning costs `--plan-ms` of
+host time per step. Requests are the benchmark's (Harvard sentences, 1-3 joined, Poisson arrivals),
+their length in frames as a random-weight checkpoint forces it; each listener plays from its first
+audio with no buffer, as `cadence bench` does, and every late chunk is an underrun.
+
+Only the schedule is simulated (no tensors): it shows where the policy leaves a stream without audio
+and what the cost table says each step costs, and it is not a measurement of the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from tts_engine.checkpoint import DEFAULT_CHARS_PER_SECOND, speech_frames
+from tts_engine.engine.api import DEFAULT_CHUNK_SCHEDULE
+from tts_engine.engine.pipeline import StepPipeline
+from tts_engine.prompt import Layout
+from tts_engine.scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
+from tts_engine.scheduler.plan import AudioReady, Finished, StepPlan, StepResult, StepTimings
+from tts_engine.scheduler.request import FRAME_S, StreamState
+from tts_engine.scheduler.scheduler import Scheduler
+
+from .load.corpus import prompt_for
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+EOS, PAD = 151673, 151671
+# H200, 1.7B, ms (run 5, commit 30cb3a1): frame step per bucket; codec call (TF32) per batch at
+# 1 and 12 frames, linear in frames between; prefill of a ~40-row prompt.
+FRAME_MS = {1: 5.17, 2: 5.0, 4: 4.9, 8: 4.74, 16: 4.9, 32: 5.07, 64: 5.39}
+CODEC_MS = {1: (2.70, 3.85), 8: (3.71, 10.72), 32: (5.86, 35.52)}
+PREFILL_MS = 2.07
+
+
+def codec_ms(frames: int, batch: int) -> float:
+    """Cost of one codec call, interpolated in frames and (log) batch from CODEC_MS."""
+    def at(b: int) -> float:
+        one, twelve = CODEC_MS[b]
+        return one + (twelve - one) * (frames - 1) / 11
+    pieces = math.ceil(batch / 32)  # the runner splits batches above its largest bucket
+    b = min(batch, 32)
+    if b <= 1:
+        per = at(1)
+    elif b <= 8:
+        w = math.log2(b) / 3
+        per = at(1) + (at(8) - at(1)) * w
+    else:
+        w = (math.log2(b) - 3) / 2
+        per = at(8) + (at(32) - at(8)) * w
+    return per * pieces
+
+
+@dataclass
+class Listener:
+    opened: float
+    frames: int
+    first_audio: float | None = None
+    received_s: float = 0.0
+    underruns: int = 0
+    stall_s: float = 0.0
+    done: float | None = None
+
+
+@dataclass
+class _Step:
+    plan: StepPlan
+    end: float
+    result: StepResult
+
+    def wait(self) -> None:
+        pass
+
+
+@dataclass
+class Sim:
+    rate: float
+    duration_s: float
+    seed: int = 0
+    plan_ms: float = 1.0
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    schedule: tuple[int, ...] = DEFAULT_CHUNK_SCHEDULE
+
+    def run(self) -> dict:
+        rng = random.Random(self.seed)
+        sched = Scheduler(self.config, BUCKETS, EOS, PAD, reject_predicted_underrun=True)
+        pipeline = StepPipeline(2)
+        arrivals: deque[tuple[float, int]] = deque()
+        t, i = 0.0, 0
+        while t < self.duration_s:
+            t += rng.expovariate(self.rate)
+            arrivals.append((t, i))
+            i += 1
+        now, device_free = 0.0, 0.0
+        listeners: dict[str, Listener] = {}
+        states: dict[str, StreamState] = {}
+        rejected = 0
+        busy_s = 0.0
+        steps = 0
+        frames_per_step = []
+        while arrivals or sched.has_work() or len(pipeline):
+            while arrivals and arrivals[0][0] <= now:
+                at, k = arrivals.popleft()
+                with sched.admission.lock:
+                    decision = sched.admission.try_admit(at)
+                if not decision.admitted:
+                    rejected += 1
+                    continue
+                text = prompt_for(self.seed, k).text
+                frames = speech_frames(text, DEFAULT_CHARS_PER_SECOND)
+                s = StreamState(f"s{k}", Layout.NON_STREAMING, seed=k, max_frames=2048, forced_frames=frames,
+                                chunk_schedule=self.schedule, drop_first_frame=True, arrival=now)
+                sched.add(s)
+                s.content_ids.extend(range(len(text) // 4 + 1))
+                s.input_ended = True
+                sched.enqueue(s.id, 20 + len(s.content_ids))
+                listeners[s.id] = Listener(at, frames - 1)
+                states[s.id] = s
+            for out in sched.reap():
+                self._deliver(out, listeners, states, sched, now)
+            plan = sched.schedule(now)
+            now += self.plan_ms / 1e3
+            if not plan.empty:
+                cost = self._cost(plan)
+                start = max(now, device_free)
+                device_free = start + cost
+                busy_s += cost
+                steps += 1
+                if plan.frames is not None:
+                    frames_per_step.append(len(plan.frames.rows))
+                timings = StepTimings(tuple(PREFILL_MS / 1e3 for _ in plan.prefills),
+                                      FRAME_MS[plan.frames.bucket] / 1e3 if plan.frames else None,
+                                      tuple(codec_ms(b.num_frames, len(b.chunks)) / 1e3 for b in plan.chunks))
+                eos = tuple(False for _ in plan.frames.rows) if plan.frames else ()
+                pipeline.push(_Step(plan, device_free, StepResult(plan.step_id, eos, timings)))
+            for step in pipeline.completed(must_wait=plan.empty):
+                now = max(now, step.end)
+                for out in sched.postprocess(step.result):
+                    self._deliver(out, listeners, states, sched, now)
+            if plan.empty and not len(pipeline) and arrivals and not sched.has_work():
+                now = max(now, arrivals[0][0])
+        return self._summary(listeners, rejected, busy_s, now, steps, frames_per_step)
+
+    @staticmethod
+    def _cost(plan: StepPlan) -> float:
+        ms = PREFILL_MS * len(plan.prefills)
+        if plan.frames is not None:
+            ms += FRAME_MS[plan.frames.bucket]
+        ms += sum(codec_ms(b.num_frames, len(b.chunks)) for b in plan.chunks)
+        return ms / 1e3
+
+    @staticmethod
+    def _deliver(out, listeners, states, sched, now: float) -> None:
+        lis = listeners[out.stream_id]
+        if isinstance(out, AudioReady):
+            if lis.first_audio is None:
+                lis.first_audio = now
+            else:
+                # zero-buffer playout from first audio: runs dry at first_audio + received + stalls
+                dry_at = lis.first_audio + lis.received_s + lis.stall_s
+                if now > dry_at + 1e-9:
+                    lis.underruns += 1
+                    lis.stall_s += now - dry_at
+            lis.received_s += out.num_frames * FRAME_S
+            sched.audio_sent(states[out.stream_id], out.num_frames * FRAME_S, now)
+        elif isinstance(out, Finished):
+            lis.done = now
+
+    def _summary(self, listeners, rejected, busy_s, end, steps, frames_per_step) -> dict:
+        served = [x for x in listeners.values() if x.first_audio is not None]
+        ttfa = sorted((x.first_audio - x.opened) * 1e3 for x in served)
+
+        def pct(p: float) -> float:
+            return ttfa[max(0, math.ceil(p / 100 * len(ttfa)) - 1)] if ttfa else math.inf
+
+        return {"rate": self.rate, "requests": len(listeners) + rejected, "rejected": rejected,
+                "ttfa_ms_p50": pct(50), "ttfa_ms_p95": pct(95), "ttfa_ms_p99": pct(99),
+                "underrun_requests": sum(1 for x in served if x.underruns),
+                "stall_ms_total": sum(x.stall_s for x in served) * 1e3,
+                "device_busy": busy_s / end if end else 0.0, "steps": steps,
+                "frames_per_step": sum(frames_per_step) / max(1, len(frames_per_step))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.schedsim", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rates", default="10,20,30,40")
+    p.add_argument("--duration", type=float, default=60.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plan-ms", type=float, default=1.0, help="host time to plan and launch one step")
+    p.add_argument("--schedule", default=",".join(map(str, DEFAULT_CHUNK_SCHEDULE)), help="chunk schedule")
+    p.add_argument("--codec-tick", type=int, default=CODEC_TICK_CUDA, help="SchedulerConfig.codec_tick_steps (0: off)")
+    p.add_argument("--tick-urgent-s", type=float, default=SchedulerConfig.codec_tick_urgent_s)
+    args = p.parse_args(argv)
+    schedule = tuple(int(x) for x in args.schedule.split(","))
+    config = SchedulerConfig(codec_tick_steps=args.codec_tick, codec_tick_urgent_s=args.tick_urgent_s).validate()
+    for rate in (float(r) for r in args.rates.split(",")):
+        out = Sim(rate, args.duration, args.seed, args.plan_ms, config, schedule).run()
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,23 @@
+"""bench.schedsim: the real scheduler on the simulated H200 device (the cost table of
+docs/benchmarks.md run 5). At 40 req/s the per-stream chunk schedules leave most of the device to
+small codec calls and requests queue for seconds; the codec tick keeps first audio under 100 ms."""
+
+from __future__ import annotations
+
+from bench.schedsim import Sim, codec_ms
+from tts_engine.scheduler.config import SchedulerConfig
+
+
+def test_codec_cost_table_interpolates_and_splits_batches():
+    assert codec_ms(1, 1) == 2.70 and codec_ms(12, 32) == 35.52
+    assert codec_ms(1, 1) < codec_ms(6, 1) < codec_ms(12, 1)
+    assert codec_ms(4, 4) < codec_ms(4, 8) < codec_ms(4, 16) < codec_ms(4, 32)
+    assert codec_ms(12, 64) == 2 * codec_ms(12, 32)
+
+
+def test_the_codec_tick_holds_40_requests_a_second_where_schedules_alone_queue():
+    off = Sim(40, 8, seed=3, config=SchedulerConfig(codec_tick_steps=0)).run()
+    on = Sim(40, 8, seed=3, config=SchedulerConfig(codec_tick_steps=3)).run()
+    assert off["requests"] == on["requests"] > 250
+    assert off["ttfa_ms_p95"] > 200
+    assert on["ttfa_ms_p95"] < 100 and on["underrun_requests"] == 0 and on["rejected"] == 0
