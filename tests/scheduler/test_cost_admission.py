@@ -41,6 +41,9 @@ def test_cycle_time_and_sustainable_streams():
     assert cost.cycle_s(8, arrivals_per_s=50) > cost.cycle_s(8)
     assert cost.cycle_s(8, arrivals_per_s=1e6) == float("inf")
     assert cost.sustainable_streams(32, 1.25) == 32  # H200 seeds: 32 streams are far inside real time
+    # With the codec tick, every stream's few frames share one call every few steps.
+    cost.observe_chunk(3, 32, 0.012)
+    assert cost.cycle_s(32, codec_tick=3) == cost.frame_step_s(32) + cost.chunk_s(3, 32) / 3
     for b in BUCKETS:  # a device ten times slower than real time for one stream
         cost.observe_frame_step(b, 10 * FRAME_S)
     for _ in range(50):

@@ -93,16 +93,20 @@ class CostModel:
 
     # -- real time -----------------------------------------------------------------------------------
     def cycle_s(self, streams: int, *, chunk_frames: int = 12, arrivals_per_s: float = 0.0,
-                prompt_len: int = 64) -> float:
+                prompt_len: int = 64, codec_tick: int = 0) -> float:
         """Predicted wall time for every one of `streams` decoding streams to get one more frame
         (and its audio): one frame step at their bucket, plus the codec share (each stream sends a
-        chunk of `chunk_frames` frames every `chunk_frames` steps, chunks of a step share a call),
+        chunk of `chunk_frames` frames every `chunk_frames` steps, chunks of a step share a call;
+        with a codec tick, every stream's `codec_tick` frames in one call every `codec_tick` steps),
         stretched by the time new arrivals spend in prefill."""
         if streams <= 0:
             return 0.0
         frame = self.frame_step_s(self.bucket_for(streams))
-        chunks_per_step = streams / chunk_frames
-        codec = self.chunk_s(chunk_frames, math.ceil(chunks_per_step)) * min(1.0, chunks_per_step)
+        if codec_tick > 0:
+            codec = self.chunk_s(codec_tick, streams) / codec_tick
+        else:
+            chunks_per_step = streams / chunk_frames
+            codec = self.chunk_s(chunk_frames, math.ceil(chunks_per_step)) * min(1.0, chunks_per_step)
         busy = arrivals_per_s * self.prefill_s(prompt_len)  # fraction of time spent in prefills
         return math.inf if busy >= 1.0 else (frame + codec) / (1.0 - busy)
 

@@ -137,7 +137,8 @@ class Scheduler:
         return self.cycle_s(decoding) * self.cfg.realtime_margin > FRAME_S
 
     def cycle_s(self, decoding: int) -> float:
-        return self.cost.cycle_s(decoding, arrivals_per_s=self.admission.arrivals_per_s())
+        return self.cost.cycle_s(decoding, arrivals_per_s=self.admission.arrivals_per_s(),
+                                 codec_tick=self.cfg.codec_tick_steps or 0)
 
     def _plan_prefills(self, decoding: list[StreamState], now: float) -> list[Prefill]:
         queued = [s for s in self.streams.values() if s.phase is Phase.QUEUED]
@@ -275,7 +276,7 @@ class Scheduler:
     def publish_capacity(self) -> None:
         self.admission.publish_capacity(self.cost.sustainable_streams(
             self.cfg.max_active_streams, self.cfg.realtime_margin,
-            arrivals_per_s=self.admission.arrivals_per_s()))
+            arrivals_per_s=self.admission.arrivals_per_s(), codec_tick=self.cfg.codec_tick_steps or 0))
 
     def _apply_frame(self, row: FrameRow, eos: bool) -> bool:
         s = self.streams.get(row.stream_id)
