@@ -3,13 +3,22 @@
 A dispatcher sleeps until each arrival time and starts the request as a task; nothing waits for
 completions, so a slow server faces a growing number of requests in flight (recorded over time)
 instead of a slowed-down client. The trial ends once every request has finished or timed out.
+
+The client must not shape what it measures: chunk arrival times are taken on its event loop, so a
+pause of the loop looks like a late chunk. Python's cyclic garbage collector is held off for the
+trial (objects made before it are frozen out of its reach; reference counting still frees the
+rest), and a monitor task records every pause of the loop longer than LOOP_STALL_S, so that the
+report can say which underruns coincide with one (H200 run 6: a 112 ms client pause, two
+"underruns").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,16 +40,53 @@ class Target(Protocol):
     async def close(self) -> None: ...
 
 
+LOOP_STALL_S = 0.02
+_TICK_S = 0.002
+
+
 @dataclass
 class TrialOutcome:
     records: list[RequestRecord]
     in_flight: list[tuple[float, int]]  # (seconds from trial start, requests in flight after the change)
     kept_pcm: dict[int, tuple[bytes, int]] = field(default_factory=dict)  # index -> (PCM, rate), for WER
     wall_s: float = 0.0
+    # (seconds from trial start, length): pauses of the client's event loop past LOOP_STALL_S
+    client_stalls: list[tuple[float, float]] = field(default_factory=list)
+
+
+async def _watch_loop(start: float, stalls: list[tuple[float, float]]) -> None:
+    """Sleep in short ticks; a tick that returns late by more than LOOP_STALL_S was a loop pause."""
+    while True:
+        before = time.perf_counter()
+        await asyncio.sleep(_TICK_S)
+        late = time.perf_counter() - before - _TICK_S
+        if late > LOOP_STALL_S:
+            stalls.append((before + _TICK_S - start, late))
+
+
+@contextlib.contextmanager
+def _collector_held() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
+        gc.collect()
 
 
 async def run_trial(target: Target, schedule: list[Arrival], prompts: dict[int, Prompt], *, timeout_s: float,
                     keep_pcm: Callable[[int], bool] = lambda i: False, desc: str = "") -> TrialOutcome:
+    with _collector_held():  # entered first: its collection must not delay the schedule
+        return await _run_trial(target, schedule, prompts, timeout_s=timeout_s, keep_pcm=keep_pcm, desc=desc)
+
+
+async def _run_trial(target: Target, schedule: list[Arrival], prompts: dict[int, Prompt], *, timeout_s: float,
+                     keep_pcm: Callable[[int], bool], desc: str) -> TrialOutcome:
     outcome = TrialOutcome(records=[], in_flight=[(0.0, 0)])
     in_flight = 0
     bar = tqdm(total=len(schedule), desc=desc, unit="req", disable=None, leave=False)
@@ -71,12 +117,16 @@ async def run_trial(target: Target, schedule: list[Arrival], prompts: dict[int, 
         bar.set_postfix(in_flight=in_flight, refresh=False)
 
     tasks = []
+    watcher = asyncio.create_task(_watch_loop(start, outcome.client_stalls))
     for arrival in schedule:
         delay = start + arrival.at_s - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(arrival)))
     await asyncio.gather(*tasks)
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watcher
     outcome.wall_s = time.perf_counter() - start
     bar.close()
     outcome.records.sort(key=lambda r: r.index)

@@ -103,6 +103,11 @@ def render(data: dict, plots: list[str]) -> str:
     if lagged:
         lines.append(f"**Warning**: above {LAG_WARN_S * 1e3:g} ms the client fell behind its schedule; "
                      "those rates measured the client as well as the server.")
+    if any("client_stall_max_s" in s for s in data["rates"]):
+        lines.append("Longest pause of the client's event loop (chunk arrival times are taken there), and the "
+                     "underrun events that overlap such a pause (counted above all the same): " + ", ".join(
+                         f"{s['rate']:g} req/s {s['client_stall_max_s'] * 1e3:.1f} ms / "
+                         f"{s.get('underruns_in_client_stalls', 0)}" for s in data["rates"]) + ".")
     if plots:
         lines += ["", "## Plots", "", *[f"![{p}]({p})" for p in plots]]
     return "\n".join(lines) + "\n"

@@ -39,6 +39,10 @@ class RateSummary:
     send_lag_max_s: float  # how far the client fell behind its schedule (should be ~0)
     chars_per_s: float  # characters of successful requests per measured second
     audio_s_per_s: float  # seconds of audio delivered per measured second
+    # The client's own event-loop pauses (driver.LOOP_STALL_S), and the underrun events of measured
+    # requests whose dry spell overlaps one: those may be the client's, not the server's.
+    client_stall_max_s: float = 0.0
+    underruns_in_client_stalls: int = 0
 
     def sustained(self, slo_s: float) -> bool:
         """The rate holds: every request succeeded and became audible, p95 audible TTFA within slo_s,
@@ -56,8 +60,24 @@ def _error_label(error: str) -> str:
     return error.split(":", 1)[0][:60]
 
 
+def underruns_in_stalls(records: list[RequestRecord], client_stalls: list[tuple[float, float]]) -> int:
+    """Underrun events of measured requests whose dry spell overlaps a pause of the client's loop
+    (times in seconds from the trial's start; one trial's records and stalls)."""
+    count = 0
+    for r in records:
+        if not r.measured or r.sent_at_s is None:
+            continue
+        for at, length in r.stalls:
+            a, b = r.sent_at_s + at, r.sent_at_s + at + length
+            count += any(s < b and a < s + n for s, n in client_stalls)
+    return count
+
+
 def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measured_s: float,
-              peak_in_flight: int) -> RateSummary:
+              peak_in_flight: int, client_stalls: list[list[tuple[float, float]]] | None = None,
+              underruns_in_client_stalls: int = 0) -> RateSummary:
+    """client_stalls: the client's loop pauses, per trial; underruns_in_client_stalls: their count
+    from `underruns_in_stalls`, per trial and summed."""
     rs = [r for r in records if r.measured]
     ok = [r for r in rs if r.ok]
 
@@ -75,7 +95,9 @@ def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measu
         stall_total_s=sum(r.stall_total_s for r in rs), stall_max_s=max((r.stall_max_s for r in rs), default=0.0),
         peak_in_flight=peak_in_flight, send_lag_max_s=max(lags, default=0.0),
         chars_per_s=sum(r.chars for r in ok) / measured_s if measured_s > 0 else 0.0,
-        audio_s_per_s=sum(r.audio_s for r in ok) / measured_s if measured_s > 0 else 0.0)
+        audio_s_per_s=sum(r.audio_s for r in ok) / measured_s if measured_s > 0 else 0.0,
+        client_stall_max_s=max((n for t in client_stalls or [] for _, n in t), default=0.0),
+        underruns_in_client_stalls=underruns_in_client_stalls)
 
 
 def peak_in_flight(series: list[tuple[float, int]], start_s: float, end_s: float) -> int:

@@ -15,7 +15,7 @@ from .driver import TrialOutcome, run_trial
 from .http_target import HttpTarget
 from .recognizer import Recognizer, WerResult
 from .server_proc import ServerProcess
-from .summary import RateSummary, capacity, cost_per_million_chars, peak_in_flight, summarize
+from .summary import RateSummary, capacity, cost_per_million_chars, peak_in_flight, summarize, underruns_in_stalls
 from .ws_target import WsTarget
 
 
@@ -110,7 +110,9 @@ def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr)) -> 
             trials.append(trial)
         records = [r for t in trials for r in t.outcome.records]
         summary = summarize(rate, list(cfg.seeds), records, cfg.duration_s * len(trials),
-                            max(t.peak_in_flight_measured for t in trials))
+                            max(t.peak_in_flight_measured for t in trials),
+                            [t.outcome.client_stalls for t in trials],
+                            sum(underruns_in_stalls(t.outcome.records, t.outcome.client_stalls) for t in trials))
         result.trials += trials
         result.rates.append(summary)
         log(_one_line(summary, cfg.slo_s))

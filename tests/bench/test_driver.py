@@ -98,3 +98,41 @@ def test_a_hung_request_times_out_and_the_rest_complete():
     assert all(r.error == "timeout after 0.5 s" and r.audible_ttfa_s is None for r in hung)
     assert all(r.ok for r in out.records if r not in hung)
     assert set(out.kept_pcm) == {r.index for r in out.records if r.ok}  # only finished ones kept
+
+
+class BlockingTarget(FakeTarget):
+    """FakeTarget whose third request blocks the client's event loop for 80 ms after its first
+    chunk: the second chunks of requests in flight then arrive late on the client's clock."""
+
+    async def run(self, prompt: Prompt, ex: Exchange) -> None:
+        self.calls += 1
+        call = self.calls
+        ex.t0 = time.perf_counter()
+        ex.status = 200
+        await asyncio.sleep(0.05)
+        ex.ttfb_s = ex.since_t0(time.perf_counter())
+        ex.add_pcm(pcm(0.0, 0.08), time.perf_counter())
+        if call == 3:
+            time.sleep(0.08)  # blocks the loop, as a collector pause would
+        await asyncio.sleep(0.1)
+        ex.add_pcm(pcm(0.0, 0.08), time.perf_counter())
+        ex.end_s = ex.since_t0(time.perf_counter())
+
+
+def test_the_client_records_its_own_loop_pauses_and_holds_off_the_collector():
+    import gc
+
+    from bench.load.driver import LOOP_STALL_S
+    from bench.load.summary import underruns_in_stalls
+
+    schedule = poisson_schedule(20.0, 0.0, 0.4, seed=4)
+    assert len(schedule) >= 4
+    enabled = gc.isenabled()
+    out = run(BlockingTarget(hold_s=0.0), schedule, timeout_s=5.0)
+    assert gc.isenabled() == enabled and not gc.get_freeze_count()
+    assert out.client_stalls and max(n for _, n in out.client_stalls) >= 0.06
+    assert all(n > LOOP_STALL_S for _, n in out.client_stalls)
+    # A request whose first chunk ran dry during the pause counts an underrun inside it.
+    late = [r for r in out.records if r.underruns]
+    assert late and underruns_in_stalls(out.records, out.client_stalls) >= 1
+    assert underruns_in_stalls(out.records, []) == 0

@@ -1,7 +1,7 @@
 """StepExecutor: runs one scheduler `StepPlan` on the runners without waiting for the device.
 
 Launch order (the default CUDA stream runs them in this order):
-  prefills    codec state reset, sampling row, ModelRunner.prefill per stream
+  prefills    ModelRunner.prefill, then the sampling row and the codec state reset, per stream
   codes half  ModelRunner.frame_step_async -> StepCodes: codes [B, 16] on the device (with CUDA
               graphs a view of the graph's static output, which the next replay overwrites: it
               is cloned on the device at once, stream-ordered, so before any later replay) and
