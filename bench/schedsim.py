@@ -6,7 +6,8 @@ without a GPU.
 The device is a cost table measured on the H200 (docs/benchmarks.md, run 5): a frame step by batch
 bucket, a codec call by (frames, batch), a prefill. The loop is `StreamingEngine._step` at depth 2:
 a step starts on the device when it is launched and the previous one has ended, and its results
-(EOS, audio) are read when it has ended and the next one is launched. Planning costs `--plan-ms` of
+(EOS, audio) are read when it has ended and the next one is launched; a stream's first chunk is
+sent when its own codec call has ended (the engine's early first audio). Planning costs `--plan-ms` of
 host time per step. Requests are the benchmark's (Harvard sentences, 1-3 joined, Poisson arrivals),
 their length in frames as a random-weight checkpoint forces it; each listener plays from its first
 audio with no buffer, as `cadence bench` does, and every late chunk is an underrun.
@@ -37,9 +38,11 @@ from .load.corpus import prompt_for
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 EOS, PAD = 151673, 151671
-# H200, 1.7B, ms (run 5, commit 30cb3a1): frame step per bucket; codec call (TF32) per batch at
-# 1 and 12 frames, linear in frames between; prefill of a ~40-row prompt.
+# H200, 1.7B, ms (run 5, commit 30cb3a1): frame step per bucket (its codes half ~3.4, then the
+# chunks, then the talker half); codec call (TF32) per batch at 1 and 12 frames, linear in frames
+# between; prefill of a ~40-row prompt.
 FRAME_MS = {1: 5.17, 2: 5.0, 4: 4.9, 8: 4.74, 16: 4.9, 32: 5.07, 64: 5.39}
+CODES_HALF_MS = 3.4
 CODEC_MS = {1: (2.70, 3.85), 8: (3.71, 10.72), 32: (5.86, 35.52)}
 PREFILL_MS = 2.07
 
@@ -78,6 +81,7 @@ class _Step:
     plan: StepPlan
     end: float
     result: StepResult
+    early_end: float  # its first chunks' PCM is ready (the engine sends it before the step ends)
 
     def wait(self) -> None:
         pass
@@ -143,11 +147,18 @@ class Sim:
                                       FRAME_MS[plan.frames.bucket] / 1e3 if plan.frames else None,
                                       tuple(codec_ms(b.num_frames, len(b.chunks)) / 1e3 for b in plan.chunks))
                 eos = tuple(False for _ in plan.frames.rows) if plan.frames else ()
-                pipeline.push(_Step(plan, device_free, StepResult(plan.step_id, eos, timings)))
+                first = [b for b in plan.chunks if any(c.first_frame == 1 for c in b.chunks)]
+                early_end = (start + (PREFILL_MS * len(plan.prefills) + (CODES_HALF_MS if plan.frames else 0)
+                                      + sum(codec_ms(b.num_frames, len(b.chunks)) for b in first)) / 1e3)
+                pipeline.push(_Step(plan, device_free, StepResult(plan.step_id, eos, timings), early_end))
             for step in pipeline.completed(must_wait=plan.empty):
+                # the engine's _deliver_early: first chunks go out when their own codec call ends
+                early = {c.stream_id: max(now, step.early_end)
+                         for b in step.plan.chunks for c in b.chunks if c.first_frame == 1}
                 now = max(now, step.end)
                 for out in sched.postprocess(step.result):
-                    self._deliver(out, listeners, states, sched, now)
+                    at = early.pop(out.stream_id, now) if isinstance(out, AudioReady) else now
+                    self._deliver(out, listeners, states, sched, at)
             if plan.empty and not len(pipeline) and arrivals and not sched.has_work():
                 now = max(now, arrivals[0][0])
         return self._summary(listeners, rejected, busy_s, now, steps, frames_per_step)

@@ -75,7 +75,7 @@ def _add_serve(sub) -> None:
                         "(default: tf32 on CUDA, fp32 on CPU)")
     p.add_argument("--codec-tick", type=int, default=None,
                    help="after a stream's first chunk, decode its audio every N engine steps so that streams "
-                        "share codec calls (0: each stream on its own chunk schedule; default 3 on CUDA, 0 on CPU)")
+                        "share codec calls (0: each stream on its own chunk schedule; default 2 on CUDA, 0 on CPU)")
     p.add_argument("--yield-buffer-s", type=float, default=None,
                    help="audio ahead of its listener past which a stream yields when capacity is short (default 1.5)")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024)

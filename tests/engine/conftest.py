@@ -38,7 +38,10 @@ def pipelined_engine(request, tiny_checkpoint, one_thread):
     """Depth 2 as on CUDA: step k+1 is launched before step k is read (on CPU each step is done
     when launched, so this runs the in-flight logic, not the overlap); with each stream on its own
     chunk schedule, and with the codec tick of the CUDA engine."""
-    eng = start_engine(tiny_checkpoint, pipeline_depth=2, max_active_streams=8, codec_tick_steps=request.param)
+    # No yielding: whether a stream far ahead of its listener yields depends on this CPU's speed
+    # (the cost model), and these tests count the frames launched ahead of each EOS read.
+    eng = start_engine(tiny_checkpoint, pipeline_depth=2, max_active_streams=8, codec_tick_steps=request.param,
+                       yield_buffer_s=1e9)
     yield eng
     asyncio.run(eng.stop())
     assert eng.fault is None

@@ -163,3 +163,53 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
     assert parts["launch"] > 0  # prefill, frame 0 and frame 1 stand between the prefill and the first chunk
     whole = after["ttfa_sum_s"] - before["ttfa_sum_s"]  # from the engine's drain of the open
     assert 0 < sum(parts.values()) - parts["wake"] <= whole + 1e-6
+
+
+def test_first_audio_is_sent_before_its_step_is_read(pipelined_engine, synth):
+    """A step's first chunks are launched ahead of its other codec calls and delivered before the
+    step's result is read; the scheduler's later AudioReady for them is skipped, so the audio is
+    still exactly the reference's, once."""
+    eng = pipelined_engine
+    early = []
+    deliver = eng._deliver_early
+
+    def spy(launched):
+        deliver(launched)
+        early.extend(launched.early_sent)
+
+    eng._deliver_early = spy
+    texts = [SHORT, "A second voice joins in."]
+    refs = [reference_pcm(eng, synth, t, Layout.NON_STREAMING, seed=40 + i) for i, t in enumerate(texts)]
+    try:
+        async def run():
+            streams = [eng.open_stream(options(seed=40 + i, silence_threshold_dbfs=None), t, end_input=True)
+                       for i, t in enumerate(texts)]
+            return await asyncio.gather(*(collect(s) for s in streams))
+
+        results = asyncio.run(run())
+    finally:
+        eng._deliver_early = deliver
+    assert len(early) == len(texts)  # every stream's first chunk went early
+    for events, (_, ref_s16, _) in zip(results, refs):
+        assert isinstance(events[-1], DoneEvent)
+        assert_pcm_close(pcm_of(events), ref_s16)
+
+
+def test_an_eos_in_the_first_chunk_keeps_it_from_going_early(pipelined_engine, synth):
+    """The codebook-0 id of frame 1 named EOS: frame 1 ends the stream, so its chunk must not be
+    sent early (or at all): no audio, zero frames."""
+    seed = 9
+    inp = synth.prepare(LONG, VOICE, layout=Layout.NON_STREAMING, params=SamplingParams(seed=seed))
+    c0 = generate_codes(synth.model, [inp])[0][:, 0].tolist()
+    assert c0[1] != c0[0]
+    eng = pipelined_engine
+    eos_id, eng._eos_id = eng._eos_id, c0[1]
+    try:
+        async def run():
+            return await collect(eng.open_stream(options(seed=seed, silence_threshold_dbfs=None), LONG, end_input=True))
+
+        events = asyncio.run(run())
+    finally:
+        eng._eos_id = eos_id
+    assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos" and events[-1].frames == 0
+    assert len(pcm_of(events)) == 0

@@ -247,7 +247,7 @@ class StreamingEngine:
         if not plan.empty:
             self.pipeline.push(self.executor.launch(plan, self._entries))
             did = True
-        for launched in self.pipeline.completed(must_wait=plan.empty):
+        for launched in self.pipeline.completed(must_wait=plan.empty, before_wait=self._deliver_early):
             self._read(launched)
             did = True
         self.step_count += 1
@@ -262,10 +262,42 @@ class StreamingEngine:
         self._act(self.scheduler.postprocess(result), launched)
         self.stats["frames"] = self.scheduler.stats["frames"]
 
+    def _deliver_early(self, launched: LaunchedStep) -> None:
+        """First audio before its step ends: a step's first chunks were launched ahead of its other
+        codec calls (executor), so their PCM is ready while the rest of the step still runs. Sent
+        now unless the step's result could still change it (an EOS in its frames, its stream's last
+        audio, a stream gone); the scheduler's AudioReady for it later is then skipped."""
+        if not launched.early_batches:
+            return
+        launched.wait_early()
+        plan = launched.plan
+        rows = {r.stream_id: i for i, r in enumerate(plan.frames.rows)} if plan.frames is not None else {}
+        for i in launched.early_batches:
+            for j, chunk in enumerate(plan.chunks[i].chunks):
+                entry = self._entries.get(chunk.stream_id)
+                if entry is None:
+                    continue
+                s = entry.state
+                end = chunk.first_frame + chunk.num_frames  # frames [first, end) of this chunk
+                if s.first_audio_at is not None or s.frames_decoded or chunk.first_frame != s.audible_skip:
+                    continue
+                if end >= s.frame_limit or (s.eos_frame is not None and s.eos_frame < end):
+                    continue
+                row = rows.get(chunk.stream_id)
+                if row is not None and self._eos_id is not None and launched.c0 is not None \
+                        and int(launched.c0[row]) == self._eos_id:
+                    continue
+                out = AudioReady(s.id, i, j, 0, chunk.num_frames, False)
+                pcm = launched.pcm[i][j][: chunk.num_frames * SAMPLES_PER_FRAME]
+                self._send_audio(entry, out, pcm.numpy())
+                launched.early_sent.add((i, j))
+
     def _act(self, outputs: list[Output], launched: LaunchedStep | None = None) -> bool:
         for out in outputs:
             entry = self._entries[out.stream_id]
             if isinstance(out, AudioReady):
+                if launched is not None and (out.batch, out.row) in launched.early_sent:
+                    continue  # sent by _deliver_early
                 pcm = launched.pcm[out.batch][out.row][: out.num_frames * SAMPLES_PER_FRAME]
                 self._send_audio(entry, out, pcm.numpy())
             elif isinstance(out, FlushDone):

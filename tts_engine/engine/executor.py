@@ -63,9 +63,18 @@ class LaunchedStep:
     plan: StepPlan
     timer: _Timer
     c0: torch.Tensor | None = None  # [B] codebook-0 ids on the host (a view of pinned memory on CUDA)
-    pcm: list[torch.Tensor] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] float on the host
+    pcm: list[torch.Tensor | None] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] float, host
     event: torch.cuda.Event | None = None  # end of the step on the default stream
     codec_event: torch.cuda.Event | None = None  # end of its chunks on the codec stream
+    # Chunk batches holding a stream's first chunk, launched before the others: their PCM (and c0)
+    # is on the host once early_event has fired, before the rest of the step (engine: first audio).
+    early_batches: tuple[int, ...] = ()
+    early_event: torch.cuda.Event | None = None
+    early_sent: set[tuple[int, int]] = field(default_factory=set)  # (batch, row) already delivered
+
+    def wait_early(self) -> None:
+        if self.early_event is not None:
+            self.early_event.synchronize()
 
     def wait(self) -> None:
         for event in (self.codec_event, self.event):
@@ -78,7 +87,8 @@ class LaunchedStep:
         frame = self.timer.seconds("frame")  # its two halves, around the chunks
         return StepResult(self.plan.step_id, eos, StepTimings(tuple(self.timer.seconds("prefill")),
                                                               sum(frame) if frame else None,
-                                                              tuple(self.timer.seconds("chunk"))))
+                                                              tuple(self.timer.seconds(f"chunk{i}")[0]
+                                                                    for i in range(len(self.plan.chunks)))))
 
 
 def _mark_launched(plan: StepPlan, entries: dict[str, StreamEntry], now: float) -> None:
@@ -124,7 +134,7 @@ class StepExecutor:
 
     def _launch_chunks(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> None:
         calls = []
-        for batch in plan.chunks:
+        for index, batch in enumerate(plan.chunks):
             frames = [entries[c.stream_id].take_frames(c.first_frame, c.num_frames) for c in batch.chunks]
             # A final chunk shorter than the call is padded with copies of its last frame.
             frames = [f if f.shape[1] == batch.num_frames else
@@ -133,18 +143,30 @@ class StepExecutor:
             # A chunk planned before its EOS check may hold the EOS frame (codebook-0 id past the
             # codec's range); its audio is cut there, so only the ids need to be valid.
             codes[:, 0].clamp_(max=self.max_code)
-            calls.append(([c.slot for c in batch.chunks], codes))
+            first = any(c.first_frame == entries[c.stream_id].state.audible_skip for c in batch.chunks)
+            calls.append((not first, index, [c.slot for c in batch.chunks], codes))
         if not calls:
             return
+        # Batches with a stream's first chunk go first (stable otherwise). Safe: a first chunk is its
+        # stream's round 0, and moving a round-0 call earlier keeps every stream's chunks in order.
+        calls.sort(key=lambda call: call[0])
+        step.early_batches = tuple(index for later, index, _, _ in calls if not later)
+        step.pcm = [None] * len(plan.chunks)
         codec = self.codec_runner
         with codec.launch_context() as stream:
-            for slots, codes in calls:
+            for later, index, slots, codes in calls:
+                if later and step.early_batches and step.early_event is None and self.cuda:
+                    step.early_event = torch.cuda.Event()
+                    step.early_event.record()
                 if stream is not None:
                     codes.record_stream(stream)  # allocated on the default stream, read on the codec's
                 t0 = step.timer.start()
                 pcm = codec.launch(slots, codes)
-                step.timer.stop("chunk", t0)
-                step.pcm.append(pcm.float().to("cpu", non_blocking=True))
+                step.timer.stop(f"chunk{index}", t0)
+                step.pcm[index] = pcm.float().to("cpu", non_blocking=True)
+            if step.early_batches and step.early_event is None and self.cuda:
+                step.early_event = torch.cuda.Event()
+                step.early_event.record()
             if stream is not None:
                 step.codec_event = torch.cuda.Event()
                 step.codec_event.record()

@@ -10,7 +10,7 @@ depth 2 behaves the same on CPU, where its in-flight logic is tested, as on a GP
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 
@@ -32,11 +32,15 @@ class StepPipeline:
     def push(self, step: Launched) -> None:
         self._steps.append(step)
 
-    def completed(self, must_wait: bool = False) -> Iterator[Launched]:
+    def completed(self, must_wait: bool = False,
+                  before_wait: Callable[[Launched], None] | None = None) -> Iterator[Launched]:
         """Steps to read now, oldest first: the oldest while `depth` are in flight, or while
-        nothing was launched this iteration (`must_wait`), so results keep coming when idle."""
+        nothing was launched this iteration (`must_wait`), so results keep coming when idle.
+        before_wait(step): called on a step about to be waited for (the engine's early audio)."""
         while self._steps and (len(self._steps) >= self.depth or must_wait):
             must_wait = False
             step = self._steps.popleft()
+            if before_wait is not None:
+                before_wait(step)
             step.wait()
             yield step

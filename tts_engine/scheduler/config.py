@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CODEC_TICK_CUDA = 3
+CODEC_TICK_CUDA = 2
 
 
 @dataclass(frozen=True)
