@@ -19,13 +19,13 @@ finish() { tar -czf "$OUT/run3-${PART// /-}.tgz" -C $W . ; ls -la $W; }
 trap finish EXIT
 
 if [[ " $PART " == *" codec "* ]]; then
-  timeout 120 python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
+  timeout ${CODEC_LIMIT:-150} python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
     --skip-codec-eager > $W/codec.log 2>&1
   echo "codec rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec.log | cut -c1-700
 fi
 
 if [[ " $PART " == *" latency "* ]]; then
-  timeout 200 python3 -m pytest -q -m gpu tests/gpu/test_fast_path_gpu.py tests/gpu/test_codec_graphs.py \
+  timeout ${TEST_LIMIT:-400} python3 -m pytest -q -m gpu tests/gpu/test_fast_path_gpu.py tests/gpu/test_codec_graphs.py \
     tests/gpu/test_triton_path_gpu.py tests/gpu/test_engine_gpu.py -p no:cacheprovider > $W/gpu-tests.log 2>&1
   echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
   timeout 90 python3 -m bench.kernels --out $W/kernels.json > $W/kernels.log 2>&1
@@ -37,7 +37,7 @@ if [[ " $PART " == *" latency "* ]]; then
 fi
 
 if [[ " $PART " == *" load "* ]]; then
-  IFS=';' read -ra configs <<< "${CONFIGS:-default:}"
+  IFS=";" read -ra configs <<< "${CONFIGS:-tick2:;tick0:--codec-tick 0}"
   for config in "${configs[@]}"; do
     name=${config%%:*}; args=${config#*:}
     mkdir -p $W/$name
