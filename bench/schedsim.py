@@ -95,6 +95,7 @@ class Sim:
     plan_ms: float = 1.0
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     schedule: tuple[int, ...] = DEFAULT_CHUNK_SCHEDULE
+    early_audio: bool = True  # the engine's early first audio (commits before c460b4c had none)
 
     def run(self) -> dict:
         rng = random.Random(self.seed)
@@ -153,8 +154,8 @@ class Sim:
                 pipeline.push(_Step(plan, device_free, StepResult(plan.step_id, eos, timings), early_end))
             for step in pipeline.completed(must_wait=plan.empty):
                 # the engine's _deliver_early: first chunks go out when their own codec call ends
-                early = {c.stream_id: max(now, step.early_end)
-                         for b in step.plan.chunks for c in b.chunks if c.first_frame == 1}
+                early = {c.stream_id: max(now, step.early_end) for b in step.plan.chunks for c in b.chunks
+                         if c.first_frame == 1 and self.early_audio}
                 now = max(now, step.end)
                 for out in sched.postprocess(step.result):
                     at = early.pop(out.stream_id, now) if isinstance(out, AudioReady) else now
@@ -212,11 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedule", default=",".join(map(str, DEFAULT_CHUNK_SCHEDULE)), help="chunk schedule")
     p.add_argument("--codec-tick", type=int, default=CODEC_TICK_CUDA, help="SchedulerConfig.codec_tick_steps (0: off)")
     p.add_argument("--tick-urgent-s", type=float, default=SchedulerConfig.codec_tick_urgent_s)
+    p.add_argument("--no-early-audio", action="store_true",
+                   help="first audio at the end of its step, as the engine did before early first audio")
     args = p.parse_args(argv)
     schedule = tuple(int(x) for x in args.schedule.split(","))
     config = SchedulerConfig(codec_tick_steps=args.codec_tick, codec_tick_urgent_s=args.tick_urgent_s).validate()
     for rate in (float(r) for r in args.rates.split(",")):
-        out = Sim(rate, args.duration, args.seed, args.plan_ms, config, schedule).run()
+        out = Sim(rate, args.duration, args.seed, args.plan_ms, config, schedule, not args.no_early_audio).run()
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}), flush=True)
     return 0
 
