@@ -235,7 +235,14 @@ class StreamingEngine:
         if self.runner.use_graphs:
             self.runner.capture_graphs()
         if self.codec_runner.use_graphs:
-            self.codec_runner.capture()
+            report = self.codec_runner.capture()
+            # A graph that replayed wrong is dropped and its shape runs eagerly (~3-10x slower): say so.
+            self.stats["codec_graphs"] = len(report["captured"])
+            self.stats["codec_graphs_dropped"] = len(report["mismatched"]) + len(report["skipped"])
+            level = logging.WARNING if self.stats["codec_graphs_dropped"] else logging.INFO
+            log.log(level, "codec graphs: %d captured, skipped %s, mismatched %s, max error %.2e, %.0f s",
+                    len(report["captured"]), report["skipped"], report["mismatched"], report["max_error"],
+                    report["seconds"])
         self.codec_runner.decode([0], torch.zeros(1, 16, 2, dtype=torch.long))
         self.codec_runner.reset(0)
 
