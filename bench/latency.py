@@ -120,6 +120,22 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
             "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
 
 
+def incremental_chunk(codec, b: int, t: int):
+    """A callable that decodes b streams x t frames continuing 30 frames of state (restored before
+    every call, so each replay does the same work); call under inference mode."""
+    codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
+    warm = codec.new_state(b)
+    codec.decode_chunk(torch.randint(0, 2048, (b, 16, 30), device="cuda"), warm)
+    keep = [x.clone() for x in warm.tensors()]
+
+    def incremental():
+        for dst, src in zip(warm.tensors(), keep):
+            dst.copy_(src)
+        codec.decode_chunk(codes, warm)
+
+    return incremental
+
+
 def codec_times(codec, batches) -> dict:
     out = {}
     with torch.inference_mode():
@@ -128,14 +144,7 @@ def codec_times(codec, batches) -> dict:
             for t in (1, 2, 4, 8, 12):
                 codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
                 fresh = codec.new_state(b)
-                warm = codec.new_state(b)
-                codec.decode_chunk(torch.randint(0, 2048, (b, 16, 30), device="cuda"), warm)
-                keep = [x.clone() for x in warm.tensors()]
-
-                def incremental(_codes=codes, _warm=warm, _keep=keep):
-                    for dst, src in zip(_warm.tensors(), _keep):
-                        dst.copy_(src)
-                    codec.decode_chunk(_codes, _warm)
+                incremental = incremental_chunk(codec, b, t)
 
                 def first(_codes=codes, _fresh=fresh):
                     for x in _fresh.tensors():
@@ -177,17 +186,7 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 12)) -> dict:
                 row["snr_db_vs_fp32"] = float("inf") if err == 0 else float(10 * torch.log10(ref.pow(2).mean() / err))
                 for b in batches:
                     for t in frames:
-                        codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
-                        warm = model.new_state(b)
-                        model.decode_chunk(torch.randint(0, 2048, (b, 16, 30), device="cuda"), warm)
-                        keep = [x.clone() for x in warm.tensors()]
-
-                        def incremental(_codes=codes, _warm=warm, _keep=keep, _m=model):
-                            for dst, src in zip(_warm.tensors(), _keep):
-                                dst.copy_(src)
-                            _m.decode_chunk(_codes, _warm)
-
-                        row[f"b{b}_{t}f_ms"] = cuda_time_ms(graph_of(incremental))
+                        row[f"b{b}_{t}f_ms"] = cuda_time_ms(graph_of(incremental_chunk(model, b, t)))
             out[name] = row
             print(f"codec {name}: {row}", flush=True)
             del model
@@ -258,11 +257,13 @@ def _ttfa_sums(port: int) -> dict[str, float]:
 
 def _ttfa_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Mean ms per request of each part between two /metrics reads."""
+    from tts_engine.engine.entry import TTFA_PARTS
+
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     n = d.get("cadence_engine_ttfa_count", 0.0)
     out = {}
     if n:
-        for part in ("wake", "plan", "launch", "device"):
+        for part in TTFA_PARTS:
             out[f"engine_{part}_ms"] = d.get(f"cadence_engine_ttfa_{part}_sum_s", 0.0) / n * 1e3
         out["engine_total_ms"] = sum(out.values())
     m = d.get("cadence_time_to_first_audio_seconds_count", 0.0)

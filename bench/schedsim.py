@@ -30,7 +30,7 @@ from tts_engine.engine.api import DEFAULT_CHUNK_SCHEDULE
 from tts_engine.engine.pipeline import StepPipeline
 from tts_engine.prompt import Layout
 from tts_engine.scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
-from tts_engine.scheduler.plan import AudioReady, Finished, StepPlan, StepResult, StepTimings
+from tts_engine.scheduler.plan import AudioReady, StepPlan, StepResult, StepTimings
 from tts_engine.scheduler.request import FRAME_S, StreamState
 from tts_engine.scheduler.scheduler import Scheduler
 
@@ -68,12 +68,10 @@ def codec_ms(frames: int, batch: int) -> float:
 @dataclass
 class Listener:
     opened: float
-    frames: int
     first_audio: float | None = None
     received_s: float = 0.0
     underruns: int = 0
     stall_s: float = 0.0
-    done: float | None = None
 
 
 @dataclass
@@ -130,7 +128,7 @@ class Sim:
                 s.content_ids.extend(range(len(text) // 4 + 1))
                 s.input_ended = True
                 sched.enqueue(s.id, 20 + len(s.content_ids))
-                listeners[s.id] = Listener(at, frames - 1)
+                listeners[s.id] = Listener(at)
                 states[s.id] = s
             for out in sched.reap():
                 self._deliver(out, listeners, states, sched, now)
@@ -186,8 +184,6 @@ class Sim:
                     lis.stall_s += now - dry_at
             lis.received_s += out.num_frames * FRAME_S
             sched.audio_sent(states[out.stream_id], out.num_frames * FRAME_S, now)
-        elif isinstance(out, Finished):
-            lis.done = now
 
     def _summary(self, listeners, rejected, busy_s, end, steps, frames_per_step) -> dict:
         served = [x for x in listeners.values() if x.first_audio is not None]

@@ -24,6 +24,7 @@ from tests.engine.helpers import (
 )
 from tts_engine.engine.api import AudioEvent, DoneEvent
 from tts_engine.engine.audio import to_s16le
+from tts_engine.engine.entry import TTFA_PARTS
 from tts_engine.prompt import Layout
 from tts_engine.reference import generate_codes
 from tts_engine.sampling import SamplingParams
@@ -158,7 +159,7 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
     assert "chunk" in order
     after = eng.metrics()
     assert after["ttfa_count"] == before["ttfa_count"] + 1
-    parts = {p: after[f"ttfa_{p}_sum_s"] - before[f"ttfa_{p}_sum_s"] for p in ("wake", "plan", "launch", "device")}
+    parts = {p: after[f"ttfa_{p}_sum_s"] - before[f"ttfa_{p}_sum_s"] for p in TTFA_PARTS}
     assert all(v >= 0 for v in parts.values()), parts
     assert parts["launch"] > 0  # prefill, frame 0 and frame 1 stand between the prefill and the first chunk
     whole = after["ttfa_sum_s"] - before["ttfa_sum_s"]  # from the engine's drain of the open

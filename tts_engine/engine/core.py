@@ -48,7 +48,8 @@ from .api import (
     FlushDoneEvent,
     StreamOptions,
 )
-from .entry import FirstAudioTrace, StreamEntry
+from .early import early_first_chunks
+from .entry import TTFA_PARTS, FirstAudioTrace, StreamEntry
 from .executor import LaunchedStep, StepExecutor
 from .pipeline import StepPipeline
 from .stream import Stream
@@ -118,7 +119,7 @@ class StreamingEngine:
         self.step_count = 0
         self.stats = {"finished": 0, "cancelled": 0, "frames": 0, "last_step_ms": 0.0, "last_batch": 0,
                       "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0,
-                      **{f"ttfa_{part}_sum_s": 0.0 for part in ("wake", "plan", "launch", "device")}}
+                      **{f"ttfa_{part}_sum_s": 0.0 for part in TTFA_PARTS}}
         self.watchdog = Watchdog(lambda: self.step_count, self._busy, cfg.watchdog_stall_s, on_stall=self._report_stall)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -270,34 +271,14 @@ class StreamingEngine:
         self.stats["frames"] = self.scheduler.stats["frames"]
 
     def _deliver_early(self, launched: LaunchedStep) -> None:
-        """First audio before its step ends: a step's first chunks were launched ahead of its other
-        codec calls (executor), so their PCM is ready while the rest of the step still runs. Sent
-        now unless the step's result could still change it (an EOS in its frames, its stream's last
-        audio, a stream gone); the scheduler's AudioReady for it later is then skipped."""
+        """First audio before its step ends (engine/early.py); the scheduler's AudioReady for it,
+        when the step is read, is then skipped."""
         if not launched.early_batches:
             return
         launched.wait_early()
-        plan = launched.plan
-        rows = {r.stream_id: i for i, r in enumerate(plan.frames.rows)} if plan.frames is not None else {}
-        for i in launched.early_batches:
-            for j, chunk in enumerate(plan.chunks[i].chunks):
-                entry = self._entries.get(chunk.stream_id)
-                if entry is None:
-                    continue
-                s = entry.state
-                end = chunk.first_frame + chunk.num_frames  # frames [first, end) of this chunk
-                if s.first_audio_at is not None or s.frames_decoded or chunk.first_frame != s.audible_skip:
-                    continue
-                if end >= s.frame_limit or (s.eos_frame is not None and s.eos_frame < end):
-                    continue
-                row = rows.get(chunk.stream_id)
-                if row is not None and self._eos_id is not None and launched.c0 is not None \
-                        and int(launched.c0[row]) == self._eos_id:
-                    continue
-                out = AudioReady(s.id, i, j, 0, chunk.num_frames, False)
-                pcm = launched.pcm[i][j][: chunk.num_frames * SAMPLES_PER_FRAME]
-                self._send_audio(entry, out, pcm.numpy())
-                launched.early_sent.add((i, j))
+        for entry, out, pcm in early_first_chunks(launched, self._entries, self._eos_id):
+            self._send_audio(entry, out, pcm.numpy())
+            launched.early_sent.add((out.batch, out.row))
 
     def _act(self, outputs: list[Output], launched: LaunchedStep | None = None) -> bool:
         for out in outputs:

@@ -14,6 +14,9 @@ from .api import StreamOptions
 from .stream import Stream
 from .streamout import StreamOutput
 
+# The spans between FirstAudioTrace's marks, in order (engine stats `ttfa_<part>_sum_s`).
+TTFA_PARTS = ("wake", "plan", "launch", "device")
+
 
 @dataclass
 class FirstAudioTrace:
@@ -31,8 +34,7 @@ class FirstAudioTrace:
         marks = [getattr(self, f.name) for f in fields(self)] + [read]
         if any(m is None for m in marks):
             return None
-        names = ("wake", "plan", "launch", "device")
-        return {n: b - a for n, a, b in zip(names, marks, marks[1:])}
+        return {n: b - a for n, a, b in zip(TTFA_PARTS, marks, marks[1:])}
 
 
 @dataclass

@@ -279,8 +279,11 @@ class ModelRunner:
         self.hidden[slots] = hidden
         self.logits[slots] = F.linear(hidden, self.codec_head).float()
 
-    def _frame_step(self, slots, frames, positions, step_text, variant: SamplerVariant = GENERAL) -> torch.Tensor:
+    def _frame_step(self, slots, frames, positions, step_text, variant: SamplerVariant = GENERAL,
+                    after_codes: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
         codes = self._frame_codes(slots, frames, variant)
+        if after_codes is not None:
+            after_codes(codes)
         self._frame_feed(slots, positions, step_text, codes)
         return codes
 
@@ -309,11 +312,7 @@ class ModelRunner:
         variant = FAST if not self.fused_sampler and all(self.slot_fast[s] for s in slots) else GENERAL
         if not (self.use_graphs and self.graphs):
             t = lambda v: to_device(v, self.device)  # noqa: E731
-            slots_d, positions_d = t(slots), t(positions)
-            codes = self._frame_codes(slots_d, t(frames), variant)
-            if after_codes is not None:
-                after_codes(codes)
-            self._frame_feed(slots_d, positions_d, t(step_text), codes)
+            codes = self._frame_step(t(slots), t(frames), t(positions), t(step_text), variant, after_codes)
             if self.device.type != "cuda":
                 return StepCodes(codes, codes, None)
             ready = torch.cuda.Event()
