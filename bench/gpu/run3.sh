@@ -7,19 +7,25 @@
 #   PART=load ... bash bench/gpu/run3.sh                        load sweeps: one `cadence serve` per entry
 #                                                               of CONFIGS ("name:serve args;..."),
 #                                                               RATES / WARMUP / DURATION per sweep
-# Everything lands in $W and comes back as one tarball ($OUT takes at most 8 files).
+#   PART=peers ... bash bench/gpu/run3.sh                       the peers (run2_peers.sh)
+# Parts can be combined (PART="codec latency"). Everything lands in $W and comes back as one tarball
+# ($OUT takes at most 8 files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds,
+# default start + 585) is when everything must have stopped, so the tarball is made inside the device
+# call's limit (run4.sh runs two of these side by side, one per GPU).
 set -u
 source bench/gpu/setup.sh
-W=/tmp/run3; rm -rf $W; mkdir -p $W
+TAG=${TAG:-${PART// /-}}; PORT=${PORT:-8000}; DEADLINE=${DEADLINE:-$(( $(date +%s) + 585 ))}
+W=/tmp/run3-$TAG; rm -rf $W; mkdir -p $W
 t0=$SECONDS
+left() { local n=$(( DEADLINE - $(date +%s) - ${1:-0} )); echo $(( n > 1 ? n : 1 )); }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > $W/gpu.txt
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> $W/gpu.txt
 ensure_checkpoint; echo "checkpoint $((SECONDS - t0)) s"
-finish() { tar -czf "$OUT/run3-${PART// /-}.tgz" -C $W . ; ls -la $W; }
+finish() { tar -czf "$OUT/run3-$TAG.tgz" -C $W . ; ls -la $W | tail -n +2 | wc -l; }
 trap finish EXIT
 
 if [[ " $PART " == *" codec "* ]]; then
-  timeout ${CODEC_LIMIT:-150} python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
+  timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
     --skip-codec-eager > $W/codec.log 2>&1
   echo "codec rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec.log | cut -c1-700
 fi
@@ -30,8 +36,9 @@ if [[ " $PART " == *" latency "* ]]; then
   echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
   timeout 90 python3 -m bench.kernels --out $W/kernels.json > $W/kernels.log 2>&1
   echo "kernels rc=$? $((SECONDS - t0)) s"; grep -i gemv $W/kernels.log | cut -c1-300 | head -20
-  timeout $((585 - SECONDS)) python3 -m bench.latency --model /tmp/ckpt --out $W/latency.json --modes triton \
-    --skip-codec-eager --requests ${REQUESTS:-100} --socket-args=--codec-stream > $W/latency.log 2>&1
+  # shellcheck disable=SC2086  # LATENCY_ARGS splits into arguments
+  timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/latency.json --modes triton \
+    --skip-codec-eager --requests ${REQUESTS:-100} --socket-args=--codec-stream ${LATENCY_ARGS:-} > $W/latency.log 2>&1
   echo "latency rc=$? $((SECONDS - t0)) s"
   grep -E "^(batch|prefill|reference|socket|codec)" $W/latency.log | cut -c1-700
 fi
@@ -41,22 +48,27 @@ if [[ " $PART " == *" load "* ]]; then
   for config in "${configs[@]}"; do
     name=${config%%:*}; args=${config#*:}
     mkdir -p $W/$name
-    python3 -m tts_engine.cli serve --model /tmp/ckpt --device cuda --port 8000 --log-level warning $args \
+    python3 -m tts_engine.cli serve --model /tmp/ckpt --device cuda --port $PORT --log-level warning $args \
       > $W/$name/serve.log 2>&1 &
     server=$!
-    until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/ready', timeout=2)" 2>/dev/null; do
+    until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/ready', timeout=2)" 2>/dev/null; do
       kill -0 $server 2>/dev/null || { echo "$name: server died"; tail -30 $W/$name/serve.log; break; }
       sleep 1
     done
     echo "$name ($args): server ready $((SECONDS - t0)) s"
-    timeout ${SWEEP_LIMIT:-280} python3 -m tts_engine.cli bench --url http://127.0.0.1:8000 --rates "${RATES:-10,20,30,40}" \
+    # Each rate's results are written as it ends, so a sweep cut off at the deadline keeps them.
+    timeout $(left 10) python3 -m tts_engine.cli bench --url http://127.0.0.1:$PORT --rates "${RATES:-10,20,30,40}" \
       --warmup "${WARMUP:-5}" --duration "${DURATION:-30}" --gpu-price 4.29 --no-plots \
       --label "H200, Qwen3-TTS 1.7B CustomVoice random weights, commit ${CADENCE_COMMIT:-?}, serve $args" \
       --out $W/$name > $W/$name/bench.log 2>&1
     echo "$name bench rc=$? $((SECONDS - t0)) s"; cut -c1-200 $W/$name/bench.log | grep "req/s"
-    python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/metrics').read().decode())" \
+    python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" \
       > $W/$name/metrics.txt 2>&1
-    grep -E "^cadence_engine_(ttfa|steps |frames |scheduler_steps|cost_)" $W/$name/metrics.txt | cut -c1-120
+    grep -E "^cadence_engine_(ttfa|steps |frames |scheduler_steps|cost_|codec_graphs)" $W/$name/metrics.txt | cut -c1-120
     kill $server; wait $server 2>/dev/null
   done
+fi
+
+if [[ " $PART " == *" peers "* ]]; then
+  OUT=$W bash bench/gpu/run2_peers.sh
 fi

@@ -87,7 +87,9 @@ def run_one(cfg: BenchConfig, base_url: str, rate: float, seed: int) -> TrialOut
         return runner.run(trial())
 
 
-def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr)) -> SweepResult:
+def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr), after_rate=None) -> SweepResult:
+    """after_rate(result), if given, sees the result after every rate: a long sweep that is cut off
+    (a time limit on the GPU machine) keeps the rates it finished."""
     result = SweepResult(cfg)
     recognizer: Recognizer | None = None
     for rate in cfg.rates:
@@ -116,9 +118,11 @@ def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr)) -> 
         result.trials += trials
         result.rates.append(summary)
         log(_one_line(summary, cfg.slo_s))
-    result.capacity = capacity(result.rates, cfg.slo_s)
-    if result.capacity is not None and cfg.gpu_price is not None:
-        result.cost_per_million_chars = cost_per_million_chars(cfg.gpu_price, result.capacity.chars_per_s)
+        result.capacity = capacity(result.rates, cfg.slo_s)
+        if result.capacity is not None and cfg.gpu_price is not None:
+            result.cost_per_million_chars = cost_per_million_chars(cfg.gpu_price, result.capacity.chars_per_s)
+        if after_rate is not None:
+            after_rate(result)
     return result
 
 

@@ -61,9 +61,16 @@ def check_sane(data: dict, rates: list[float]) -> None:
 
 
 @pytest.mark.slow
-def test_http_sweep_against_a_real_server(server_url, tmp_path):
+def test_http_sweep_against_a_real_server(server_url, tmp_path, monkeypatch):
+    import bench.load.output as output
+
+    written = []  # rates in each results.json written: one after each rate (a cut-off run keeps them), then final
+    real_write = output.write_json
+    monkeypatch.setattr(output, "write_json", lambda path, data: (written.append([r["rate"] for r in data["rates"]]),
+                                                                  real_write(path, data)))
     data = bench(tmp_path, server_url, "--rates", "1,2", "--gpu-price", "2.5")
     check_sane(data, [1.0, 2.0])
+    assert written == [[1.0], [1.0, 2.0], [1.0, 2.0]]
     assert data["config"]["target"] == "http"
     assert "## Cost" in data["_report"]
 
