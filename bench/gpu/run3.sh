@@ -70,5 +70,5 @@ if [[ " $PART " == *" load "* ]]; then
 fi
 
 if [[ " $PART " == *" peers "* ]]; then
-  OUT=$W bash bench/gpu/run2_peers.sh
+  OUT=$W timeout $(left 10) bash bench/gpu/run2_peers.sh
 fi
