@@ -3,7 +3,7 @@ without a GPU.
 
     python -m bench.schedsim --rates 10,20,30,40 --duration 60
 
-The device is a cost table measured on the H200 (docs/benchmarks.md, run 5): a frame step by batch
+The device is a cost table measured on the H200 (docs/benchmarks.md, runs 5 and 7): a frame step by batch
 bucket, a codec call by (frames, batch), a prefill. The loop is `StreamingEngine._step` at depth 2:
 a step starts on the device when it is launched and the previous one has ended, and its results
 (EOS, audio) are read when it has ended and the next one is launched; a stream's first chunk is
@@ -39,11 +39,11 @@ from .load.corpus import prompt_for
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 EOS, PAD = 151673, 151671
 # H200, 1.7B, ms (run 5, commit 30cb3a1): frame step per bucket (its codes half ~3.4, then the
-# chunks, then the talker half); codec call (TF32) per batch at 1 and 12 frames, linear in frames
-# between; prefill of a ~40-row prompt.
+# chunks, then the talker half); prefill of a ~40-row prompt. Codec call (TF32 with the fused
+# SnakeBeta, run 7, f481c28) per batch at 1 and 12 frames, linear in frames between.
 FRAME_MS = {1: 5.17, 2: 5.0, 4: 4.9, 8: 4.74, 16: 4.9, 32: 5.07, 64: 5.39}
 CODES_HALF_MS = 3.4
-CODEC_MS = {1: (2.70, 3.85), 8: (3.71, 10.72), 32: (5.86, 35.52)}
+CODEC_MS = {1: (2.31, 3.25), 8: (3.21, 7.73), 32: (4.94, 24.53)}
 PREFILL_MS = 2.07
 
 
@@ -94,6 +94,7 @@ class Sim:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     schedule: tuple[int, ...] = DEFAULT_CHUNK_SCHEDULE
     early_audio: bool = True  # the engine's early first audio (commits before c460b4c had none)
+    lazy_depth: bool = True  # one step at a time while no stream needs lookahead (wants_lookahead)
 
     def run(self) -> dict:
         rng = random.Random(self.seed)
@@ -150,7 +151,8 @@ class Sim:
                 early_end = (start + (PREFILL_MS * len(plan.prefills) + (CODES_HALF_MS if plan.frames else 0)
                                       + sum(codec_ms(b.num_frames, len(b.chunks)) for b in first)) / 1e3)
                 pipeline.push(_Step(plan, device_free, StepResult(plan.step_id, eos, timings), early_end))
-            for step in pipeline.completed(must_wait=plan.empty):
+            depth = None if sched.wants_lookahead(now) or not self.lazy_depth else 1
+            for step in pipeline.completed(must_wait=plan.empty, depth=depth):
                 # the engine's _deliver_early: first chunks go out when their own codec call ends
                 early = {c.stream_id: max(now, step.early_end) for b in step.plan.chunks for c in b.chunks
                          if c.first_frame == 1 and self.early_audio}
@@ -211,9 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tick-urgent-s", type=float, default=SchedulerConfig.codec_tick_urgent_s)
     p.add_argument("--no-early-audio", action="store_true",
                    help="first audio at the end of its step, as the engine did before early first audio")
+    p.add_argument("--lookahead-buffer-s", type=float, default=SchedulerConfig.lookahead_buffer_s,
+                   help="SchedulerConfig.lookahead_buffer_s (see --always-lookahead)")
+    p.add_argument("--always-lookahead", action="store_true",
+                   help="depth 2 on every step, as the engine ran before the lookahead rule (run 7)")
     args = p.parse_args(argv)
     schedule = tuple(int(x) for x in args.schedule.split(","))
-    config = SchedulerConfig(codec_tick_steps=args.codec_tick, codec_tick_urgent_s=args.tick_urgent_s).validate()
+    config = SchedulerConfig(codec_tick_steps=args.codec_tick, codec_tick_urgent_s=args.tick_urgent_s,
+                             lookahead_buffer_s=None if args.always_lookahead else args.lookahead_buffer_s).validate()
     for rate in (float(r) for r in args.rates.split(",")):
         out = Sim(rate, args.duration, args.seed, args.plan_ms, config, schedule, not args.no_early_audio).run()
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}), flush=True)

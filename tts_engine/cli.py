@@ -70,6 +70,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-stream", action="store_true",
                    help="decode codec chunks on a CUDA stream of their own, beside the frame steps "
                         "(experimental; CUDA only)")
+    p.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
+                   help="after warm-up, exempt everything then alive from Python's cyclic garbage collector, "
+                        "whose full collections otherwise pause the engine for ~0.1-0.2 s (engine/gcpause.py)")
     p.add_argument("--codec-precision", choices=["fp32", "tf32", "bf16"], default=None,
                    help="codec numerics: fp32 exact, tf32 (fp32 weights, tensor-core convs) or bf16 "
                         "(default: tf32 on CUDA, fp32 on CPU)")
@@ -149,7 +152,7 @@ def _serve(args) -> int:
     caps = {k: getattr(args, k) for k in ("max_active_streams", "max_queued_streams")
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
-                             codec_precision=args.codec_precision, **caps)
+                             codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, **caps)
     host, port = sock.getsockname()[:2]
     print(f"cadence serve: listening on http://{host}:{port} (model {args.model}, device {args.device})",
           file=sys.stderr)

@@ -76,6 +76,17 @@ def test_http_sweep_against_a_real_server(server_url, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_the_server_exempts_its_warm_heap_from_gc(server_url):
+    # `cadence serve` freezes the heap after warm-up (engine/gcpause.py) and counts every collection.
+    import httpx
+
+    metrics = dict(line.rsplit(" ", 1) for line in httpx.get(f"{server_url}/metrics").text.splitlines()
+                   if line.startswith("cadence_engine_gc_"))
+    assert float(metrics["cadence_engine_gc_frozen_objects"]) > 10_000
+    assert float(metrics["cadence_engine_gc_pauses"]) >= 0 and "cadence_engine_gc_pause_max_s" in metrics
+
+
+@pytest.mark.slow
 def test_websocket_word_by_word_against_a_real_server(server_url, tmp_path):
     data = bench(tmp_path, server_url, "--target", "ws", "--ws-mode", "words", "--rates", "2", "--wer", "1")
     check_sane(data, [2.0])

@@ -20,6 +20,7 @@ from tests.engine.helpers import (
     options,
     pcm_of,
     reference_pcm,
+    start_engine,
     wait_until,
 )
 from tts_engine.engine.api import AudioEvent, DoneEvent
@@ -214,3 +215,27 @@ def test_an_eos_in_the_first_chunk_keeps_it_from_going_early(pipelined_engine, s
         eng._eos_id = eos_id
     assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos" and events[-1].frames == 0
     assert len(pcm_of(events)) == 0
+
+
+def test_steps_run_one_at_a_time_once_no_stream_needs_lookahead(tiny_checkpoint, one_thread, synth):
+    """The default lookahead rule at depth 2: a stream's first frames are launched back to back,
+    and once it is more than `lookahead_buffer_s` ahead of its listener (this CPU runs the tiny
+    model far faster than real time) each step is read before the next is launched. The audio is
+    the reference's either way."""
+    eng = start_engine(tiny_checkpoint, pipeline_depth=2, max_active_streams=4, lookahead_buffer_s=0.3)
+    unread: list[int] = []
+    launch = eng.executor.launch
+    eng.executor.launch = lambda plan, entries: (unread.append(len(eng.pipeline)), launch(plan, entries))[1]
+    try:
+        _, ref_s16, frames = reference_pcm(eng, synth, LONG, Layout.NON_STREAMING, seed=7)
+
+        async def run():
+            return await collect(eng.open_stream(options(seed=7, silence_threshold_dbfs=None), LONG, end_input=True))
+
+        events = asyncio.run(run())
+    finally:
+        asyncio.run(eng.stop())
+    assert isinstance(events[-1], DoneEvent) and events[-1].frames == frames - 1
+    assert_pcm_close(pcm_of(events), ref_s16)
+    assert unread[1] == 1  # frame 1 launched while the prefill + frame 0 step was in flight
+    assert frames > 20 and set(unread[-10:]) == {0}  # far ahead of its listener: one step at a time

@@ -43,3 +43,13 @@ def test_depth_two_reads_step_k_after_launching_k_plus_1():
 def test_depth_must_be_positive():
     with pytest.raises(ValueError):
         StepPipeline(0)
+
+
+def test_an_iteration_may_ask_for_less_depth_but_never_more():
+    p = StepPipeline(2)
+    a, b = Step("a"), Step("b")
+    p.push(a)
+    assert [s.name for s in p.completed(depth=1)] == ["a"]  # no lookahead: read at once
+    p.push(b)
+    assert [s.name for s in p.completed(depth=5)] == [] and len(p) == 1  # capped at the pipeline's 2
+    assert [s.name for s in p.completed(must_wait=True, depth=1)] == ["b"]

@@ -174,7 +174,8 @@ class FakeLoop:
         plan = self.sched.schedule(self.now)
         if not plan.empty:
             self.pipeline.push(self.runner.launch(plan))
-        for launched in self.pipeline.completed(must_wait=plan.empty):
+        depth = None if self.sched.wants_lookahead(self.now) else 1
+        for launched in self.pipeline.completed(must_wait=plan.empty, depth=depth):
             self._act(self.sched.postprocess(launched.result))
         self.now += self.dt
         return plan

@@ -7,7 +7,7 @@ import pytest
 from tests.scheduler.fake_runner import BUCKETS, FakeCosts, FakeLoop, FakeRunner, Rejected
 from tts_engine.scheduler.admission import Admission
 from tts_engine.scheduler.config import SchedulerConfig
-from tts_engine.scheduler.cost import CostModel, CostSeeds
+from tts_engine.scheduler.cost import OUTLIER_FACTOR, CostModel, CostSeeds
 from tts_engine.scheduler.request import FRAME_S
 
 # -- cost model -----------------------------------------------------------------------------------
@@ -31,6 +31,24 @@ def test_cost_model_starts_from_its_seeds_and_learns_by_ema():
     for bad in (float("nan"), -1.0, float("inf")):
         cost.observe_frame_step(1, bad)  # ignored
     assert cost.frame_step_s(1) == pytest.approx(0.030, rel=1e-3)
+
+
+def test_one_stretched_step_cannot_multiply_an_estimate_but_a_lasting_slowdown_shows():
+    cost = CostModel(BUCKETS, alpha=0.2)
+    for _ in range(20):
+        cost.observe_frame_step(32, 0.005)
+        cost.observe_chunk(2, 32, 0.007)
+    settled = cost.frame_step_s(32)
+    cost.observe_frame_step(32, 0.200)  # a host pause inside the step's device timer
+    assert cost.frame_step_s(32) == pytest.approx(settled * (1 + 0.2 * (OUTLIER_FACTOR - 1)))
+    assert cost.cycle_s(32, codec_tick=2) * 1.25 < FRAME_S  # admission still sees real time
+    for _ in range(15):
+        cost.observe_frame_step(32, 0.050)  # ten times slower for good
+    assert cost.frame_step_s(32) == pytest.approx(0.050, rel=0.05)
+    # The first measurement of a key is taken whole (seeds may be far off, e.g. on a CPU).
+    before = cost.prefill_s(40)
+    cost.observe_prefill(40, 0.5)
+    assert cost.prefill_s(40) == pytest.approx(before + 0.2 * (0.5 - before))
 
 
 def test_cycle_time_and_sustainable_streams():

@@ -256,3 +256,32 @@ def test_a_final_chunk_rides_padded_in_a_longer_call_when_the_cost_model_says_so
     loop.abort("b")
     loop.run()
     loop.assert_empty()
+
+
+def test_lookahead_only_while_a_stream_needs_audio_soon():
+    # 10 ms per step, 80 ms of audio per frame: a playing stream pulls ahead of its listener.
+    cfg = SchedulerConfig(lookahead_buffer_s=0.3)
+    loop = FakeLoop(cfg)
+    assert not loop.sched.wants_lookahead(loop.now)  # nothing to do
+    loop.open("a", forced=400)
+    assert loop.sched.wants_lookahead(loop.now)  # queued for a slot
+    loop.step()
+    assert loop.sched.wants_lookahead(loop.now)  # decoding, not yet audible
+    steps = 0
+    while loop.sched.streams["a"].buffered_s(loop.now) <= 0.3:
+        assert loop.sched.wants_lookahead(loop.now)
+        loop.step()
+        steps += 1
+    assert 0 < steps < 20 and not loop.sched.wants_lookahead(loop.now)
+    assert len(loop.pipeline) <= 1  # the loop ran one step at a time once a was ahead
+    loop.open("b", forced=400)
+    assert loop.sched.wants_lookahead(loop.now)  # a newcomer: its first frames go back to back
+    while not loop.sched.streams["b"].audible or loop.sched.streams["b"].buffered_s(loop.now) <= 0.3:
+        loop.step()
+    assert not loop.sched.wants_lookahead(loop.now)
+    # The transport reports that a's listener has heard all but 0.1 s of it: a needs audio soon.
+    loop.report_playout("a", loop.sched.streams["a"].audio_sent_s - 0.1)
+    assert loop.sched.wants_lookahead(loop.now)
+    always = FakeLoop(SchedulerConfig(lookahead_buffer_s=None))
+    assert always.sched.wants_lookahead(always.now)
+    loop.run()

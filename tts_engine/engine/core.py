@@ -51,6 +51,7 @@ from .api import (
 from .early import early_first_chunks
 from .entry import TTFA_PARTS, FirstAudioTrace, StreamEntry
 from .executor import LaunchedStep, StepExecutor
+from .gcpause import GcPauses, freeze_heap
 from .pipeline import StepPipeline
 from .stream import Stream
 from .streamout import StreamOutput
@@ -64,8 +65,10 @@ class StreamingEngine:
                  max_active_streams: int | None = None, max_queued_streams: int | None = None,
                  max_context: int = 2048, max_text_chars: int = 20_000, use_graphs: bool | None = None,
                  use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
-                 codec_stream: bool = False, codec_precision: str | None = None):
+                 codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False):
         """max_active_streams / max_queued_streams override the scheduler config's caps.
+        freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so
+        off by default for an embedded engine, on in `cadence serve`).
         codec_precision: fp32 (exact), tf32 (fp32 weights, convs and matmuls on TF32 tensor cores)
         or bf16 (weights and activations, as the official package runs it with a bf16 model).
         None: tf32 on CUDA, fp32 on CPU."""
@@ -120,6 +123,8 @@ class StreamingEngine:
         self.stats = {"finished": 0, "cancelled": 0, "frames": 0, "last_step_ms": 0.0, "last_batch": 0,
                       "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0,
                       **{f"ttfa_{part}_sum_s": 0.0 for part in TTFA_PARTS}}
+        self.freeze_gc = freeze_gc
+        self.gc_pauses = GcPauses()
         self.watchdog = Watchdog(lambda: self.step_count, self._busy, cfg.watchdog_stall_s, on_stall=self._report_stall)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -138,6 +143,7 @@ class StreamingEngine:
 
     def start_thread(self, warmup: bool = True) -> None:
         self._thread = threading.Thread(target=self._run, args=(warmup,), name="cadence-engine", daemon=True)
+        self.gc_pauses.install()
         self._thread.start()
         self.watchdog.start()
 
@@ -154,15 +160,16 @@ class StreamingEngine:
         if self._thread is not None:
             await loop.run_in_executor(None, self._thread.join, 10)
         await loop.run_in_executor(None, self.watchdog.stop)
+        self.gc_pauses.remove()
 
     def metrics(self) -> dict[str, float]:
         adm = self.scheduler.admission
         with adm.lock:
             admitted, counts = adm.admitted, dict(adm.counts)
         active = sum(1 for e in list(self._entries.values()) if e.state.phase is Phase.DECODING)
-        return {**self.stats, **counts, **self.scheduler.metrics(), "active_streams": admitted,
-                "decoding_streams": active, "queued_streams": admitted - active, "steps": self.step_count,
-                "pipeline_depth": self.pipeline.depth, "ready": float(self.ready),
+        return {**self.stats, **counts, **self.scheduler.metrics(), **self.gc_pauses.stats(),
+                "active_streams": admitted, "decoding_streams": active, "queued_streams": admitted - active,
+                "steps": self.step_count, "pipeline_depth": self.pipeline.depth, "ready": float(self.ready),
                 "healthy": float(self.fault is None and not self.stalled), "stalled": float(self.stalled),
                 "stalled_for_s": self.watchdog.stalled_for_s(), "watchdog_stalls": self.watchdog.stalls}
 
@@ -206,6 +213,8 @@ class StreamingEngine:
         try:
             if warmup:
                 self._warmup()
+            if self.freeze_gc:
+                log.info("gc: %d objects exempt from cyclic collection", freeze_heap())
             self._ready.set()
             while not self._stopping:
                 if not self._step():
@@ -251,11 +260,13 @@ class StreamingEngine:
         """One engine iteration: commands, plan + launch, read completed steps. False when idle."""
         did = self._drain_commands()
         did |= self._act(self.scheduler.reap())
-        plan = self.scheduler.schedule(time.monotonic())
+        now = time.monotonic()
+        plan = self.scheduler.schedule(now)
         if not plan.empty:
             self.pipeline.push(self.executor.launch(plan, self._entries))
             did = True
-        for launched in self.pipeline.completed(must_wait=plan.empty, before_wait=self._deliver_early):
+        depth = None if self.scheduler.wants_lookahead(now) else 1
+        for launched in self.pipeline.completed(must_wait=plan.empty, before_wait=self._deliver_early, depth=depth):
             self._read(launched)
             did = True
         self.step_count += 1

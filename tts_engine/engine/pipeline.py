@@ -32,12 +32,14 @@ class StepPipeline:
     def push(self, step: Launched) -> None:
         self._steps.append(step)
 
-    def completed(self, must_wait: bool = False,
-                  before_wait: Callable[[Launched], None] | None = None) -> Iterator[Launched]:
+    def completed(self, must_wait: bool = False, before_wait: Callable[[Launched], None] | None = None,
+                  depth: int | None = None) -> Iterator[Launched]:
         """Steps to read now, oldest first: the oldest while `depth` are in flight, or while
         nothing was launched this iteration (`must_wait`), so results keep coming when idle.
-        before_wait(step): called on a step about to be waited for (the engine's early audio)."""
-        while self._steps and (len(self._steps) >= self.depth or must_wait):
+        depth: this iteration's, at most the pipeline's (the engine's lookahead, 1 when no stream
+        needs it). before_wait(step): called on a step about to be waited for (early audio)."""
+        depth = self.depth if depth is None else max(1, min(depth, self.depth))
+        while self._steps and (len(self._steps) >= depth or must_wait):
             must_wait = False
             step = self._steps.popleft()
             if before_wait is not None:

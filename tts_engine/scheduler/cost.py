@@ -8,6 +8,12 @@ Each key holds an exponential moving average of measured device times, seeded by
 figures from docs/benchmarks.md until measured). A key never measured follows its kind's seed
 formula times that kind's learned scale (the EMA of measured / seed over all keys), so one CPU
 measurement at batch 1 also moves the estimate at batch 32.
+
+Once a key has its own measurements, a new one counts at most OUTLIER_FACTOR times the estimate:
+a step stretched by a host pause (its device timer spans the idle gap; run 7 saw one of ~200 ms
+during a garbage collection) would otherwise multiply the estimate, and admission, which predicts
+real time from it, refused every arrival for half a second. A lasting slowdown still shows within a
+few steps (each clipped measurement moves the estimate by alpha x (OUTLIER_FACTOR - 1)).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import math
 from dataclasses import dataclass
 
 from .request import FRAME_S
+
+OUTLIER_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class CostModel:
         self.seeds = seeds or CostSeeds()
         self.alpha = alpha
         self._ema: dict[tuple, float] = {}  # (kind, *key) -> seconds
+        self._seen: dict[tuple, int] = {}  # (kind, *key) -> measurements
         self._scale = {"frame": 1.0, "prefill": 1.0, "chunk": 1.0}
         self.observations = 0
 
@@ -67,6 +76,9 @@ class CostModel:
             return
         a = self.alpha
         old = self._get(kind, key)
+        if self._seen.get((kind, *key), 0):
+            seconds = min(seconds, OUTLIER_FACTOR * old)
+        self._seen[(kind, *key)] = self._seen.get((kind, *key), 0) + 1
         self._ema[(kind, *key)] = old + a * (seconds - old)
         self._scale[kind] += a * (seconds / self._seed(kind, key) - self._scale[kind])
         self.observations += 1

@@ -130,6 +130,23 @@ class Scheduler:
             self.stats["steps"] += 1
         return plan
 
+    def wants_lookahead(self, now: float) -> bool:
+        """Whether the engine may launch the next step before the one on the device is read
+        (`SchedulerConfig.lookahead_buffer_s`): some stream waits for a slot or its first audio, is
+        about to run dry, or capacity is short."""
+        limit = self.cfg.lookahead_buffer_s
+        if limit is None:
+            return True
+        decoding = 0
+        for s in self.streams.values():
+            if s.phase is Phase.QUEUED:
+                return True
+            if s.phase is Phase.DECODING:
+                decoding += 1
+                if not s.audible or (not s.launches_over and s.buffered_s(now) < limit):
+                    return True
+        return decoding > 0 and self.capacity_short(decoding, decoding)
+
     def capacity_short(self, candidates: int, decoding: int) -> bool:
         """More frame rows than the largest bucket, or a predicted cycle that misses real time."""
         if candidates > self.max_batch:
