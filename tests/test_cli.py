@@ -71,3 +71,9 @@ def test_make_checkpoint_rejects_unknown_size(tmp_path):
 def test_serve_rejects_a_bad_scheduler_setting_before_loading_the_model(tmp_path):
     r = cadence("serve", "--model", tmp_path / "missing", "--realtime-margin", "0.5")
     assert r.returncode == 2 and r.stderr.strip() == "cadence serve: error: realtime_margin must be >= 1, got 0.5"
+
+
+def test_serve_rejects_a_negative_lookahead_buffer(tmp_path):
+    r = cadence("serve", "--model", tmp_path / "missing", "--lookahead-buffer-s", "-1")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "cadence serve: error: lookahead_buffer_s must be >= 0, got -1.0"

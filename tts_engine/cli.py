@@ -79,6 +79,12 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-tick", type=int, default=None,
                    help="after a stream's first chunk, decode its audio every N engine steps so that streams "
                         "share codec calls (0: each stream on its own chunk schedule; default 2 on CUDA, 0 on CPU)")
+    p.add_argument("--lookahead-buffer-s", type=float, default=None,
+                   help="launch the next step before the running one is read only while some stream has less "
+                        "audio than this ahead of its listener, or has none yet (default 0.3)")
+    p.add_argument("--always-lookahead", action="store_true",
+                   help="launch the next step before the running one is read on every step (CUDA; as before 0.3 s "
+                        "became the rule)")
     p.add_argument("--yield-buffer-s", type=float, default=None,
                    help="audio ahead of its listener past which a stream yields when capacity is short (default 1.5)")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024)
@@ -143,6 +149,10 @@ def _serve(args) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     policy = {k: getattr(args, k) for k in ("realtime_margin", "yield_buffer_s") if getattr(args, k) is not None}
     policy["codec_tick_steps"] = args.codec_tick
+    if args.always_lookahead:
+        policy["lookahead_buffer_s"] = None
+    elif args.lookahead_buffer_s is not None:
+        policy["lookahead_buffer_s"] = args.lookahead_buffer_s
     policy["reject_predicted_underrun"] = {"auto": None, "on": True, "off": False}[args.underrun_admission]
     scheduler = SchedulerConfig(**policy).validate()  # a bad value: one line, exit 2
     load_model_dir(args.model)  # a missing or wrong directory fails before the socket is taken

@@ -52,7 +52,9 @@ def environment() -> dict:
     gpus = _run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
     return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
             "gpus": gpus.splitlines() if gpus else [],
-            "git_commit": _run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"])}
+            # CADENCE_COMMIT: set by the GPU run scripts, whose copy of the tree has no git metadata of its own.
+            "git_commit": os.environ.get("CADENCE_COMMIT")
+            or _run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"])}
 
 
 def to_json(result: SweepResult, argv: list[str]) -> dict:

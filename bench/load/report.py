@@ -45,7 +45,10 @@ def render(data: dict, plots: list[str]) -> str:
         "# Cadence bench report", "",
         *([f"**{cfg['label']}**", ""] if cfg["label"] else []),
         f"- created {data['created']}, commit {env['git_commit'] or 'unknown'}",
-        f"- command: `{' '.join(data['command'])}`",
+        *([f"- command: `{' '.join(data['command'])}`"] if "parts" not in data else [
+            f"- merged from {len(data['parts'])} runs (`python -m bench.load.merge`), one server each:",
+            *(f"  - rates {', '.join(f'{r:g}' for r in p['rates'])}: `{' '.join(p['command'])}` ({p['created']})"
+              for p in data["parts"])]),
         f"- target: {target}; server: {server}",
         f"- client host: {env['platform']}, {env['cpus']} CPUs, Python {env['python']}; "
         f"GPUs: {', '.join(env['gpus']) or 'none visible'}",

@@ -79,3 +79,29 @@ def test_rerender_rebuilds_the_report_and_plots_from_results_json(tmp_path):
     assert all((tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
                for n in ("ttfa_cdf.png", "ttfa_vs_rate.png", "in_flight.png"))
     assert rerender.main([]) == 2  # usage
+
+
+def test_runs_at_different_rates_merge_into_one_sweep(tmp_path):
+    from bench.load.merge import main as merge_main
+    from bench.load.merge import merge
+
+    full = to_json(sweep(tmp_path), ["cadence", "bench"])
+    low = {**full, "rates": full["rates"][:1], "trials": full["trials"][:1], "command": ["cadence", "bench", "low"]}
+    high = {**full, "rates": full["rates"][1:], "trials": full["trials"][1:], "command": ["cadence", "bench", "high"]}
+    merged = merge([high, low])
+    assert [r["rate"] for r in merged["rates"]] == [5.0, 10.0, 20.0] == merged["config"]["rates"]
+    assert [t["rate"] for t in merged["trials"]] == [5.0, 10.0, 20.0]
+    assert merged["capacity_rate"] == full["capacity_rate"] == 10.0
+    assert merged["cost_per_million_chars"] == pytest.approx(full["cost_per_million_chars"])
+    assert [p["rates"] for p in merged["parts"]] == [[10.0, 20.0], [5.0]]
+    with pytest.raises(ValueError, match="differ in duration_s"):
+        merge([low, {**high, "config": {**high["config"], "duration_s": 99}}])
+    with pytest.raises(ValueError, match="more than one run"):
+        merge([low, low])
+    for name, run in (("low", low), ("high", high)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(dumps(run))
+    assert merge_main([str(tmp_path / "out"), str(tmp_path / "low"), str(tmp_path / "high")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "merged from 2 runs" in report and "`cadence bench high`" in report
+    assert report.count("\n| ") >= 4

@@ -1,0 +1,61 @@
+"""One run out of several `cadence bench` runs of the same method at different rates: e.g. a
+sweep split over two GPUs, one server each, so that it fits a device session. Rates and trials are
+pooled in rate order, capacity and cost recomputed; report.md and the plots are rendered again.
+
+    python -m bench.load.merge OUT RUN_DIR RUN_DIR [...]
+
+The runs must agree on everything but their rates (target, arrivals, texts, SLO, label); each
+run's command and environment are kept under "parts".
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from . import plots, report
+from .output import write_json
+from .summary import cost_per_million_chars
+
+SAME = ("target", "ws_mode", "word_interval_s", "warmup_s", "duration_s", "max_join", "voice", "language",
+        "extra", "slo_s", "gpu_price", "label", "seeds")
+
+
+def merge(runs: list[dict]) -> dict:
+    first = runs[0]
+    for run in runs[1:]:
+        for key in SAME:
+            if run["config"][key] != first["config"][key]:
+                raise ValueError(f"runs differ in {key}: {first['config'][key]!r} vs {run['config'][key]!r}")
+    rates = sorted((r for run in runs for r in run["rates"]), key=lambda r: r["rate"])
+    if len({r["rate"] for r in rates}) != len(rates):
+        raise ValueError(f"a rate appears in more than one run: {[r['rate'] for r in rates]}")
+    held = [r for r in rates if r["sustained"]]
+    cap = max(held, key=lambda r: r["rate"], default=None)
+    price = first["config"]["gpu_price"]
+    cost = cost_per_million_chars(price, cap["chars_per_s"]) if cap is not None and price is not None else None
+    return {**first, "config": {**first["config"], "rates": [r["rate"] for r in rates]},
+            "capacity_rate": cap["rate"] if cap is not None else None, "cost_per_million_chars": cost,
+            "rates": rates, "trials": sorted((t for run in runs for t in run["trials"]), key=lambda t: t["rate"]),
+            "parts": [{"command": run["command"], "created": run["created"], "environment": run["environment"],
+                       "rates": [r["rate"] for r in run["rates"]]} for run in runs]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 3:
+        print("usage: python -m bench.load.merge OUT RUN_DIR RUN_DIR [...]", file=sys.stderr)
+        return 2
+    out = Path(args[0])
+    data = merge([json.loads((Path(d) / "results.json").read_text()) for d in args[1:]])
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", data)
+    names = plots.write_plots(data, out) if plots.available() else []
+    (out / "report.md").write_text(report.render(data, names))
+    print(f"{out / 'report.md'}: rates {data['config']['rates']}, capacity {data['capacity_rate']}, {len(names)} plots")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
