@@ -64,7 +64,7 @@ if [[ " $PART " == *" load "* ]]; then
     echo "$name bench rc=$? $((SECONDS - t0)) s"; cut -c1-200 $W/$name/bench.log | grep "req/s"
     python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" \
       > $W/$name/metrics.txt 2>&1
-    grep -E "^cadence_engine_(ttfa|steps |frames |scheduler_steps|cost_|codec_graphs)" $W/$name/metrics.txt | cut -c1-120
+    grep -E "^cadence_engine_(ttfa|steps |frames |scheduler_steps|cost_|codec_graphs|host_|gc_)" $W/$name/metrics.txt | cut -c1-120
     kill $server; wait $server 2>/dev/null
   done
 fi

@@ -5,6 +5,7 @@ audio, EOS read one step late, cancel within one step, slot reuse."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from tests.engine.helpers import (
 )
 from tts_engine.engine.api import AudioEvent, DoneEvent
 from tts_engine.engine.audio import to_s16le
+from tts_engine.engine.core import HOST_PARTS
 from tts_engine.engine.entry import TTFA_PARTS
 from tts_engine.prompt import Layout
 from tts_engine.reference import generate_codes
@@ -143,6 +145,7 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
     eng.runner._frame_codes, eng.runner._frame_feed = spy("codes", codes_half), spy("talker", feed_half)
     eng.codec_runner.launch = spy("chunk", launch)
     before = eng.metrics()
+    started = time.perf_counter()
     try:
         async def run():
             return await collect(eng.open_stream(options(seed=3, silence_threshold_dbfs=None), SHORT, end_input=True))
@@ -150,6 +153,7 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
         events = asyncio.run(run())
     finally:
         eng.runner._frame_codes, eng.runner._frame_feed, eng.codec_runner.launch = codes_half, feed_half, launch
+    wall = time.perf_counter() - started
     assert isinstance(events[-1], DoneEvent)
     # every chunk call sits between a codes half and the talker half of the same frame step
     for i, name in enumerate(order):
@@ -165,6 +169,10 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
     assert parts["launch"] > 0  # prefill, frame 0 and frame 1 stand between the prefill and the first chunk
     whole = after["ttfa_sum_s"] - before["ttfa_sum_s"]  # from the engine's drain of the open
     assert 0 < sum(parts.values()) - parts["wake"] <= whole + 1e-6
+    # The engine thread's host time by part: every part of a stream's life shows, within the wall time.
+    host = {p: after[f"host_{p}_s"] - before[f"host_{p}_s"] for p in HOST_PARTS}
+    assert all(v > 0 for v in host.values()), host
+    assert sum(host.values()) <= wall and after["host_iterations"] - before["host_iterations"] >= 3
 
 
 def test_first_audio_is_sent_before_its_step_is_read(pipelined_engine, synth):

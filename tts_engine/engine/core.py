@@ -59,6 +59,10 @@ from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
+# The engine thread's busy iterations, in order: commands, reap + schedule, launch, waiting for the
+# device (and early first audio), reading completed steps (engine stats `host_<part>_s`).
+HOST_PARTS = ("drain", "plan", "launch", "wait", "read")
+
 
 class StreamingEngine:
     def __init__(self, model_dir: str | Path, *, device: str = "cpu", dtype: torch.dtype | None = None,
@@ -122,7 +126,8 @@ class StreamingEngine:
         self.step_count = 0
         self.stats = {"finished": 0, "cancelled": 0, "frames": 0, "last_step_ms": 0.0, "last_batch": 0,
                       "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0,
-                      **{f"ttfa_{part}_sum_s": 0.0 for part in TTFA_PARTS}}
+                      **{f"ttfa_{part}_sum_s": 0.0 for part in TTFA_PARTS},
+                      **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_iterations": 0}
         self.freeze_gc = freeze_gc
         self.gc_pauses = GcPauses()
         self.watchdog = Watchdog(lambda: self.step_count, self._busy, cfg.watchdog_stall_s, on_stall=self._report_stall)
@@ -257,19 +262,34 @@ class StreamingEngine:
         self.codec_runner.reset(0)
 
     def _step(self) -> bool:
-        """One engine iteration: commands, plan + launch, read completed steps. False when idle."""
+        """One engine iteration: commands, plan + launch, read completed steps. False when idle.
+        Busy iterations add their host time to stats `host_<part>_s` (HOST_PARTS), so /metrics
+        shows where the engine thread's time goes under load."""
+        clock = time.perf_counter
+        t0 = clock()
         did = self._drain_commands()
+        t1 = clock()
         did |= self._act(self.scheduler.reap())
         now = time.monotonic()
         plan = self.scheduler.schedule(now)
+        t2 = clock()
         if not plan.empty:
             self.pipeline.push(self.executor.launch(plan, self._entries))
             did = True
+        t3 = clock()
         depth = None if self.scheduler.wants_lookahead(now) else 1
+        read_s = 0.0
         for launched in self.pipeline.completed(must_wait=plan.empty, before_wait=self._deliver_early, depth=depth):
+            r0 = clock()
             self._read(launched)
+            read_s += clock() - r0
             did = True
         self.step_count += 1
+        if did:
+            # wait: the device (events, early first audio included), the rest is Python and launches
+            for part, seconds in zip(HOST_PARTS, (t1 - t0, t2 - t1, t3 - t2, clock() - t3 - read_s, read_s)):
+                self.stats[f"host_{part}_s"] += seconds
+            self.stats["host_iterations"] += 1
         return did
 
     def _read(self, launched: LaunchedStep) -> None:

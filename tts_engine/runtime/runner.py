@@ -162,9 +162,8 @@ class ModelRunner:
         if t_len >= self.max_context:
             raise ValueError(f"prompt of {t_len} rows exceeds the context of {self.max_context}")
         bucket = next((b for b in sorted(self.prefill_graphs) if b >= t_len), None)
-        if bucket is None:
-            i = dict(device=self.device, dtype=torch.long)
-            self._prefill(x, torch.tensor([slot], **i), torch.tensor([t_len - 1], **i))
+        if bucket is None:  # pinned copies: a pageable one would wait for the steps in flight
+            self._prefill(x, to_device([slot], self.device), to_device([t_len - 1], self.device))
             return
         graph, (x_buf, slot_buf, last_buf) = self.prefill_graphs[bucket]
         x_buf[t_len:].zero_()
