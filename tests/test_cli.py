@@ -77,3 +77,8 @@ def test_serve_rejects_a_negative_lookahead_buffer(tmp_path):
     r = cadence("serve", "--model", tmp_path / "missing", "--lookahead-buffer-s", "-1")
     assert r.returncode == 2
     assert r.stderr.strip() == "cadence serve: error: lookahead_buffer_s must be >= 0, got -1.0"
+
+
+def test_serve_rejects_a_gil_switch_interval_that_is_not_positive(tmp_path):
+    r = cadence("serve", "--model", tmp_path / "missing", "--gil-switch-ms", "0")
+    assert r.returncode == 2 and r.stderr.strip() == "cadence serve: error: --gil-switch-ms must be > 0, got 0.0"

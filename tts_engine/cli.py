@@ -73,6 +73,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
                    help="after warm-up, exempt everything then alive from Python's cyclic garbage collector, "
                         "whose full collections otherwise pause the engine for ~0.1-0.2 s (engine/gcpause.py)")
+    p.add_argument("--gil-switch-ms", type=float, default=0.5,
+                   help="Python's thread switch interval (sys.setswitchinterval; its own default is 5 ms): how long "
+                        "the engine thread can wait for the GIL while the HTTP/WebSocket thread runs Python")
     p.add_argument("--codec-precision", choices=["fp32", "tf32", "bf16"], default=None,
                    help="codec numerics: fp32 exact, tf32 (fp32 weights, tensor-core convs) or bf16 "
                         "(default: tf32 on CUDA, fp32 on CPU)")
@@ -155,6 +158,8 @@ def _serve(args) -> int:
         policy["lookahead_buffer_s"] = args.lookahead_buffer_s
     policy["reject_predicted_underrun"] = {"auto": None, "on": True, "off": False}[args.underrun_admission]
     scheduler = SchedulerConfig(**policy).validate()  # a bad value: one line, exit 2
+    if not args.gil_switch_ms > 0:
+        raise ValueError(f"--gil-switch-ms must be > 0, got {args.gil_switch_ms}")
     load_model_dir(args.model)  # a missing or wrong directory fails before the socket is taken
     sock = bind(cfg)
     from .engine.core import StreamingEngine
@@ -163,6 +168,10 @@ def _serve(args) -> int:
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
                              codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, **caps)
+    # The engine thread hands the GIL back and forth with the server's event loop on every device
+    # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
+    # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.
+    sys.setswitchinterval(args.gil_switch_ms / 1e3)
     host, port = sock.getsockname()[:2]
     print(f"cadence serve: listening on http://{host}:{port} (model {args.model}, device {args.device})",
           file=sys.stderr)

@@ -76,7 +76,7 @@ def test_http_sweep_against_a_real_server(server_url, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_server_exempts_its_warm_heap_from_gc(server_url):
+def test_the_server_exempts_its_warm_heap_from_gc_and_switches_threads_sooner(server_url):
     # `cadence serve` freezes the heap after warm-up (engine/gcpause.py) and counts every collection.
     import httpx
 
@@ -84,6 +84,10 @@ def test_the_server_exempts_its_warm_heap_from_gc(server_url):
                    if line.startswith("cadence_engine_gc_"))
     assert float(metrics["cadence_engine_gc_frozen_objects"]) > 10_000
     assert float(metrics["cadence_engine_gc_pauses"]) >= 0 and "cadence_engine_gc_pause_max_s" in metrics
+    # and hands the GIL to a waiting thread after 0.5 ms instead of Python's 5 ms (--gil-switch-ms)
+    gil = [line for line in httpx.get(f"{server_url}/metrics").text.splitlines()
+           if line.startswith("cadence_engine_gil_switch_interval_s ")]
+    assert gil and float(gil[0].split()[1]) == 0.0005
 
 
 @pytest.mark.slow

@@ -11,13 +11,15 @@ collections reach a quarter of the long-lived heap, so their rate grows with the
 `freeze_heap()` runs once the engine is warm: everything alive then (modules, weights, graphs,
 the server) moves to the permanent generation that collections skip, so a full collection walks
 only what the requests themselves made. `GcPauses` records every collection's duration for
-/metrics (`gc_pauses`, `gc_pause_max_s`, `gc_pause_sum_s`), so a stall can be checked against it.
+/metrics (`gc_pauses`, `gc_pause_max_s`, `gc_pause_sum_s`), so a stall can be checked against it, beside
+the process's GIL switch interval (`gil_switch_interval_s`, set by `cadence serve --gil-switch-ms`).
 No torch.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 
@@ -66,4 +68,4 @@ class GcPauses:
 
     def stats(self) -> dict[str, float]:
         return {"gc_pauses": float(self.count), "gc_pause_max_s": self.max_s, "gc_pause_sum_s": self.sum_s,
-                "gc_frozen_objects": float(gc.get_freeze_count())}
+                "gc_frozen_objects": float(gc.get_freeze_count()), "gil_switch_interval_s": sys.getswitchinterval()}
