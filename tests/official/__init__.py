@@ -14,6 +14,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+import warnings
 
 _STUBBED = ["librosa", "librosa.filters", "soundfile", "sox", "onnxruntime", "torchaudio",
             "torchaudio.compliance", "torchaudio.compliance.kaldi", "gradio"]
@@ -33,10 +34,22 @@ def _stub_attr(module: str, attr: str):
 
 
 def _really_installed(root: str) -> bool:
+    """Installed and importable. A package that is there but fails to import (e.g. a torchaudio
+    built for another torch, on a machine whose image we do not control) is stubbed like a missing
+    one, with a warning: the stubs stand in for exactly what a parity or peer run never calls."""
     mod = sys.modules.get(root)
     if mod is not None:
         return not getattr(mod, "__cadence_stub__", False)
-    return importlib.util.find_spec(root) is not None
+    if importlib.util.find_spec(root) is None:
+        return False
+    try:
+        importlib.import_module(root)
+    except Exception as e:  # any failure to import means: not usable here
+        for name in [n for n in sys.modules if n == root or n.startswith(root + ".")]:
+            del sys.modules[name]
+        warnings.warn(f"{root} is installed but fails to import ({type(e).__name__}: {e}); stubbed", stacklevel=3)
+        return False
+    return True
 
 
 def install_import_stubs() -> None:
