@@ -103,3 +103,29 @@ def test_threshold_none_passes_everything():
 def test_s16le_rounds_and_clips():
     pcm = np.array([0.0, 1.0, -1.0, 1.5, -2.0, 1.4 / 32767, -2.6 / 32767], dtype=np.float32)
     assert np.frombuffer(to_s16le(pcm), dtype="<i2").tolist() == [0, 32767, -32767, 32767, -32767, 1, -3]
+
+
+def test_a_batch_converted_at_once_sends_the_bytes_each_row_would_alone():
+    """The engine converts a codec call's PCM for all its streams at once (`to_s16`) and hands each
+    stream its row; a stream whose onset trimmer is still holding silence takes the float path."""
+    from tts_engine.engine.audio import to_s16
+    from tts_engine.engine.streamout import StreamOutput
+
+    rng = np.random.default_rng(0)
+    batch = np.zeros((3, 3 * 1920), dtype=np.float32)
+    batch[0] = rng.uniform(-1.2, 1.2, batch.shape[1])  # loud (and clipping) from the start
+    batch[1, 2000:] = 0.3 * np.sin(np.arange(batch.shape[1] - 2000) / 5)  # silence, then a tone
+    s16 = to_s16(batch)
+    for row in range(3):
+        assert s16[row].tobytes() == to_s16le(batch[row])
+    for row in range(3):
+        alone, batched = StreamOutput("a", -45.0), StreamOutput("b", -45.0)
+        for first in (1, 2, 3):  # three one-frame chunks of the row
+            part = slice((first - 1) * 1920, first * 1920)
+            want = alone.audio(batch[row, part], first, 1, final=first == 3)
+            got = batched.audio(batch[row, part], first, 1, final=first == 3, s16=s16[row, part])
+            assert (want is None) == (got is None)
+            if want is not None:
+                assert got.pcm == want.pcm and got.start_s == want.start_s
+        assert batched.samples_sent == alone.samples_sent
+        assert batched.trimmer.trimmed_samples == alone.trimmer.trimmed_samples

@@ -10,8 +10,14 @@ HOP = 240  # 10 ms
 GUARD = 240  # keep 10 ms before the detected onset so no attack is cut
 
 
+def to_s16(pcm: np.ndarray) -> np.ndarray:
+    """float PCM (any shape) -> little-endian int16 samples, elementwise: converting a batch of
+    streams at once gives each row exactly what converting it alone gives."""
+    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2")
+
+
 def to_s16le(pcm: np.ndarray) -> bytes:
-    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+    return to_s16(pcm).tobytes()
 
 
 def find_onset(pcm: np.ndarray, threshold_dbfs: float) -> int | None:

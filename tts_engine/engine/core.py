@@ -307,8 +307,8 @@ class StreamingEngine:
         if not launched.early_batches:
             return
         launched.wait_early()
-        for entry, out, pcm in early_first_chunks(launched, self._entries, self._eos_id):
-            self._send_audio(entry, out, pcm.numpy())
+        for entry, out in early_first_chunks(launched, self._entries, self._eos_id):
+            self._send_audio(entry, out, launched)
             launched.early_sent.add((out.batch, out.row))
 
     def _act(self, outputs: list[Output], launched: LaunchedStep | None = None) -> bool:
@@ -317,8 +317,7 @@ class StreamingEngine:
             if isinstance(out, AudioReady):
                 if launched is not None and (out.batch, out.row) in launched.early_sent:
                     continue  # sent by _deliver_early
-                pcm = launched.pcm[out.batch][out.row][: out.num_frames * SAMPLES_PER_FRAME]
-                self._send_audio(entry, out, pcm.numpy())
+                self._send_audio(entry, out, launched)
             elif isinstance(out, FlushDone):
                 entry.handle.deliver(FlushDoneEvent(out.stream_id))
             elif isinstance(out, Finished):
@@ -328,10 +327,12 @@ class StreamingEngine:
                                                out.reason))
         return bool(outputs)
 
-    def _send_audio(self, entry: StreamEntry, out: AudioReady, pcm) -> None:
+    def _send_audio(self, entry: StreamEntry, out: AudioReady, launched: LaunchedStep) -> None:
         skip = entry.state.audible_skip
-        event = entry.out.audio(pcm, out.first_frame + skip, out.num_frames, final=out.final,
-                                first_audible_frame=skip)
+        pcm, s16 = launched.host_pcm(out.batch)
+        n = out.num_frames * SAMPLES_PER_FRAME
+        event = entry.out.audio(pcm[out.row, :n], out.first_frame + skip, out.num_frames, final=out.final,
+                                first_audible_frame=skip, s16=s16[out.row, :n])
         if event is None:
             return
         now = time.monotonic()

@@ -10,18 +10,16 @@ still there with nothing decoded yet.
 
 from __future__ import annotations
 
-import torch
-
 from ..scheduler.plan import AudioReady
-from .api import SAMPLES_PER_FRAME
 from .entry import StreamEntry
 from .executor import LaunchedStep
 
 
 def early_first_chunks(launched: LaunchedStep, entries: dict[str, StreamEntry],
-                       eos_id: int | None) -> list[tuple[StreamEntry, AudioReady, torch.Tensor]]:
-    """Call after `launched.wait_early()`: (entry, its AudioReady, PCM [samples]) per first chunk
-    that may be sent now. eos_id None: EOS never ends a stream (random weights)."""
+                       eos_id: int | None) -> list[tuple[StreamEntry, AudioReady]]:
+    """Call after `launched.wait_early()`: (entry, its AudioReady) per first chunk that may be sent
+    now; its PCM is row `row` of `launched.host_pcm(batch)`. eos_id None: EOS never ends a stream
+    (random weights)."""
     plan = launched.plan
     rows = {r.stream_id: i for i, r in enumerate(plan.frames.rows)} if plan.frames is not None else {}
     out = []
@@ -39,6 +37,5 @@ def early_first_chunks(launched: LaunchedStep, entries: dict[str, StreamEntry],
             row = rows.get(chunk.stream_id)
             if row is not None and eos_id is not None and launched.c0 is not None and int(launched.c0[row]) == eos_id:
                 continue
-            pcm = launched.pcm[i][j][: chunk.num_frames * SAMPLES_PER_FRAME]
-            out.append((entry, AudioReady(s.id, i, j, 0, chunk.num_frames, False), pcm))
+            out.append((entry, AudioReady(s.id, i, j, 0, chunk.num_frames, False)))
     return out

@@ -27,11 +27,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..runtime.codec_runner import CodecRunner
 from ..runtime.runner import ModelRunner
 from ..scheduler.plan import StepPlan, StepResult, StepTimings
+from .audio import to_s16
 from .entry import StreamEntry
 
 
@@ -71,6 +73,16 @@ class LaunchedStep:
     early_batches: tuple[int, ...] = ()
     early_event: torch.cuda.Event | None = None
     early_sent: set[tuple[int, int]] = field(default_factory=set)  # (batch, row) already delivered
+    _host_pcm: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def host_pcm(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Once the chunk batch's PCM is on the host (after `wait` or `wait_early`): its rows
+        [n, samples] as float32 and as s16 (`audio.to_s16`), converted once for all its streams."""
+        cached = self._host_pcm.get(batch)
+        if cached is None:
+            pcm = self.pcm[batch].numpy()
+            cached = self._host_pcm[batch] = (pcm, to_s16(pcm))
+        return cached
 
     def wait_early(self) -> None:
         if self.early_event is not None:

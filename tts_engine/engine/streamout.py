@@ -46,14 +46,19 @@ class StreamOutput:
         return (frames * SAMPLES_PER_FRAME - self.trimmer.trimmed_samples) / SAMPLE_RATE
 
     def audio(self, pcm: np.ndarray, first_frame: int, num_frames: int, *, final: bool,
-              first_audible_frame: int = 1) -> AudioEvent | None:
+              first_audible_frame: int = 1, s16: np.ndarray | None = None) -> AudioEvent | None:
         """PCM of frames [first_frame, first_frame + num_frames) -> an event, or None while the
-        stream is still silent."""
-        out = self.trimmer.push(pcm)
-        if len(out) == 0:
-            return None
+        stream is still silent. s16: the same PCM already converted (`audio.to_s16`, a whole
+        chunk batch at once), used once the onset trimmer passes audio through unchanged."""
+        if self.trimmer.started and s16 is not None:
+            data, samples = s16.tobytes(), len(s16)
+        else:
+            out = self.trimmer.push(pcm)
+            if len(out) == 0:
+                return None
+            data, samples = to_s16le(out), len(out)
         start_s = self.audio_s
-        self.samples_sent += len(out)
+        self.samples_sent += samples
         end_frame = first_frame + num_frames
         words = []
         # Token i belongs to frame i; a word is sent once its start frame has been emitted and the
@@ -70,7 +75,7 @@ class StreamOutput:
             text = self.tokenizer.decode(token_ids).strip()
             words.append(WordTiming(text, round(start, 3), round(max(start, min(end, self.audio_s)), 3)))
             self.words_sent += 1
-        event = AudioEvent(self.stream_id, self.index, to_s16le(out), round(start_s, 6),
+        event = AudioEvent(self.stream_id, self.index, data, round(start_s, 6),
                            tuple(words) if self.timings_enabled else ())
         self.index += 1
         return event
