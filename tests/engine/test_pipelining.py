@@ -101,8 +101,8 @@ def test_cancel_frees_the_slot_within_one_step_with_pipelining(pipelined_engine,
 
     async def run():
         s = eng.open_stream(options(seed=1, chunk_schedule=(1,)), LONG, end_input=True)
-        deliver = s.deliver
-        s.deliver = lambda event: (delivered.append(event), deliver(event))
+        receive = s.receive  # every event the engine sends reaches the stream through it
+        s.receive = lambda event: (delivered.append(event), receive(event))
         assert isinstance(await next_event(s), AudioEvent)
         frames = eng.metrics()["frames"]
         s.cancel()

@@ -52,6 +52,7 @@ from .early import early_first_chunks
 from .entry import TTFA_PARTS, FirstAudioTrace, StreamEntry
 from .executor import LaunchedStep, StepExecutor
 from .gcpause import GcPauses, freeze_heap
+from .outbox import Outbox
 from .pipeline import StepPipeline
 from .stream import Stream
 from .streamout import StreamOutput
@@ -118,6 +119,7 @@ class StreamingEngine:
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._entries: dict[str, StreamEntry] = {}
+        self._outbox = Outbox()  # this thread's events, flushed once per iteration (outbox.py)
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -229,6 +231,7 @@ class StreamingEngine:
         except BaseException as exc:  # an engine fault must reach every stream
             self.fault = exc
             log.exception("engine fault")
+            self._outbox.flush()  # what was already produced goes out before the error
             for entry in list(self._entries.values()):
                 entry.handle.deliver(ErrorEvent(entry.state.id, f"engine failure: {exc}", "engine_error"))
             self._entries.clear()
@@ -284,6 +287,7 @@ class StreamingEngine:
             self._read(launched)
             read_s += clock() - r0
             did = True
+        self._outbox.flush()
         self.step_count += 1
         if did:
             # wait: the device (events, early first audio included), the rest is Python and launches
@@ -304,12 +308,14 @@ class StreamingEngine:
     def _deliver_early(self, launched: LaunchedStep) -> None:
         """First audio before its step ends (engine/early.py); the scheduler's AudioReady for it,
         when the step is read, is then skipped."""
+        self._outbox.flush()  # the steps read so far: their events must not wait for this one
         if not launched.early_batches:
             return
         launched.wait_early()
         for entry, out in early_first_chunks(launched, self._entries, self._eos_id):
             self._send_audio(entry, out, launched)
             launched.early_sent.add((out.batch, out.row))
+        self._outbox.flush()
 
     def _act(self, outputs: list[Output], launched: LaunchedStep | None = None) -> bool:
         for out in outputs:
@@ -319,12 +325,12 @@ class StreamingEngine:
                     continue  # sent by _deliver_early
                 self._send_audio(entry, out, launched)
             elif isinstance(out, FlushDone):
-                entry.handle.deliver(FlushDoneEvent(out.stream_id))
+                self._outbox.post(entry.handle, FlushDoneEvent(out.stream_id))
             elif isinstance(out, Finished):
                 self._entries.pop(out.stream_id)
                 self.stats["finished"] += 1
-                entry.handle.deliver(DoneEvent(out.stream_id, entry.state.frames_decoded, entry.out.audio_s,
-                                               out.reason))
+                self._outbox.post(entry.handle, DoneEvent(out.stream_id, entry.state.frames_decoded,
+                                                          entry.out.audio_s, out.reason))
         return bool(outputs)
 
     def _send_audio(self, entry: StreamEntry, out: AudioReady, launched: LaunchedStep) -> None:
@@ -344,17 +350,19 @@ class StreamingEngine:
                 for name, seconds in parts.items():
                     self.stats[f"ttfa_{name}_sum_s"] += seconds
         self.scheduler.audio_sent(entry.state, event.duration_s, now)
-        entry.handle.deliver(event)
+        self._outbox.post(entry.handle, event)
 
     def _finish(self, entry: StreamEntry, *, cancelled: bool = False, error: str | None = None) -> None:
         """End a stream the engine ends itself (cancel, bad input): state and slot freed now."""
         self.scheduler.abort(entry.state.id, cancelled=cancelled)
         self._entries.pop(entry.state.id, None)
         if error is not None:
-            entry.handle.deliver(ErrorEvent(entry.state.id, error, "invalid_input"))  # the server's 422 class
+            # the server's 422 class
+            self._outbox.post(entry.handle, ErrorEvent(entry.state.id, error, "invalid_input"))
             return
         self.stats["cancelled"] += 1
-        entry.handle.deliver(DoneEvent(entry.state.id, entry.state.frames_decoded, entry.out.audio_s, "cancelled"))
+        self._outbox.post(entry.handle, DoneEvent(entry.state.id, entry.state.frames_decoded, entry.out.audio_s,
+                                                  "cancelled"))
 
     # -- commands and text -------------------------------------------------------------------------
     def _drain_commands(self) -> bool:

@@ -21,7 +21,7 @@ class Stream:
     def __init__(self, engine: StreamingEngine, stream_id: str, loop: asyncio.AbstractEventLoop):
         self.id = stream_id
         self._engine = engine
-        self._loop = loop
+        self.loop = loop
         self._events: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self._ended = False
         self.text_chars = 0  # all text given so far, checked against the engine's limit
@@ -58,10 +58,14 @@ class Stream:
 
     # -- events ------------------------------------------------------------------------------------
     def deliver(self, event: StreamEvent) -> None:
-        """Called from the engine thread."""
+        """Called from the engine thread (which batches most events through its `Outbox`)."""
         # A closed loop means nobody is listening any more.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+            self.loop.call_soon_threadsafe(self.receive, event)
+
+    def receive(self, event: StreamEvent) -> None:
+        """On the stream's event loop."""
+        self._events.put_nowait(event)
 
     async def events(self) -> AsyncIterator[StreamEvent]:
         while True:
