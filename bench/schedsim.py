@@ -3,8 +3,9 @@ without a GPU.
 
     python -m bench.schedsim --rates 10,20,30,40 --duration 60
 
-The device is a cost table measured on the H200 (docs/benchmarks.md, runs 5 and 7): a frame step by batch
-bucket, a codec call by (frames, batch), a prefill. The loop is `StreamingEngine._step` at depth 2:
+The device is a cost table measured on the H200 (docs/benchmarks.md, runs 5 and 7): a frame step by
+batch bucket, a codec call by (frames, batch), a prefill. The loop is `StreamingEngine._step` at
+depth 2 (one step at a time while no stream needs lookahead, `Scheduler.wants_lookahead`):
 a step starts on the device when it is launched and the previous one has ended, and its results
 (EOS, audio) are read when it has ended and the next one is launched; a stream's first chunk is
 sent when its own codec call has ended (the engine's early first audio). Planning costs `--plan-ms` of
@@ -94,7 +95,6 @@ class Sim:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     schedule: tuple[int, ...] = DEFAULT_CHUNK_SCHEDULE
     early_audio: bool = True  # the engine's early first audio (commits before c460b4c had none)
-    lazy_depth: bool = True  # one step at a time while no stream needs lookahead (wants_lookahead)
 
     def run(self) -> dict:
         rng = random.Random(self.seed)
@@ -151,7 +151,7 @@ class Sim:
                 early_end = (start + (PREFILL_MS * len(plan.prefills) + (CODES_HALF_MS if plan.frames else 0)
                                       + sum(codec_ms(b.num_frames, len(b.chunks)) for b in first)) / 1e3)
                 pipeline.push(_Step(plan, device_free, StepResult(plan.step_id, eos, timings), early_end))
-            depth = None if sched.wants_lookahead(now) or not self.lazy_depth else 1
+            depth = None if sched.wants_lookahead(now) else 1  # as the engine: lookahead only when needed
             for step in pipeline.completed(must_wait=plan.empty, depth=depth):
                 # the engine's _deliver_early: first chunks go out when their own codec call ends
                 early = {c.stream_id: max(now, step.early_end) for b in step.plan.chunks for c in b.chunks

@@ -26,9 +26,8 @@ def main(args: argparse.Namespace) -> int:
     from .sweep import run_sweep
 
     cfg.out.mkdir(exist_ok=True)
-    # this process's command line, as the user typed it
     result = run_sweep(cfg, after_rate=lambda partial: write_json(cfg.out / "results.json", to_json(partial, sys.argv)))
-    data = to_json(result, sys.argv)
+    data = to_json(result, sys.argv)  # this process's command line, as the user typed it
     write_json(cfg.out / "results.json", data)
     names = []
     if cfg.plots:
