@@ -25,7 +25,8 @@ finish() { tar -czf "$OUT/run3-$TAG.tgz" -C $W . ; ls -la $W | tail -n +2 | wc -
 trap finish EXIT
 
 if [[ " $PART " == *" codec "* ]]; then
-  timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
+  limit=$(left 5); limit=$(( limit < ${CODEC_LIMIT:-150} ? limit : ${CODEC_LIMIT:-150} ))
+  timeout $limit python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
     --skip-codec-eager > $W/codec.log 2>&1
   echo "codec rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec.log | cut -c1-700
 fi
