@@ -111,6 +111,13 @@ def render(data: dict, plots: list[str]) -> str:
                      "underrun events that overlap such a pause (counted above all the same): " + ", ".join(
                          f"{s['rate']:g} req/s {s['client_stall_max_s'] * 1e3:.1f} ms / "
                          f"{s.get('underruns_in_client_stalls', 0)}" for s in data["rates"]) + ".")
+    if any("server_silence_max_s" in s for s in data["rates"]):
+        lines += ["", "## Server pauses", "",
+                  "Longest time in which no request received audio while one was mid-audio (a pause of the "
+                  "whole server, e.g. a garbage collection, shows here; one slow stream does not): " + ", ".join(
+                      f"{s['rate']:g} req/s {s['server_silence_max_s'] * 1e3:.1f} ms"
+                      + (f" at {s['server_silence_at_s']:.2f} s" if s.get("server_silence_at_s") is not None else "")
+                      for s in data["rates"]) + "."]
     if plots:
         lines += ["", "## Plots", "", *[f"![{p}]({p})" for p in plots]]
     return "\n".join(lines) + "\n"

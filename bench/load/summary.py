@@ -7,6 +7,7 @@ of one rate are pooled (their requests and measured durations add up).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -43,6 +44,11 @@ class RateSummary:
     # requests whose dry spell overlaps one: those may be the client's, not the server's.
     client_stall_max_s: float = 0.0
     underruns_in_client_stalls: int = 0
+    # The longest time in which no request received audio although one was mid-audio (had its first
+    # chunk, not yet its last), over the pooled trials: a pause of the whole server, not of one stream
+    # (run 7: 160-230 ms garbage collections). `_at_s`: its start, in seconds from its trial's start.
+    server_silence_max_s: float = 0.0
+    server_silence_at_s: float | None = None
 
     def sustained(self, slo_s: float) -> bool:
         """The rate holds: every request succeeded and became audible, p95 audible TTFA within slo_s,
@@ -73,11 +79,31 @@ def underruns_in_stalls(records: list[RequestRecord], client_stalls: list[tuple[
     return count
 
 
+def server_silence(records: list[RequestRecord]) -> tuple[float, float | None]:
+    """One trial's longest gap between two consecutive chunk arrivals (of any requests) that some
+    request spans mid-audio, and where it starts (seconds from the trial's start); (0, None) if none."""
+    spans, arrivals = [], []
+    for r in records:
+        if r.sent_at_s is None or not r.chunks:
+            continue
+        times = [r.sent_at_s + at for at, _ in r.chunks]
+        spans.append((times[0], times[-1]))
+        arrivals += times
+    arrivals.sort()
+    gaps = sorted(((b - a, a, b) for a, b in itertools.pairwise(arrivals) if b > a), reverse=True)
+    for gap, a, b in gaps:
+        if any(first <= a and b <= last for first, last in spans):
+            return gap, a
+    return 0.0, None
+
+
 def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measured_s: float,
               peak_in_flight: int, client_stalls: list[list[tuple[float, float]]] | None = None,
-              underruns_in_client_stalls: int = 0) -> RateSummary:
+              underruns_in_client_stalls: int = 0,
+              server_silences: list[tuple[float, float | None]] | None = None) -> RateSummary:
     """client_stalls: the client's loop pauses, per trial; underruns_in_client_stalls: their count
-    from `underruns_in_stalls`, per trial and summed."""
+    from `underruns_in_stalls`, per trial and summed; server_silences: `server_silence` per trial."""
+    silence = max(server_silences or [(0.0, None)], key=lambda s: s[0])
     rs = [r for r in records if r.measured]
     ok = [r for r in rs if r.ok]
 
@@ -97,7 +123,8 @@ def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measu
         chars_per_s=sum(r.chars for r in ok) / measured_s if measured_s > 0 else 0.0,
         audio_s_per_s=sum(r.audio_s for r in ok) / measured_s if measured_s > 0 else 0.0,
         client_stall_max_s=max((n for t in client_stalls or [] for _, n in t), default=0.0),
-        underruns_in_client_stalls=underruns_in_client_stalls)
+        underruns_in_client_stalls=underruns_in_client_stalls,
+        server_silence_max_s=silence[0], server_silence_at_s=silence[1])
 
 
 def peak_in_flight(series: list[tuple[float, int]], start_s: float, end_s: float) -> int:

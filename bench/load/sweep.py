@@ -15,7 +15,15 @@ from .driver import TrialOutcome, run_trial
 from .http_target import HttpTarget
 from .recognizer import Recognizer, WerResult
 from .server_proc import ServerProcess
-from .summary import RateSummary, capacity, cost_per_million_chars, peak_in_flight, summarize, underruns_in_stalls
+from .summary import (
+    RateSummary,
+    capacity,
+    cost_per_million_chars,
+    peak_in_flight,
+    server_silence,
+    summarize,
+    underruns_in_stalls,
+)
 from .ws_target import WsTarget
 
 
@@ -114,7 +122,8 @@ def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr), aft
         summary = summarize(rate, list(cfg.seeds), records, cfg.duration_s * len(trials),
                             max(t.peak_in_flight_measured for t in trials),
                             [t.outcome.client_stalls for t in trials],
-                            sum(underruns_in_stalls(t.outcome.records, t.outcome.client_stalls) for t in trials))
+                            sum(underruns_in_stalls(t.outcome.records, t.outcome.client_stalls) for t in trials),
+                            [server_silence(t.outcome.records) for t in trials])
         result.trials += trials
         result.rates.append(summary)
         log(_one_line(summary, cfg.slo_s))

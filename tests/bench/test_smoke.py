@@ -71,6 +71,8 @@ def test_http_sweep_against_a_real_server(server_url, tmp_path, monkeypatch):
     data = bench(tmp_path, server_url, "--rates", "1,2", "--gpu-price", "2.5")
     check_sane(data, [1.0, 2.0])
     assert written == [[1.0], [1.0, 2.0], [1.0, 2.0]]
+    # Streams were mid-audio between chunks, so the server's longest silence is a positive gap
+    assert all(0 < r["server_silence_max_s"] < 5 for r in data["rates"]) and "## Server pauses" in data["_report"]
     assert data["config"]["target"] == "http"
     assert "## Cost" in data["_report"]
 

@@ -65,3 +65,22 @@ def test_peak_in_flight_within_a_window():
     assert peak_in_flight(series, 1.0, 3.0) == 5
     assert peak_in_flight(series, 1.0, 1.1) == 2  # the level carried into the window
     assert peak_in_flight(series, 0.0, 10) == 9
+
+
+def test_server_silence_finds_a_pause_of_every_stream_but_not_an_idle_server():
+    from dataclasses import replace
+
+    from bench.load.summary import server_silence
+
+    def stream(i: int, sent: float, times: list[float]) -> RequestRecord:
+        return replace(rec(i), sent_at_s=sent, chunks=[(t, 1920) for t in times])
+
+    a = stream(0, 0.0, [0.02, 0.10, 0.18, 0.26, 0.50, 0.58])  # a's audio stops from 0.26 to 0.50 s ...
+    b = stream(1, 0.2, [0.03, 0.08, 0.31, 0.36])  # ... and so does b's, in the same window
+    c = stream(2, 5.0, [0.02, 0.10])  # long after both ended: the idle gap before it is no pause
+    gap, at = server_silence([a, b, c])
+    assert gap == pytest.approx(0.50 - 0.28) and at == pytest.approx(0.28)
+    assert server_silence([c]) == (pytest.approx(0.08), pytest.approx(5.02))
+    assert server_silence([rec(0)]) == (0.0, None)  # no chunks at all
+    s = summarize(10, [0], [a, b, c], 1.0, 2, server_silences=[server_silence([a, b, c]), (0.05, 1.0)])
+    assert s.server_silence_max_s == pytest.approx(0.22) and s.server_silence_at_s == pytest.approx(0.28)
