@@ -82,3 +82,8 @@ def test_serve_rejects_a_negative_lookahead_buffer(tmp_path):
 def test_serve_rejects_a_gil_switch_interval_that_is_not_positive(tmp_path):
     r = cadence("serve", "--model", tmp_path / "missing", "--gil-switch-ms", "0")
     assert r.returncode == 2 and r.stderr.strip() == "cadence serve: error: --gil-switch-ms must be > 0, got 0.0"
+
+
+def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
+    r = cadence("serve", "--model", tmp_path / "missing", "--profile-engine", tmp_path / "p", "--profile-seconds", "0")
+    assert r.returncode == 2 and r.stderr.strip() == "cadence serve: error: profile seconds must be > 0, got 0.0"

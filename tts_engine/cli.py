@@ -76,6 +76,10 @@ def _add_serve(sub) -> None:
     p.add_argument("--gil-switch-ms", type=float, default=0.5,
                    help="Python's thread switch interval (sys.setswitchinterval; its own default is 5 ms): how long "
                         "the engine thread can wait for the GIL while the HTTP/WebSocket thread runs Python")
+    p.add_argument("--profile-engine", type=Path, default=None, metavar="PATH",
+                   help="write a cProfile of the engine thread's first --profile-seconds of work to PATH "
+                        "(diagnosis only: profiling slows the engine)")
+    p.add_argument("--profile-seconds", type=float, default=30.0)
     p.add_argument("--codec-precision", choices=["fp32", "tf32", "bf16"], default=None,
                    help="codec numerics: fp32 exact, tf32 (fp32 weights, tensor-core convs) or bf16 "
                         "(default: tf32 on CUDA, fp32 on CPU)")
@@ -160,6 +164,9 @@ def _serve(args) -> int:
     scheduler = SchedulerConfig(**policy).validate()  # a bad value: one line, exit 2
     if not args.gil_switch_ms > 0:
         raise ValueError(f"--gil-switch-ms must be > 0, got {args.gil_switch_ms}")
+    from .engine.profile import EngineProfile
+
+    profile = EngineProfile(args.profile_engine, args.profile_seconds) if args.profile_engine else None
     load_model_dir(args.model)  # a missing or wrong directory fails before the socket is taken
     sock = bind(cfg)
     from .engine.core import StreamingEngine
@@ -167,7 +174,8 @@ def _serve(args) -> int:
     caps = {k: getattr(args, k) for k in ("max_active_streams", "max_queued_streams")
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
-                             codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, **caps)
+                             codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, profile=profile,
+                             **caps)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
     # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.

@@ -54,6 +54,7 @@ from .executor import LaunchedStep, StepExecutor
 from .gcpause import GcPauses, freeze_heap
 from .outbox import Outbox
 from .pipeline import StepPipeline
+from .profile import EngineProfile
 from .stream import Stream
 from .streamout import StreamOutput
 from .watchdog import Watchdog
@@ -70,10 +71,12 @@ class StreamingEngine:
                  max_active_streams: int | None = None, max_queued_streams: int | None = None,
                  max_context: int = 2048, max_text_chars: int = 20_000, use_graphs: bool | None = None,
                  use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
-                 codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False):
+                 codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False,
+                 profile: EngineProfile | None = None):
         """max_active_streams / max_queued_streams override the scheduler config's caps.
         freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so
         off by default for an embedded engine, on in `cadence serve`).
+        profile: a cProfile window over the engine thread (engine/profile.py).
         codec_precision: fp32 (exact), tf32 (fp32 weights, convs and matmuls on TF32 tensor cores)
         or bf16 (weights and activations, as the official package runs it with a bf16 model).
         None: tf32 on CUDA, fp32 on CPU."""
@@ -131,6 +134,7 @@ class StreamingEngine:
                       **{f"ttfa_{part}_sum_s": 0.0 for part in TTFA_PARTS},
                       **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_iterations": 0}
         self.freeze_gc = freeze_gc
+        self.profile = profile
         self.gc_pauses = GcPauses()
         self.watchdog = Watchdog(lambda: self.step_count, self._busy, cfg.watchdog_stall_s, on_stall=self._report_stall)
 
@@ -224,10 +228,15 @@ class StreamingEngine:
                 log.info("gc: %d objects exempt from cyclic collection", freeze_heap())
             self._ready.set()
             while not self._stopping:
-                if not self._step():
+                busy = self._step()
+                if self.profile is not None:
+                    self.profile.tick(busy)
+                if not busy:
                     self._check_invariants()
                     self._wake.wait(0.05)
                     self._wake.clear()
+            if self.profile is not None:
+                self.profile.close()
         except BaseException as exc:  # an engine fault must reach every stream
             self.fault = exc
             log.exception("engine fault")
