@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from . import plots, report
 from .output import write_json
+from .rerender import render_outputs
 from .summary import cost_per_million_chars
 
 SAME = ("target", "ws_mode", "word_interval_s", "warmup_s", "duration_s", "max_join", "voice", "language",
@@ -51,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     data = merge([json.loads((Path(d) / "results.json").read_text()) for d in args[1:]])
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", data)
-    names = plots.write_plots(data, out) if plots.available() else []
-    (out / "report.md").write_text(report.render(data, names))
+    names = render_outputs(data, out)
     print(f"{out / 'report.md'}: rates {data['config']['rates']}, capacity {data['capacity_rate']}, {len(names)} plots")
     return 0
 

@@ -13,15 +13,20 @@ from pathlib import Path
 from . import plots, report
 
 
+def render_outputs(data: dict, out: Path) -> list[str]:
+    """report.md (and the plots, where matplotlib is there) in `out` from a run's data; the plots' names."""
+    names = plots.write_plots(data, out) if plots.available() else []
+    (out / "report.md").write_text(report.render(data, names))
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m bench.load.rerender RUN_DIR", file=sys.stderr)
         return 2
     out = Path(args[0])
-    data = json.loads((out / "results.json").read_text())
-    names = plots.write_plots(data, out) if plots.available() else []
-    (out / "report.md").write_text(report.render(data, names))
+    names = render_outputs(json.loads((out / "results.json").read_text()), out)
     print(f"{out / 'report.md'}: {len(names)} plots")
     return 0
 

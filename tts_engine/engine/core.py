@@ -19,7 +19,6 @@ import asyncio
 import itertools
 import logging
 import queue
-import secrets
 import sys
 import threading
 import time
@@ -29,14 +28,13 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import speech_frames
 from ..loading import load_checkpoint
-from ..prompt import Layout, assistant_text, build_prompt, instruct_text, resolve_voice
+from ..prompt import Layout, resolve_voice
 from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
 from ..runtime.runner import ModelRunner
 from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
 from ..scheduler.plan import AudioReady, Finished, FlushDone, Output
-from ..scheduler.request import Phase, StreamState
+from ..scheduler.request import Phase
 from ..scheduler.scheduler import Scheduler
 from ..text_stream import StreamingTokenizer
 from .api import (
@@ -52,6 +50,7 @@ from .early import early_first_chunks
 from .entry import TTFA_PARTS, FirstAudioTrace, StreamEntry
 from .executor import LaunchedStep, StepExecutor
 from .gcpause import GcPauses, freeze_heap
+from .intake import TextIntake
 from .outbox import Outbox
 from .pipeline import StepPipeline
 from .profile import EngineProfile
@@ -117,8 +116,7 @@ class StreamingEngine:
         self.executor = StepExecutor(self.runner, self.codec_runner, eos_allowed=not mc.is_random)
         self._eos_id = None if mc.is_random else mc.talker.codec_eos_token_id
         self.pipeline = StepPipeline(cfg.pipeline_depth or (2 if on_cuda else 1))
-        self._role_ids = self.tokenizer.encode("<|im_start|>assistant\n")
-        self._tail_ids = self.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n")
+        self.intake = TextIntake(self.tokenizer, self.model_config, self.defaults, self.runner.max_context)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._entries: dict[str, StreamEntry] = {}
@@ -409,30 +407,19 @@ class StreamingEngine:
                 self.scheduler.playout(sid, *payload)
 
     def _open(self, handle: Stream, options: StreamOptions, text: str, end_input: bool) -> None:
-        layout = options.layout or (Layout.NON_STREAMING if end_input else Layout.STREAMING)
-        params = options.params
-        seed = params.seed if params.seed is not None else secrets.randbits(63)
-        forced = None
-        if self.model_config.is_random:
-            cps = float(self.model_config.random_weights.get("chars_per_second", 14.5))
-            forced = speech_frames(text, cps) if end_input else None
-        max_frames = options.max_frames or self.defaults.max_new_tokens
-        max_frames = min(max_frames, self.runner.max_context - 1)
-        state = StreamState(handle.id, layout, seed, max_frames, forced, options.chunk_schedule,
-                            drop_first_frame=options.voice.speaker is not None)
+        state = self.intake.new_state(handle.id, options, text, end_input)
         entry = StreamEntry(state, handle, options, None, StreamOutput(handle.id, options.silence_threshold_dbfs),
                             trace=FirstAudioTrace(handle.opened_at, drained=time.monotonic()))
         # Token-to-frame timing exists only in the streaming layout.
-        entry.out.timings_enabled = layout is Layout.STREAMING
+        entry.out.timings_enabled = state.layout is Layout.STREAMING
         self.scheduler.add(state)
         self._entries[handle.id] = entry
-        if layout is Layout.NON_STREAMING:
+        if state.layout is Layout.NON_STREAMING:
             if not end_input:
                 self._finish(entry, error="the non-streaming layout needs the whole text at open")
                 return
-            template = self.tokenizer.encode(assistant_text(text))
             state.input_ended = True
-            self._add_text(entry, template[len(self._role_ids):len(template) - len(self._tail_ids)])
+            self._add_text(entry, self.intake.content_ids(text))
         else:
             entry.tokenizer = StreamingTokenizer(self.tokenizer)
             self._add_text(entry, entry.tokenizer.push(text.lstrip()))
@@ -446,30 +433,15 @@ class StreamingEngine:
         state = entry.state
         state.content_ids.extend(ids)
         entry.out.add_tokens(ids, self.tokenizer)
-        if state.forced_frames is None and self.model_config.is_random and state.input_ended:
-            cps = float(self.model_config.random_weights.get("chars_per_second", 14.5))
-            state.forced_frames = speech_frames(self.tokenizer.decode(state.content_ids), cps)
+        if state.forced_frames is None and state.input_ended:
+            state.forced_frames = self.intake.forced_frames(state.content_ids)
         if state.phase is Phase.WAITING_TEXT and state.ready_for_prefill():
             try:
-                entry.prompt = self._build_prompt(entry)
+                entry.prompt = self.intake.prompt(state, entry.options)
             except ValueError as exc:  # this stream's input cannot run (e.g. longer than the context)
                 self._finish(entry, error=str(exc))
                 return
             self.scheduler.enqueue(state.id, len(entry.prompt))
-
-    def _build_prompt(self, entry: StreamEntry):
-        """The prefill rows; the streaming layout's prompt holds only the first text token, so it
-        is final as soon as that token is committed."""
-        state, opts = entry.state, entry.options
-        instruct_ids = self.tokenizer.encode(instruct_text(opts.voice.instruct)) if opts.voice.instruct else None
-        prompt = build_prompt(self.model_config, [*self._role_ids, *state.content_ids, *self._tail_ids],
-                              opts.voice, state.layout, instruct_ids)
-        if len(prompt) >= self.runner.max_context - 1:
-            raise ValueError(f"text is too long: its prompt of {len(prompt)} tokens exceeds the engine's "
-                             f"context of {self.runner.max_context}")
-        if len(prompt) + state.frame_limit >= self.runner.max_context:
-            state.max_frames = max(1, self.runner.max_context - len(prompt) - 1)
-        return prompt
 
     # -- health --------------------------------------------------------------------------------------
     def _busy(self) -> bool:

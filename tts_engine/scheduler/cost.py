@@ -50,7 +50,6 @@ class CostModel:
         self.seeds = seeds or CostSeeds()
         self.alpha = alpha
         self._ema: dict[tuple, float] = {}  # (kind, *key) -> seconds
-        self._seen: dict[tuple, int] = {}  # (kind, *key) -> measurements
         self._scale = {"frame": 1.0, "prefill": 1.0, "chunk": 1.0}
         self.observations = 0
 
@@ -76,9 +75,8 @@ class CostModel:
             return
         a = self.alpha
         old = self._get(kind, key)
-        if self._seen.get((kind, *key), 0):
+        if (kind, *key) in self._ema:  # measured before
             seconds = min(seconds, OUTLIER_FACTOR * old)
-        self._seen[(kind, *key)] = self._seen.get((kind, *key), 0) + 1
         self._ema[(kind, *key)] = old + a * (seconds - old)
         self._scale[kind] += a * (seconds / self._seed(kind, key) - self._scale[kind])
         self.observations += 1
