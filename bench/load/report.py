@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .server_metrics import host_per_iteration_ms
 from .summary import cost_per_million_chars
 
 # Send lag above this means the client, not the server, shaped the arrival process: say so.
@@ -118,6 +119,19 @@ def render(data: dict, plots: list[str]) -> str:
                       f"{s['rate']:g} req/s {s['server_silence_max_s'] * 1e3:.1f} ms"
                       + (f" at {s['server_silence_at_s']:.2f} s" if s.get("server_silence_at_s") is not None else "")
                       for s in data["rates"]) + "."]
+    engine = [(s["rate"], s["server"]) for s in data["rates"] if s.get("server")]
+    if engine:
+        parts = list(dict.fromkeys(p for _, m in engine for p in host_per_iteration_ms(m) or {}))
+        lines += ["", "## The engine during each rate", "",
+                  "From the server's own `/metrics` before and after each measured trial (warm-up included): "
+                  "its loop's host time per iteration by part, and its garbage-collection pauses.", "",
+                  "| rate | iterations | " + " | ".join(f"{p} ms" for p in parts) + " | GC pauses | GC max ms |",
+                  "|---|---|" + "---|" * len(parts) + "---|---|"]
+        for rate, m in engine:
+            per = host_per_iteration_ms(m) or {}
+            lines.append(f"| {rate:g} | {m.get('host_iterations', 0):.0f} | "
+                         + " | ".join(f"{per[p]:.2f}" if p in per else "-" for p in parts)
+                         + f" | {m.get('gc_pauses', 0):.0f} | {m.get('gc_pause_max_s', 0) * 1e3:.1f} |")
     if plots:
         lines += ["", "## Plots", "", *[f"![{p}]({p})" for p in plots]]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 from .percentiles import Distribution, distribution
 from .records import RequestRecord
+from .server_metrics import pooled
 
 INF = math.inf
 
@@ -49,6 +50,9 @@ class RateSummary:
     # (run 7: 160-230 ms garbage collections). `_at_s`: its start, in seconds from its trial's start.
     server_silence_max_s: float = 0.0
     server_silence_at_s: float | None = None
+    # The engine's own counters during the measured trials (server_metrics.during, pooled over seeds):
+    # host time by part, garbage-collection pauses, steps. None for a target without them (a peer).
+    server: dict[str, float] | None = None
 
     def sustained(self, slo_s: float) -> bool:
         """The rate holds: every request succeeded and became audible, p95 audible TTFA within slo_s,
@@ -100,9 +104,11 @@ def server_silence(records: list[RequestRecord]) -> tuple[float, float | None]:
 def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measured_s: float,
               peak_in_flight: int, client_stalls: list[list[tuple[float, float]]] | None = None,
               underruns_in_client_stalls: int = 0,
-              server_silences: list[tuple[float, float | None]] | None = None) -> RateSummary:
+              server_silences: list[tuple[float, float | None]] | None = None,
+              server: list[dict[str, float]] | None = None) -> RateSummary:
     """client_stalls: the client's loop pauses, per trial; underruns_in_client_stalls: their count
-    from `underruns_in_stalls`, per trial and summed; server_silences: `server_silence` per trial."""
+    from `underruns_in_stalls`, per trial and summed; server_silences: `server_silence` per trial;
+    server: the engine's counters per trial (`server_metrics.during`)."""
     silence = max(server_silences or [(0.0, None)], key=lambda s: s[0])
     rs = [r for r in records if r.measured]
     ok = [r for r in rs if r.ok]
@@ -124,7 +130,7 @@ def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measu
         audio_s_per_s=sum(r.audio_s for r in ok) / measured_s if measured_s > 0 else 0.0,
         client_stall_max_s=max((n for t in client_stalls or [] for _, n in t), default=0.0),
         underruns_in_client_stalls=underruns_in_client_stalls,
-        server_silence_max_s=silence[0], server_silence_at_s=silence[1])
+        server_silence_max_s=silence[0], server_silence_at_s=silence[1], server=pooled(server or []))
 
 
 def peak_in_flight(series: list[tuple[float, int]], start_s: float, end_s: float) -> int:

@@ -14,6 +14,7 @@ from .corpus import CharMix, prompt_for
 from .driver import TrialOutcome, run_trial
 from .http_target import HttpTarget
 from .recognizer import Recognizer, WerResult
+from .server_metrics import during, scrape
 from .server_proc import ServerProcess
 from .summary import (
     RateSummary,
@@ -35,6 +36,7 @@ class Trial:
     peak_in_flight_measured: int
     char_mix: CharMix
     wer: WerResult | None = None
+    server: dict[str, float] | None = None  # the engine's counters during the trial (server_metrics)
 
 
 @dataclass
@@ -105,11 +107,14 @@ def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr), aft
         for seed in cfg.seeds:
             server = ServerProcess(cfg.model, device=cfg.device, extra_args=cfg.serve_args) if cfg.model else None
             with server or contextlib.nullcontext():
-                outcome = run_one(cfg, server.url if server else cfg.url, rate, seed)
+                url = server.url if server else cfg.url
+                before = scrape(url)
+                outcome = run_one(cfg, url, rate, seed)
+                engine = during(before, scrape(url)) if before is not None else None
             measured = [r for r in outcome.records if r.measured]
             trial = Trial(rate, seed, outcome,
                           peak_in_flight(outcome.in_flight, cfg.warmup_s, cfg.warmup_s + cfg.duration_s),
-                          CharMix.of([prompt_for(seed, r.index, cfg.max_join) for r in measured]))
+                          CharMix.of([prompt_for(seed, r.index, cfg.max_join) for r in measured]), server=engine)
             if cfg.wer_requests and outcome.kept_pcm:
                 # After the trial (and its server) so transcription never competes with the measurement.
                 recognizer = recognizer or Recognizer(cfg.wer_model, cfg.wer_device)
@@ -123,7 +128,8 @@ def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr), aft
                             max(t.peak_in_flight_measured for t in trials),
                             [t.outcome.client_stalls for t in trials],
                             sum(underruns_in_stalls(t.outcome.records, t.outcome.client_stalls) for t in trials),
-                            [server_silence(t.outcome.records) for t in trials])
+                            [server_silence(t.outcome.records) for t in trials],
+                            [t.server for t in trials if t.server is not None])
         result.trials += trials
         result.rates.append(summary)
         log(_one_line(summary, cfg.slo_s))

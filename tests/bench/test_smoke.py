@@ -75,6 +75,11 @@ def test_http_sweep_against_a_real_server(server_url, tmp_path, monkeypatch):
     assert all(0 < r["server_silence_max_s"] < 5 for r in data["rates"]) and "## Server pauses" in data["_report"]
     assert data["config"]["target"] == "http"
     assert "## Cost" in data["_report"]
+    # The engine's counters during each trial: only that trial's requests finished in it.
+    for s, trial in zip(data["rates"], data["trials"], strict=True):
+        assert s["server"]["finished"] == len(trial["records"]) and s["server"]["host_iterations"] > 0
+        assert s["server"]["ready"] == 1 and s["server"]["active_streams"] == 0
+    assert "## The engine during each rate" in data["_report"]
 
 
 @pytest.mark.slow
