@@ -15,5 +15,8 @@ peer() {  # name port rates duration
   echo "$1 bench rc=$? $((SECONDS - t0)) s"; kill "$pid"; cp "/tmp/peers/$1.log" "$OUT/" 2>/dev/null
   grep -A6 -i "audible TTFA" "$OUT/load-$1/report.md" 2>/dev/null | head -12 | cut -c1-250
 }
-peer faster-qwen3-tts 8102 "${FQ_RATES:-1,2}" "${FQ_DURATION:-45}" 200
-peer qwen-tts 8101 "${QT_RATES:-0.1}" "${QT_DURATION:-60}" 160
+# PEERS: which of them (default both).
+[[ " ${PEERS:-faster-qwen3-tts qwen-tts} " == *" faster-qwen3-tts "* ]] && \
+  peer faster-qwen3-tts 8102 "${FQ_RATES:-1,2}" "${FQ_DURATION:-45}" 200
+[[ " ${PEERS:-faster-qwen3-tts qwen-tts} " == *" qwen-tts "* ]] && \
+  peer qwen-tts 8101 "${QT_RATES:-0.1}" "${QT_DURATION:-60}" 160
