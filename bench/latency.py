@@ -292,51 +292,64 @@ def socket_first_pcm(model_dir: Path, requests: int, texts: list[str], serve_arg
             if time.monotonic() > deadline:
                 raise RuntimeError("server not ready after 300 s")
             time.sleep(0.5)
-        first_pcm, totals = [], []
-        sums = {}
-        for i in range(requests + 5):
-            if i == 5:
-                sums = _ttfa_sums(port)
-            body = json.dumps({"model": "qwen3-tts", "input": texts[i % len(texts)], "voice": "ryan",
-                               "language": "english", "response_format": "pcm", "seed": i}).encode()
-            head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-            with socket.create_connection(("127.0.0.1", port)) as s:
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                t0 = time.perf_counter()
-                s.sendall(head + body)
-                buf, t_first = b"", None
-                while True:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    buf += chunk
-                    if t_first is None and b"\r\n\r\n" in buf:
-                        rest = buf.split(b"\r\n\r\n", 1)[1]
-                        # chunked transfer: the first chunk-size line then PCM bytes
-                        if b"\r\n" in rest and len(rest.split(b"\r\n", 1)[1]) > 0:
-                            t_first = time.perf_counter()
-                total = time.perf_counter() - t0
-            if i >= 5:  # the first requests warm the allocator and the HTTP stack
-                first_pcm.append((t_first - t0) * 1e3)
-                totals.append(total * 1e3)
-        first_pcm.sort()
-
-        def pct(p: float) -> float:
-            return first_pcm[max(0, int(-(-p * len(first_pcm) // 100)) - 1)]
-
-        return {"requests": len(first_pcm), "serve_args": list(serve_args), "first_pcm_ms_p50": pct(50),
-                "first_pcm_ms_p95": pct(95), "first_pcm_ms_max": first_pcm[-1],
-                "first_pcm_ms_mean": statistics.fmean(first_pcm), "total_ms_p50": statistics.median(totals),
-                "breakdown_mean": _ttfa_breakdown(sums, _ttfa_sums(port))}
+        return {**socket_requests(port, requests, texts), "serve_args": list(serve_args)}
     finally:
         server.terminate()
         server.wait(30)
 
 
+def socket_requests(port: int, requests: int, texts: list[str]) -> dict:
+    """`requests` sequential POSTs (after 5 warm-up ones) to the server on 127.0.0.1:port, each read to
+    its end over a raw socket: request sent -> first PCM byte, percentiles, and the engine's breakdown."""
+    first_pcm, totals = [], []
+    sums = {}
+    for i in range(requests + 5):
+        if i == 5:
+            sums = _ttfa_sums(port)
+        body = json.dumps({"model": "qwen3-tts", "input": texts[i % len(texts)], "voice": "ryan",
+                           "language": "english", "response_format": "pcm", "seed": i}).encode()
+        head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            t0 = time.perf_counter()
+            s.sendall(head + body)
+            buf, t_first = b"", None
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                if t_first is None and b"\r\n\r\n" in buf:
+                    rest = buf.split(b"\r\n\r\n", 1)[1]
+                    # chunked transfer: the first chunk-size line then PCM bytes
+                    if b"\r\n" in rest and len(rest.split(b"\r\n", 1)[1]) > 0:
+                        t_first = time.perf_counter()
+            total = time.perf_counter() - t0
+        if i >= 5:  # the first requests warm the allocator and the HTTP stack
+            first_pcm.append((t_first - t0) * 1e3)
+            totals.append(total * 1e3)
+    first_pcm.sort()
+
+    def pct(p: float) -> float:
+        return first_pcm[max(0, int(-(-p * len(first_pcm) // 100)) - 1)]
+
+    return {"requests": len(first_pcm), "first_pcm_ms_p50": pct(50),
+            "first_pcm_ms_p95": pct(95), "first_pcm_ms_max": first_pcm[-1],
+            "first_pcm_ms_mean": statistics.fmean(first_pcm), "total_ms_p50": statistics.median(totals),
+            "breakdown_mean": _ttfa_breakdown(sums, _ttfa_sums(port))}
+
+
+def _corpus() -> list[str]:
+    corpus = (Path(__file__).resolve().parents[1] / "tts_engine" / "data" / "harvard-sentences.txt")
+    return [line.strip() for line in corpus.read_text().splitlines() if line.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.latency")
-    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--model", type=Path, help="the checkpoint (required unless --socket-port)")
+    p.add_argument("--socket-port", type=int,
+                   help="only the socket measurement, against the `cadence serve` already on 127.0.0.1:PORT")
     p.add_argument("--size", default="1.7b")
     p.add_argument("--make", action="store_true", help="write a random-weight checkpoint first if missing")
     p.add_argument("--out", type=Path, required=True)
@@ -349,6 +362,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="`cadence serve` arguments of one more socket run (repeatable), e.g. '--codec-stream'")
     p.add_argument("--modes", default="triton,torch", help="runner modes to time: triton, torch or both")
     args = p.parse_args(argv)
+    if args.socket_port is not None:
+        result = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                  "commit": os.environ.get("CADENCE_COMMIT", "unknown"),
+                  "socket": socket_requests(args.socket_port, args.requests, _corpus())}
+        print(f"socket: {result['socket']}", flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2))
+        return 0
+    if args.model is None:
+        p.error("--model is required (or --socket-port)")
     from tts_engine.checkpoint import make_checkpoint
     from tts_engine.config import CodecConfig, ModelConfig
     from tts_engine.model.codec import CodecDecoder
@@ -405,8 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     del model
     torch.cuda.empty_cache()
     if not args.skip_socket:
-        corpus = (Path(__file__).resolve().parents[1] / "tts_engine" / "data" / "harvard-sentences.txt")
-        texts = [line.strip() for line in corpus.read_text().splitlines() if line.strip()]
+        texts = _corpus()
         result["socket"] = socket_first_pcm(args.model, args.requests, texts)
         print(f"socket: {result['socket']}", flush=True)
         for i, extra in enumerate(args.socket_args):

@@ -6,7 +6,8 @@
 #   PART=codec ... bash bench/gpu/run3.sh                       bench.latency's codec part alone
 #   PART=load ... bash bench/gpu/run3.sh                        load sweeps: one `cadence serve` per entry
 #                                                               of CONFIGS ("name:serve args;..."),
-#                                                               RATES / WARMUP / DURATION per sweep
+#                                                               RATES / WARMUP / DURATION per sweep;
+#                                                               SOCKET=N: N sequential requests first
 #   PART=peers ... bash bench/gpu/run3.sh                       the peers (run2_peers.sh)
 # Parts can be combined (PART="codec latency"). Everything lands in $W and comes back as one tarball
 # ($OUT takes at most 8 files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds,
@@ -57,6 +58,11 @@ if [[ " $PART " == *" load "* ]]; then
       sleep 1
     done
     echo "$name ($args): server ready $((SECONDS - t0)) s"
+    if [ -n "${SOCKET:-}" ]; then  # SOCKET=N: first N sequential requests' first PCM on this server (issue 3)
+      timeout $(left 10) python3 -m bench.latency --socket-port $PORT --requests $SOCKET --out $W/$name/socket.json \
+        > $W/$name/socket.log 2>&1
+      echo "$name socket rc=$? $((SECONDS - t0)) s"; grep "^socket" $W/$name/socket.log | cut -c1-500
+    fi
     # Each rate's results are written as it ends, so a sweep cut off at the deadline keeps them.
     timeout $(left 10) python3 -m tts_engine.cli bench --url http://127.0.0.1:$PORT --rates "${RATES:-10,20,30,40}" \
       --warmup "${WARMUP:-5}" --duration "${DURATION:-30}" --gpu-price 4.29 --no-plots \

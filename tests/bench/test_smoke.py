@@ -105,3 +105,15 @@ def test_websocket_word_by_word_against_a_real_server(server_url, tmp_path):
     # The WER pass ran on the first measured request (random weights: the figure itself is noise).
     assert data["wer"]["utterances"] == 1 and data["wer"]["words"] > 0
     assert "## Intelligibility" in data["_report"]
+
+
+@pytest.mark.slow
+def test_latency_socket_part_against_a_running_server(server_url, tmp_path):
+    from bench import latency
+
+    out = tmp_path / "socket.json"
+    port = int(server_url.rsplit(":", 1)[1])
+    assert latency.main(["--socket-port", str(port), "--requests", "2", "--out", str(out)]) == 0
+    sock = json.loads(out.read_text())["socket"]
+    assert sock["requests"] == 2 and 0 < sock["first_pcm_ms_p50"] <= sock["first_pcm_ms_p95"] <= sock["total_ms_p50"]
+    assert sock["breakdown_mean"]  # the engine's TTFA parts from /metrics

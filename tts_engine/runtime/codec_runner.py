@@ -118,7 +118,7 @@ class CodecRunner:
 
     def _zero(self, slot: int) -> None:
         s = self.state
-        s.frames[slot] = 0
+        s.frames[slot].zero_()  # not `= 0`: that copies a pageable host scalar, which waits for the stream
         s.keys[:, slot].zero_()
         s.values[:, slot].zero_()
         for h in s.history:

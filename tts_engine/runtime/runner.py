@@ -129,8 +129,8 @@ class ModelRunner:
     def start_slot(self, slot: int, params: SamplingParams, seed: int, eos_allowed: bool) -> None:
         self.rows.set_row(slot, params, seed)
         self.slot_fast[slot] = FAST.serves(params, self.cfg.vocab_size, self.cfg.code_predictor.vocab_size)
-        self.seen[slot] = False
-        self.eos_allowed[slot] = eos_allowed
+        self.seen[slot].zero_()  # fill_, not `[slot] = v`: no blocking host copy (SamplingRows.set_row)
+        self.eos_allowed[slot].fill_(eos_allowed)
 
     @torch.inference_mode()
     def embed_prompt(self, text_ids: list[int | None], codec_ids: list[int | None]) -> torch.Tensor:

@@ -67,8 +67,11 @@ class SamplingRows:
     def set_row(self, row: int, p: SamplingParams, seed: int) -> None:
         values = (p.do_sample, p.temperature, p.top_k, p.top_p, p.repetition_penalty, p.subtalker_dosample,
                   p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p, seed, p.min_new_tokens)
+        # fill_ with a Python scalar is a kernel argument. `t[row] = v` would copy a pageable host
+        # tensor into the device one, which waits for every step queued on the stream (run 8's
+        # profile: 5.3 ms a new stream at 40 req/s, with the GPU idle behind it).
         for t, v in zip(self.tensors(), values):
-            t[row] = v
+            t[row].fill_(v)
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return (self.do_sample, self.temperature, self.top_k, self.top_p, self.repetition_penalty,
