@@ -10,11 +10,10 @@ run's command and environment are kept under "parts".
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from .output import write_json
+from .output import read_run, write_json
 from .rerender import render_outputs
 from .summary import cost_per_million_chars
 
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m bench.load.merge OUT RUN_DIR RUN_DIR [...]", file=sys.stderr)
         return 2
     out = Path(args[0])
-    data = merge([json.loads((Path(d) / "results.json").read_text()) for d in args[1:]])
+    data = merge([read_run(Path(d)) for d in args[1:]])
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", data)
     names = render_outputs(data, out)

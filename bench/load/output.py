@@ -7,6 +7,7 @@ is indented only down to one line per request record: a long sweep holds tens of
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -98,3 +99,13 @@ def dumps(value: Any, depth: int = 0, indent_depth: int = 4) -> str:
 
 def write_json(path: Path, data: dict) -> None:
     path.write_text(dumps(data) + "\n")
+
+
+def read_run(run_dir: Path) -> dict:
+    """A run's data: results.json, or results.json.gz (how runs are committed under bench/results:
+    a 120 s sweep's raw records are ~10 MB of JSON, ~1 MB compressed)."""
+    plain = Path(run_dir) / "results.json"
+    if plain.exists():
+        return json.loads(plain.read_text())
+    with gzip.open(plain.with_suffix(".json.gz"), "rt") as f:
+        return json.load(f)

@@ -6,11 +6,11 @@ with --no-plots on a machine without matplotlib).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from . import plots, report
+from .output import read_run
 
 
 def render_outputs(data: dict, out: Path) -> list[str]:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m bench.load.rerender RUN_DIR", file=sys.stderr)
         return 2
     out = Path(args[0])
-    names = render_outputs(json.loads((out / "results.json").read_text()), out)
+    names = render_outputs(read_run(out), out)
     print(f"{out / 'report.md'}: {len(names)} plots")
     return 0
 

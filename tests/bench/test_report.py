@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -98,9 +99,10 @@ def test_runs_at_different_rates_merge_into_one_sweep(tmp_path):
         merge([low, {**high, "config": {**high["config"], "duration_s": 99}}])
     with pytest.raises(ValueError, match="more than one run"):
         merge([low, low])
-    for name, run in (("low", low), ("high", high)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(dumps(run))
+    (tmp_path / "low").mkdir()
+    (tmp_path / "low" / "results.json").write_text(dumps(low))
+    (tmp_path / "high").mkdir()  # committed runs are gzipped: read either way
+    (tmp_path / "high" / "results.json.gz").write_bytes(gzip.compress(dumps(high).encode()))
     assert merge_main([str(tmp_path / "out"), str(tmp_path / "low"), str(tmp_path / "high")]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
     assert "merged from 2 runs" in report and "`cadence bench high`" in report
