@@ -2,10 +2,11 @@
 sweep split over two GPUs, one server each, so that it fits a device session. Rates and trials are
 pooled in rate order, capacity and cost recomputed; report.md and the plots are rendered again.
 
-    python -m bench.load.merge OUT RUN_DIR RUN_DIR [...]
+    python -m bench.load.merge [--label TEXT] OUT RUN_DIR RUN_DIR [...]
 
 The runs must agree on everything but their rates (target, arrivals, texts, SLO, label); each
-run's command and environment are kept under "parts".
+run's command and environment are kept under "parts". `--label` gives the merged run its own label
+and lets the parts' labels differ (e.g. parts run at two commits that differ only in GPU scripts).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ SAME = ("target", "ws_mode", "word_interval_s", "warmup_s", "duration_s", "max_j
         "extra", "slo_s", "gpu_price", "label", "seeds")
 
 
-def merge(runs: list[dict]) -> dict:
+def merge(runs: list[dict], label: str | None = None) -> dict:
     first = runs[0]
     for run in runs[1:]:
-        for key in SAME:
+        for key in SAME if label is None else [k for k in SAME if k != "label"]:
             if run["config"][key] != first["config"][key]:
                 raise ValueError(f"runs differ in {key}: {first['config'][key]!r} vs {run['config'][key]!r}")
     rates = sorted((r for run in runs for r in run["rates"]), key=lambda r: r["rate"])
@@ -34,7 +35,10 @@ def merge(runs: list[dict]) -> dict:
     cap = max(held, key=lambda r: r["rate"], default=None)
     price = first["config"]["gpu_price"]
     cost = cost_per_million_chars(price, cap["chars_per_s"]) if cap is not None and price is not None else None
-    return {**first, "config": {**first["config"], "rates": [r["rate"] for r in rates]},
+    config = {**first["config"], "rates": [r["rate"] for r in rates]}
+    if label is not None:
+        config["label"] = label
+    return {**first, "config": config,
             "capacity_rate": cap["rate"] if cap is not None else None, "cost_per_million_chars": cost,
             "rates": rates, "trials": sorted((t for run in runs for t in run["trials"]), key=lambda t: t["rate"]),
             "parts": [{"command": run["command"], "created": run["created"], "environment": run["environment"],
@@ -42,12 +46,15 @@ def merge(runs: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    label = None
+    if args[:1] == ["--label"] and len(args) > 1:
+        label, args = args[1], args[2:]
     if len(args) < 3:
-        print("usage: python -m bench.load.merge OUT RUN_DIR RUN_DIR [...]", file=sys.stderr)
+        print("usage: python -m bench.load.merge [--label TEXT] OUT RUN_DIR RUN_DIR [...]", file=sys.stderr)
         return 2
     out = Path(args[0])
-    data = merge([read_run(Path(d)) for d in args[1:]])
+    data = merge([read_run(Path(d)) for d in args[1:]], label)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", data)
     names = render_outputs(data, out)

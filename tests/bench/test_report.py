@@ -99,6 +99,10 @@ def test_runs_at_different_rates_merge_into_one_sweep(tmp_path):
         merge([low, {**high, "config": {**high["config"], "duration_s": 99}}])
     with pytest.raises(ValueError, match="more than one run"):
         merge([low, low])
+    relabelled = {**high, "config": {**high["config"], "label": "other commit"}}
+    with pytest.raises(ValueError, match="differ in label"):
+        merge([low, relabelled])
+    assert merge([low, relabelled], label="both")["config"]["label"] == "both"
     (tmp_path / "low").mkdir()
     (tmp_path / "low" / "results.json").write_text(dumps(low))
     (tmp_path / "high").mkdir()  # committed runs are gzipped: read either way
