@@ -73,6 +73,7 @@ class LaunchedStep:
     early_batches: tuple[int, ...] = ()
     early_event: torch.cuda.Event | None = None
     early_sent: set[tuple[int, int]] = field(default_factory=set)  # (batch, row) already delivered
+    early_delivered: bool = False  # its early first audio has been looked at (engine._deliver_early)
     _host_pcm: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def host_pcm(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -83,6 +84,14 @@ class LaunchedStep:
             pcm = self.pcm[batch].numpy()
             cached = self._host_pcm[batch] = (pcm, to_s16(pcm))
         return cached
+
+    def early_ready(self) -> bool:
+        """Never blocks: is the early first audio on the host (True when there is none, and on CPU)?"""
+        return self.early_event is None or self.early_event.query()
+
+    def ready(self) -> bool:
+        """Never blocks: has the device finished the whole step (always, on CPU)?"""
+        return all(e is None or e.query() for e in (self.codec_event, self.event))
 
     def wait_early(self) -> None:
         if self.early_event is not None:

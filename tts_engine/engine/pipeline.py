@@ -33,16 +33,25 @@ class StepPipeline:
         self._steps.append(step)
 
     def completed(self, must_wait: bool = False, before_wait: Callable[[Launched], None] | None = None,
-                  depth: int | None = None) -> Iterator[Launched]:
+                  depth: int | None = None, wait: Callable[[Launched], bool] | None = None) -> Iterator[Launched]:
         """Steps to read now, oldest first: the oldest while `depth` are in flight, or while
         nothing was launched this iteration (`must_wait`), so results keep coming when idle.
         depth: this iteration's, at most the pipeline's (the engine's lookahead, 1 when no stream
-        needs it). before_wait(step): called on a step about to be waited for (early audio)."""
+        needs it). before_wait(step): called on a step about to be waited for (early audio).
+        wait(step) -> bool, if given, waits instead (before_wait is then its business) while fewer
+        than the pipeline's depth are in flight, i.e. while another step could still be launched
+        beside this one: False means it was cut short (a new stream to plan at once), and the step
+        stays in flight, to be read in a later iteration."""
         depth = self.depth if depth is None else max(1, min(depth, self.depth))
         while self._steps and (len(self._steps) >= depth or must_wait):
             must_wait = False
-            step = self._steps.popleft()
-            if before_wait is not None:
-                before_wait(step)
-            step.wait()
+            step = self._steps[0]
+            if wait is not None and len(self._steps) < self.depth:
+                if not wait(step):
+                    return
+            else:
+                if before_wait is not None:
+                    before_wait(step)
+                step.wait()
+            self._steps.popleft()
             yield step
