@@ -134,7 +134,8 @@ class StreamingEngine:
         self.stats = {"finished": 0, "cancelled": 0, "frames": 0, "last_step_ms": 0.0, "last_batch": 0,
                       "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0,
                       **{f"ttfa_{part}_sum_s": 0.0 for part in TTFA_PARTS},
-                      **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_iterations": 0}
+                      **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_launch_cpu_s": 0.0, "host_cpu_s": 0.0,
+                      "host_iterations": 0}
         self.freeze_gc = freeze_gc
         self.profile = profile
         self.gc_pauses = GcPauses()
@@ -279,18 +280,18 @@ class StreamingEngine:
         """One engine iteration: commands, plan + launch, read completed steps. False when idle.
         Busy iterations add their host time to stats `host_<part>_s` (HOST_PARTS), so /metrics
         shows where the engine thread's time goes under load."""
-        clock = time.perf_counter
-        t0 = clock()
+        clock, cpu = time.perf_counter, time.thread_time
+        t0, c0 = clock(), cpu()
         did = self._drain_commands()
         t1 = clock()
         did |= self._act(self.scheduler.reap())
         now = time.monotonic()
         plan = self.scheduler.schedule(now)
-        t2 = clock()
+        t2, c2 = clock(), cpu()
         if not plan.empty:
             self.pipeline.push(self.executor.launch(plan, self._entries))
             did = True
-        t3 = clock()
+        t3, c3 = clock(), cpu()
         depth = None if self.scheduler.wants_lookahead(now) else 1
         read_s = 0.0
         self._interrupted = False
@@ -307,6 +308,11 @@ class StreamingEngine:
             # wait: the device (events, early first audio included), the rest is Python and launches
             for part, seconds in zip(HOST_PARTS, (t1 - t0, t2 - t1, t3 - t2, clock() - t3 - read_s, read_s)):
                 self.stats[f"host_{part}_s"] += seconds
+            # The thread's CPU time: launch wall time well above its CPU time is time spent blocked
+            # (the GIL, a blocking copy), not Python or CUDA API work. (A CUDA wait may spin: the
+            # whole iteration's CPU time counts it.)
+            self.stats["host_launch_cpu_s"] += c3 - c2
+            self.stats["host_cpu_s"] += cpu() - c0
             self.stats["host_iterations"] += 1
         return did
 
