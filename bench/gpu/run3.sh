@@ -9,6 +9,7 @@
 #                                                               RATES / WARMUP / DURATION per sweep;
 #                                                               SOCKET=N: N sequential requests first
 #   PART=peers ... bash bench/gpu/run3.sh                       the peers (run2_peers.sh)
+#   PART=gputest ... bash bench/gpu/run3.sh                     GPU_TESTS (default tests/gpu/test_engine_gpu.py)
 # Parts can be combined (PART="codec latency"). Everything lands in $W and comes back as one tarball
 # ($OUT takes at most 8 files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds,
 # default start + 585) is when everything must have stopped, so the tarball is made inside the device
@@ -24,6 +25,13 @@ python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" 
 ensure_checkpoint; echo "checkpoint $((SECONDS - t0)) s"
 finish() { tar -czf "$OUT/run3-$TAG.tgz" -C $W . ; ls -la $W | tail -n +2 | wc -l; }
 trap finish EXIT
+
+if [[ " $PART " == *" gputest "* ]]; then  # GPU_TESTS (default: the engine's) before anything else
+  # shellcheck disable=SC2086  # GPU_TESTS splits into test paths
+  timeout ${TEST_LIMIT:-200} python3 -m pytest -q -m gpu ${GPU_TESTS:-tests/gpu/test_engine_gpu.py} -p no:cacheprovider \
+    > $W/gpu-tests.log 2>&1
+  echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
+fi
 
 if [[ " $PART " == *" codec "* ]]; then
   limit=$(left 5); limit=$(( limit < ${CODEC_LIMIT:-150} ? limit : ${CODEC_LIMIT:-150} ))
