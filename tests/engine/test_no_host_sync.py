@@ -23,7 +23,8 @@ class _HostCopies(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.fresh: set[int] = set()  # id() of lift_fresh outputs still alive in this iteration
+        # This iteration's lift_fresh outputs, held so that no other tensor can take one's id().
+        self.fresh: dict[int, torch.Tensor] = {}
         self.found: list[str] = []
         self.ops = 0
 
@@ -32,8 +33,8 @@ class _HostCopies(TorchDispatchMode):
         self.ops += 1
         name = str(func)
         if name.startswith("aten.lift_fresh"):
-            self.fresh.add(id(out))
-        elif name.startswith("aten.copy_") and len(args) > 1 and id(args[1]) in self.fresh:
+            self.fresh[id(out)] = out
+        elif name.startswith("aten.copy_") and len(args) > 1 and self.fresh.get(id(args[1])) is args[1]:
             self.found.append(f"{name} into {tuple(args[0].shape)} {args[0].dtype}")
         return out
 
