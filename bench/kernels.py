@@ -5,6 +5,9 @@ talker layer against their weight-read floor, and the fused small-batch GEMV (ke
 against cuBLAS plus the epilogue kernel it replaces, at talker and code-predictor shapes.
 
     python -m bench.kernels --out bench/results/kernels.json
+    python -m bench.kernels --out ... --gemv-sweep    only the GEMV's launch configurations against
+                                                      cuBLAS at the code predictor's four shapes
+
 
 A time is the median over replays of a CUDA graph that launches the op 20 times back to back
 (inputs rotate over 4 sets, so repeated reads do not all hit L2), divided by 20: the cost of the op
@@ -70,10 +73,63 @@ def _attention_v1(q, k_cache, v_cache, rows, lengths):
     return out
 
 
+# The code predictor's products per layer at batch 1 (1.7B: hidden 1024, 16 q / 8 kv heads of 128,
+# intermediate 3072): (name, rows of w, K, epilogue).
+CP_SHAPES = (("cp qkv", 4096, 1024, None), ("cp o+residual", 1024, 2048, "residual"),
+             ("cp gate_up+silu", 6144, 1024, "silu"), ("cp down+residual", 1024, 3072, "residual"))
+GEMV_CONFIGS = [dict(block_n=bn, block_k=bk, late_sum=late, stages=st, num_warps=4)
+                for bn in (4, 8, 16) for bk in (256, 512) for late in (False, True) for st in (1, 3)
+                if not (bn == 16 and bk == 512 and late)]  # [16, 512] fp32 partial products spill
+
+
+def gemv_sweep(batch: int = 1) -> list[dict]:
+    """Each launch configuration of the fused GEMV against cuBLAS (+ its separate epilogue), µs."""
+    from tts_engine.kernels.gemv import gemv
+    from tts_engine.kernels.silu_mul import silu_mul
+
+    rows = []
+    with torch.inference_mode():
+        for name, n, k, epilogue in CP_SHAPES:
+            x, ws = rnd(batch, k), [rnd(n, k) for _ in range(SETS)]
+            res = rnd(batch, n)
+            if epilogue == "silu":
+                ref = [partial(lambda x, w: silu_mul(F.linear(x, w)), x, w) for w in ws]
+            elif epilogue == "residual":
+                ref = [partial(lambda x, w, r: r + F.linear(x, w), x, w, res) for w in ws]
+            else:
+                ref = [partial(F.linear, x, w) for w in ws]
+            floor_us = n * k * 2 / 4.19e12 * 1e6
+            cublas = graph_ms(ref) * 1e3
+            rows.append({"op": name, "impl": "cublas", "us": round(cublas, 2), "floor_us": round(floor_us, 2)})
+            print(f"{name:<20} cublas {cublas:7.2f} us (floor {floor_us:.2f})", flush=True)
+            kw = {"silu_mul": epilogue == "silu", "residual": res if epilogue == "residual" else None}
+            for cfg in GEMV_CONFIGS:
+                try:
+                    us = graph_ms([partial(gemv, x, w, **kw, **cfg) for w in ws]) * 1e3
+                except Exception as e:  # a configuration that does not compile or run here
+                    rows.append({"op": name, "impl": "gemv", **cfg, "error": f"{type(e).__name__}: {e}"[:200]})
+                    continue
+                rows.append({"op": name, "impl": "gemv", **cfg, "us": round(us, 2)})
+            best = min((r for r in rows if r["op"] == name and "us" in r and r["impl"] == "gemv"),
+                       key=lambda r: r["us"], default=None)
+            if best is not None:
+                print(f"{name:<20} best gemv {best['us']:7.2f} us {({k: best[k] for k in GEMV_CONFIGS[0]})}",
+                      flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.kernels")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--gemv-sweep", action="store_true",
+                   help="only sweep kernels/gemv.py's launch configurations at the code predictor's shapes (batch 1)")
     args = p.parse_args(argv)
+    if args.gemv_sweep:
+        rows = gemv_sweep()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                        "gemv_sweep": rows}, indent=2))
+        return 0
     from tts_engine.kernels import decode_attention as da
     from tts_engine.kernels.cp_attention import cp_attention, cp_attention_ref
     from tts_engine.kernels.gemv import gemv

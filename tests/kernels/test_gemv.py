@@ -29,6 +29,17 @@ def test_plain_and_residual(device, dtype, m, k, n):
                          f"gemv + residual {m}x{k}x{n} {dtype}")
 
 
+@pytest.mark.parametrize("late_sum,stages", [(True, 1), (True, 3), (False, 2)])
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_launch_configurations_give_the_same_results(device, late_sum, stages, m, k, n):
+    x, w, g = inputs(m, k, 2 * n, torch.bfloat16, device, seed=3 * m + n)
+    cfg = dict(block_k=64, late_sum=late_sum, stages=stages, block_n=16, num_warps=2)
+    assert_same_rounding(gemv(x, w, **cfg), gemv_ref(x, w), f"gemv {cfg}")
+    r = torch.randn(m, 2 * n, generator=g).to(device, torch.bfloat16)
+    assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r), f"gemv + residual {cfg}")
+    assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True), f"gemv swiglu {cfg}")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_swiglu_epilogue(device, dtype, m, k, n):
@@ -46,3 +57,14 @@ def test_strided_rows_and_errors(device):
         gemv(torch.zeros(17, 8, device=device), torch.zeros(4, 8, device=device))
     with pytest.raises(ValueError, match="do not combine"):
         gemv(x, w[:, :128].contiguous(), residual=torch.zeros(2, 48, device=device), silu_mul=True)
+
+
+def test_every_configuration_the_gpu_sweep_tries_is_correct(device):
+    """bench/kernels.py --gemv-sweep times these on the GPU; each must compute the same thing."""
+    from bench.kernels import GEMV_CONFIGS
+
+    x, w, g = inputs(1, 96, 40, torch.bfloat16, device, seed=5)
+    r = torch.randn(1, 40, generator=g).to(device, torch.bfloat16)
+    for cfg in GEMV_CONFIGS:
+        assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r), f"gemv {cfg}")
+        assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True), f"gemv {cfg}")
