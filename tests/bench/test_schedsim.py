@@ -33,3 +33,13 @@ def test_one_step_at_a_time_while_no_stream_needs_lookahead_brings_first_audio_s
     assert lazy["requests"] == always["requests"] > 60
     assert lazy["ttfa_ms_p50"] < always["ttfa_ms_p50"] - 2
     assert lazy["underrun_requests"] == always["underrun_requests"] == 0
+
+
+def test_a_faster_code_predictor_brings_first_audio_sooner_under_load():
+    """The what-if knob: every frame step and codes half shorter by the code predictor's saving."""
+    cfg = SchedulerConfig(codec_tick_steps=CODEC_TICK_CUDA)
+    now = Sim(10, 15, seed=2, config=cfg).run()
+    faster = Sim(10, 15, seed=2, code_predictor_cut_ms=3.45 - 1.2, config=cfg).run()
+    assert faster["requests"] == now["requests"] > 100
+    assert faster["ttfa_ms_p50"] < now["ttfa_ms_p50"] - 4 and faster["ttfa_ms_p95"] < now["ttfa_ms_p95"] - 4
+    assert faster["underrun_requests"] == now["underrun_requests"] == 0
