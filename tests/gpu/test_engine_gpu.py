@@ -65,17 +65,15 @@ def test_concurrent_streams_on_cuda_equal_the_cpu_reference(cuda_engine, tiny_ch
     assert cuda_engine.scheduler.violations(idle=True) == []
 
 
-def test_the_engine_thread_never_synchronizes_the_device(cuda, tiny_checkpoint):
-    """With torch's sync debug mode set to error after warm-up, three streams start, decode and
+def test_the_engine_thread_never_synchronizes_the_device(cuda_engine):
+    """With torch's sync debug mode set to error (after warm-up), three streams start, decode and
     finish: any op that makes the host wait for the device (a pageable host-to-device copy such as
     `device_tensor[i] = value`, an `.item()`) raises in the engine thread, which faults the engine.
-    Waits on the engine's own CUDA events (reading a finished step) are not such ops."""
-    engine = StreamingEngine(tiny_checkpoint, device="cuda", dtype=torch.float32, max_context=512,
-                             max_active_streams=4, scheduler=SchedulerConfig(raise_on_invariant_violation=True))
-    asyncio.run(engine.start())
+    Waits on the engine's own CUDA events (reading a finished step) are not such ops. The module's
+    engines are reused (run 8: a third engine's start did not fit the GPU tests' time limit)."""
 
     async def run():
-        streams = [engine.open_stream(options(seed=60 + i), text, end_input=True)
+        streams = [cuda_engine.open_stream(options(seed=60 + i), text, end_input=True)
                    for i, text in enumerate((SHORT, "Another voice.", SHORT))]
         return await asyncio.gather(*(collect(s) for s in streams))
 
@@ -84,6 +82,5 @@ def test_the_engine_thread_never_synchronizes_the_device(cuda, tiny_checkpoint):
         results = asyncio.run(run())
     finally:
         torch.cuda.set_sync_debug_mode("default")
-        asyncio.run(engine.stop())
-    assert engine.fault is None, engine.fault
+    assert cuda_engine.fault is None, cuda_engine.fault
     assert all(isinstance(events[-1], DoneEvent) for events in results)
