@@ -103,7 +103,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def read_run(run_dir: Path) -> dict:
     """A run's data: results.json, or results.json.gz (how runs are committed under bench/results:
-    a 120 s sweep's raw records are ~10 MB of JSON, ~1 MB compressed)."""
+    a 120 s sweep's raw records are 10-15 MB of JSON, a fifth of that compressed)."""
     plain = Path(run_dir) / "results.json"
     if plain.exists():
         return json.loads(plain.read_text())
