@@ -77,8 +77,9 @@ def _add_serve(sub) -> None:
                    help="Python's thread switch interval (sys.setswitchinterval; its own default is 5 ms): how long "
                         "the engine thread can wait for the GIL while the HTTP/WebSocket thread runs Python")
     p.add_argument("--profile-engine", type=Path, default=None, metavar="PATH",
-                   help="write a cProfile of the engine thread's first --profile-seconds of work to PATH "
-                        "(diagnosis only: profiling slows the engine)")
+                   help="write a cProfile of the engine thread's first --profile-seconds of work to PATH, and "
+                        "its sampled stacks to PATH.stacks and PATH.top.txt (diagnosis only: profiling slows "
+                        "the engine)")
     p.add_argument("--profile-seconds", type=float, default=30.0)
     p.add_argument("--codec-precision", choices=["fp32", "tf32", "bf16"], default=None,
                    help="codec numerics: fp32 exact, tf32 (fp32 weights, tensor-core convs) or bf16 "
