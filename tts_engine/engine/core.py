@@ -10,7 +10,8 @@ Data flow of one stream:
                     and PCM -> Scheduler.postprocess -> audio events (onset trimming, word timings),
                     flush-done, done                                       (scheduler: FINISHED)
 Every decision comes from the scheduler (`tts_engine/scheduler`, no torch); this file moves
-text in and events out, and `executor.py` touches the tensors.
+text in and runs the loop, `delivery.py` turns the scheduler's outputs into events, and
+`executor.py` touches the tensors.
 """
 
 from __future__ import annotations
@@ -33,25 +34,20 @@ from ..prompt import Layout, resolve_voice
 from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
 from ..runtime.runner import ModelRunner
 from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
-from ..scheduler.plan import AudioReady, Finished, FlushDone, Output
 from ..scheduler.request import Phase
 from ..scheduler.scheduler import Scheduler
 from ..text_stream import StreamingTokenizer
 from .api import (
-    SAMPLES_PER_FRAME,
     AdmissionError,
-    DoneEvent,
     EngineUnavailable,
     ErrorEvent,
-    FlushDoneEvent,
     StreamOptions,
 )
-from .early import early_first_chunks
+from .delivery import Delivery
 from .entry import TTFA_PARTS, FirstAudioTrace, StreamEntry
 from .executor import LaunchedStep, StepExecutor
 from .gcpause import GcPauses, freeze_heap
 from .intake import TextIntake
-from .outbox import Outbox
 from .pipeline import StepPipeline
 from .profile import EngineProfile
 from .stream import Stream
@@ -123,7 +119,6 @@ class StreamingEngine:
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._entries: dict[str, StreamEntry] = {}
-        self._outbox = Outbox()  # this thread's events, flushed once per iteration (outbox.py)
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -136,6 +131,7 @@ class StreamingEngine:
                       **{f"ttfa_{part}_sum_s": 0.0 for part in TTFA_PARTS},
                       **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_launch_cpu_s": 0.0, "host_cpu_s": 0.0,
                       "host_iterations": 0}
+        self.delivery = Delivery(self.scheduler, self._entries, self.stats)  # events out to the streams
         self.freeze_gc = freeze_gc
         self.profile = profile
         self.gc_pauses = GcPauses()
@@ -243,7 +239,7 @@ class StreamingEngine:
         except BaseException as exc:  # an engine fault must reach every stream
             self.fault = exc
             log.exception("engine fault")
-            self._outbox.flush()  # what was already produced goes out before the error
+            self.delivery.flush()  # what was already produced goes out before the error
             for entry in list(self._entries.values()):
                 entry.handle.deliver(ErrorEvent(entry.state.id, f"engine failure: {exc}", "engine_error"))
             self._entries.clear()
@@ -284,7 +280,7 @@ class StreamingEngine:
         t0, c0 = clock(), cpu()
         did = self._drain_commands()
         t1 = clock()
-        did |= self._act(self.scheduler.reap())
+        did |= self.delivery.act(self.scheduler.reap())
         now = time.monotonic()
         plan = self.scheduler.schedule(now)
         t2, c2 = clock(), cpu()
@@ -301,7 +297,7 @@ class StreamingEngine:
             self._read(launched)
             read_s += clock() - r0
             did = True
-        self._outbox.flush()
+        self.delivery.flush()
         self.step_count += 1
         did |= self._interrupted
         if did:
@@ -322,7 +318,7 @@ class StreamingEngine:
             self.stats["last_batch"] = len(launched.plan.frames.rows)
             if result.timings.frame_s is not None:
                 self.stats["last_step_ms"] = result.timings.frame_s * 1e3
-        self._act(self.scheduler.postprocess(result), launched)
+        self.delivery.act(self.scheduler.postprocess(result), launched)
         self.stats["frames"] = self.scheduler.stats["frames"]
 
     def _await_step(self, launched: LaunchedStep) -> bool:
@@ -344,66 +340,8 @@ class StreamingEngine:
             self._wake.clear()
 
     def _deliver_early(self, launched: LaunchedStep) -> None:
-        """First audio before its step ends (engine/early.py); the scheduler's AudioReady for it,
-        when the step is read, is then skipped. Once per step."""
-        if launched.early_delivered:
-            return
-        launched.early_delivered = True
-        self._outbox.flush()  # the steps read so far: their events must not wait for this one
-        if not launched.early_batches:
-            return
-        launched.wait_early()
-        for entry, out in early_first_chunks(launched, self._entries, self._eos_id):
-            self._send_audio(entry, out, launched)
-            launched.early_sent.add((out.batch, out.row))
-        self._outbox.flush()
-
-    def _act(self, outputs: list[Output], launched: LaunchedStep | None = None) -> bool:
-        for out in outputs:
-            entry = self._entries[out.stream_id]
-            if isinstance(out, AudioReady):
-                if launched is not None and (out.batch, out.row) in launched.early_sent:
-                    continue  # sent by _deliver_early
-                self._send_audio(entry, out, launched)
-            elif isinstance(out, FlushDone):
-                self._outbox.post(entry.handle, FlushDoneEvent(out.stream_id))
-            elif isinstance(out, Finished):
-                self._entries.pop(out.stream_id)
-                self.stats["finished"] += 1
-                self._outbox.post(entry.handle, DoneEvent(out.stream_id, entry.state.frames_decoded,
-                                                          entry.out.audio_s, out.reason))
-        return bool(outputs)
-
-    def _send_audio(self, entry: StreamEntry, out: AudioReady, launched: LaunchedStep) -> None:
-        skip = entry.state.audible_skip
-        pcm, s16 = launched.host_pcm(out.batch)
-        n = out.num_frames * SAMPLES_PER_FRAME
-        event = entry.out.audio(pcm[out.row, :n], out.first_frame + skip, out.num_frames, final=out.final,
-                                first_audible_frame=skip, s16=s16[out.row, :n])
-        if event is None:
-            return
-        now = time.monotonic()
-        if entry.state.first_audio_at is None:
-            self.stats["ttfa_sum_s"] += now - entry.state.arrival
-            self.stats["ttfa_count"] += 1
-            parts = entry.trace.parts(now) if entry.trace is not None else None
-            if parts is not None:  # where the engine's share of TTFA goes (means: sum / ttfa_count)
-                for name, seconds in parts.items():
-                    self.stats[f"ttfa_{name}_sum_s"] += seconds
-        self.scheduler.audio_sent(entry.state, event.duration_s, now)
-        self._outbox.post(entry.handle, event)
-
-    def _finish(self, entry: StreamEntry, *, cancelled: bool = False, error: str | None = None) -> None:
-        """End a stream the engine ends itself (cancel, bad input): state and slot freed now."""
-        self.scheduler.abort(entry.state.id, cancelled=cancelled)
-        self._entries.pop(entry.state.id, None)
-        if error is not None:
-            # the server's 422 class
-            self._outbox.post(entry.handle, ErrorEvent(entry.state.id, error, "invalid_input"))
-            return
-        self.stats["cancelled"] += 1
-        self._outbox.post(entry.handle, DoneEvent(entry.state.id, entry.state.frames_decoded, entry.out.audio_s,
-                                                  "cancelled"))
+        """Early first audio (Delivery.early); pipeline.completed's before_wait."""
+        self.delivery.early(launched, self._eos_id)
 
     # -- commands and text -------------------------------------------------------------------------
     def _drain_commands(self) -> bool:
@@ -434,9 +372,9 @@ class StreamingEngine:
                 entry.state.input_ended = True
                 self._add_text(entry, entry.tokenizer.finish() if entry.tokenizer is not None else [])
                 if sid in self._entries and not entry.state.content_ids:
-                    self._finish(entry, error="text is empty")
+                    self.delivery.finish(entry, error="text is empty")
             elif kind == "cancel":
-                self._finish(entry, cancelled=True)
+                self.delivery.finish(entry, cancelled=True)
             elif kind == "playout":
                 self.scheduler.playout(sid, *payload)
 
@@ -450,7 +388,7 @@ class StreamingEngine:
         self._entries[handle.id] = entry
         if state.layout is Layout.NON_STREAMING:
             if not end_input:
-                self._finish(entry, error="the non-streaming layout needs the whole text at open")
+                self.delivery.finish(entry, error="the non-streaming layout needs the whole text at open")
                 return
             state.input_ended = True
             self._add_text(entry, self.intake.content_ids(text))
@@ -461,7 +399,7 @@ class StreamingEngine:
                 state.input_ended = True
                 self._add_text(entry, entry.tokenizer.finish())
         if handle.id in self._entries and state.input_ended and not state.content_ids:
-            self._finish(entry, error="text is empty")
+            self.delivery.finish(entry, error="text is empty")
 
     def _add_text(self, entry: StreamEntry, ids: list[int]) -> None:
         state = entry.state
@@ -473,7 +411,7 @@ class StreamingEngine:
             try:
                 entry.prompt = self.intake.prompt(state, entry.options)
             except ValueError as exc:  # this stream's input cannot run (e.g. longer than the context)
-                self._finish(entry, error=str(exc))
+                self.delivery.finish(entry, error=str(exc))
                 return
             self.scheduler.enqueue(state.id, len(entry.prompt))
 
