@@ -80,6 +80,10 @@ CP_SHAPES = (("cp qkv", 4096, 1024, None), ("cp o+residual", 1024, 2048, "residu
 GEMV_CONFIGS = [dict(block_n=bn, block_k=bk, late_sum=late, stages=st, num_warps=4)
                 for bn in (4, 8, 16) for bk in (256, 512) for late in (False, True) for st in (1, 3)
                 if not (bn == 16 and bk == 512 and late)]  # [16, 512] fp32 partial products spill
+# Whole rows of K=1024 per slice: each program issues all its loads at once, so more of the matrix is
+# in flight than with 256-wide slices (the run-5 kernel was latency-bound at ~8 slices a program).
+GEMV_CONFIGS += [dict(block_n=bn, block_k=1024, late_sum=False, stages=st, num_warps=w)
+                 for bn in (1, 2, 4) for w in (4, 8) for st in (1, 2) if not (bn == 4 and st == 2)]
 
 
 def gemv_sweep(batch: int = 1) -> list[dict]:
