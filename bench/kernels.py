@@ -84,10 +84,14 @@ GEMV_CONFIGS = [dict(block_n=bn, block_k=bk, late_sum=late, stages=st, num_warps
 # in flight than with 256-wide slices (the run-5 kernel was latency-bound at ~8 slices a program).
 GEMV_CONFIGS += [dict(block_n=bn, block_k=1024, late_sum=False, stages=st, num_warps=w)
                  for bn in (1, 2, 4) for w in (4, 8) for st in (1, 2) if not (bn == 4 and st == 2)]
+# For 4-16 rows: narrow slices reduced as they go ([rows, block_n, block_k] fp32 products in registers).
+GEMV_CONFIGS += [dict(block_n=bn, block_k=bk, late_sum=False, stages=3, num_warps=4)
+                 for bn in (2, 4, 8) for bk in (64, 128)]
 
 
 def gemv_sweep(batch: int = 1) -> list[dict]:
-    """Each launch configuration of the fused GEMV against cuBLAS (+ its separate epilogue), µs."""
+    """Each launch configuration of the fused GEMV against cuBLAS (+ its separate epilogue) at `batch`
+    rows, µs."""
     from tts_engine.kernels.gemv import gemv
     from tts_engine.kernels.silu_mul import silu_mul
 
@@ -104,21 +108,23 @@ def gemv_sweep(batch: int = 1) -> list[dict]:
                 ref = [partial(F.linear, x, w) for w in ws]
             floor_us = n * k * 2 / 4.19e12 * 1e6
             cublas = graph_ms(ref) * 1e3
-            rows.append({"op": name, "impl": "cublas", "us": round(cublas, 2), "floor_us": round(floor_us, 2)})
-            print(f"{name:<20} cublas {cublas:7.2f} us (floor {floor_us:.2f})", flush=True)
+            rows.append({"op": name, "batch": batch, "impl": "cublas", "us": round(cublas, 2),
+                         "floor_us": round(floor_us, 2)})
+            print(f"{name:<20} b{batch:<3} cublas {cublas:7.2f} us (floor {floor_us:.2f})", flush=True)
             kw = {"silu_mul": epilogue == "silu", "residual": res if epilogue == "residual" else None}
             for cfg in GEMV_CONFIGS:
                 try:
                     us = graph_ms([partial(gemv, x, w, **kw, **cfg) for w in ws]) * 1e3
                 except Exception as e:  # a configuration that does not compile or run here
-                    rows.append({"op": name, "impl": "gemv", **cfg, "error": f"{type(e).__name__}: {e}"[:200]})
+                    rows.append({"op": name, "batch": batch, "impl": "gemv", **cfg,
+                                 "error": f"{type(e).__name__}: {e}"[:200]})
                     continue
-                rows.append({"op": name, "impl": "gemv", **cfg, "us": round(us, 2)})
+                rows.append({"op": name, "batch": batch, "impl": "gemv", **cfg, "us": round(us, 2)})
             best = min((r for r in rows if r["op"] == name and "us" in r and r["impl"] == "gemv"),
                        key=lambda r: r["us"], default=None)
             if best is not None:
-                print(f"{name:<20} best gemv {best['us']:7.2f} us {({k: best[k] for k in GEMV_CONFIGS[0]})}",
-                      flush=True)
+                best_cfg = {k: best[k] for k in GEMV_CONFIGS[0]}
+                print(f"{name:<20} b{batch:<3} best gemv {best['us']:7.2f} us {best_cfg}", flush=True)
     return rows
 
 
@@ -126,10 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.kernels")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--gemv-sweep", action="store_true",
-                   help="only sweep kernels/gemv.py's launch configurations at the code predictor's shapes (batch 1)")
+                   help="only sweep kernels/gemv.py's launch configurations at the code predictor's shapes")
+    p.add_argument("--batches", default="1", help="--gemv-sweep's batch sizes (rows), comma-separated")
     args = p.parse_args(argv)
     if args.gemv_sweep:
-        rows = gemv_sweep()
+        rows = [r for batch in args.batches.split(",") for r in gemv_sweep(int(batch))]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                                         "gemv_sweep": rows}, indent=2))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-BATCHES = (1, 8, 32, 64)
+BATCHES = (1, 8, 16, 32, 64)
 
 
 def cuda_time_ms(fn, warmup: int = 10, reps: int = 50) -> float:
@@ -115,9 +115,19 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
     cp = graph_of(lambda: runner.code_predictor.predict(x, c0, frames, rows, variant=FAST))
     step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
     step_general = graph_of(lambda: runner._frame_step(slots, frames, positions, text, GENERAL))
-    return {"talker_step_ms": cuda_time_ms(talker), "talker_step_long_ms": cuda_time_ms(talker_long),
-            "code_predictor_frame_ms": cuda_time_ms(cp), "frame_step_ms": cuda_time_ms(step),
-            "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
+    out = {"talker_step_ms": cuda_time_ms(talker), "talker_step_long_ms": cuda_time_ms(talker_long),
+           "code_predictor_frame_ms": cuda_time_ms(cp), "frame_step_ms": cuda_time_ms(step),
+           "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
+    cp_runner = runner.code_predictor
+    if b <= cp_runner.gemv_rows:  # the same with the code predictor's products on cuBLAS, for comparison
+        gemv_rows, cp_runner.gemv_rows = cp_runner.gemv_rows, 0
+        try:
+            cp = graph_of(lambda: cp_runner.predict(x, c0, frames, rows, variant=FAST))
+            step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
+            out |= {"code_predictor_frame_cublas_ms": cuda_time_ms(cp), "frame_step_cublas_ms": cuda_time_ms(step)}
+        finally:
+            cp_runner.gemv_rows = gemv_rows
+    return out
 
 
 def incremental_chunk(codec, b: int, t: int):

@@ -87,6 +87,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-tick", type=int, default=None,
                    help="after a stream's first chunk, decode its audio every N engine steps so that streams "
                         "share codec calls (0: each stream on its own chunk schedule; default 2 on CUDA, 0 on CPU)")
+    p.add_argument("--cp-gemv-rows", type=int, default=None,
+                   help="code-predictor passes of up to this many token rows run their products through the fused "
+                        "small-batch GEMV instead of cuBLAS (0: never; default 16, the most it holds; CUDA)")
     p.add_argument("--lookahead-buffer-s", type=float, default=None,
                    help="launch the next step before the running one is read only while some stream has less "
                         "audio than this ahead of its listener, or has none yet (default 0.3)")
@@ -176,7 +179,7 @@ def _serve(args) -> int:
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
                              codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, profile=profile,
-                             **caps)
+                             cp_gemv_rows=args.cp_gemv_rows, **caps)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
     # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.

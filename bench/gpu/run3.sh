@@ -10,7 +10,7 @@
 #                                                               SOCKET=N: N sequential requests first
 #   PART=peers ... bash bench/gpu/run3.sh                       the peers (run2_peers.sh)
 #   PART=gputest ... bash bench/gpu/run3.sh                     GPU_TESTS (default tests/gpu/test_engine_gpu.py)
-#   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep
+#   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...)
 # Parts can be combined (PART="codec latency"). Everything lands in $W and comes back as one tarball
 # ($OUT takes at most 8 files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds,
 # default start + 585) is when everything must have stopped, so the tarball is made inside the device
@@ -35,7 +35,7 @@ if [[ " $PART " == *" gputest "* ]]; then  # GPU_TESTS (default: the engine's) b
 fi
 
 if [[ " $PART " == *" gemvsweep "* ]]; then  # the fused GEMV's launch configurations against cuBLAS
-  timeout $(left 5) python3 -m bench.kernels --gemv-sweep --out $W/gemv-sweep.json > $W/gemv-sweep.log 2>&1
+  timeout $(left 5) python3 -m bench.kernels --gemv-sweep --batches ${GEMV_BATCHES:-1} --out $W/gemv-sweep.json > $W/gemv-sweep.log 2>&1
   echo "gemv sweep rc=$? $((SECONDS - t0)) s"; grep -E "cublas|best" $W/gemv-sweep.log | cut -c1-200
 fi
 
@@ -47,8 +47,10 @@ if [[ " $PART " == *" codec "* ]]; then
 fi
 
 if [[ " $PART " == *" latency "* ]]; then
-  timeout ${TEST_LIMIT:-400} python3 -m pytest -q -m gpu tests/gpu/test_fast_path_gpu.py tests/gpu/test_codec_graphs.py \
-    tests/gpu/test_triton_path_gpu.py tests/gpu/test_engine_gpu.py -p no:cacheprovider > $W/gpu-tests.log 2>&1
+  # shellcheck disable=SC2086  # LATENCY_TESTS splits into test paths
+  timeout ${TEST_LIMIT:-400} python3 -m pytest -q -m gpu ${LATENCY_TESTS:-tests/gpu/test_fast_path_gpu.py \
+    tests/gpu/test_codec_graphs.py tests/gpu/test_triton_path_gpu.py tests/gpu/test_engine_gpu.py} -p no:cacheprovider \
+    > $W/gpu-tests.log 2>&1
   echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
   timeout 90 python3 -m bench.kernels --out $W/kernels.json > $W/kernels.log 2>&1
   echo "kernels rc=$? $((SECONDS - t0)) s"; grep -i gemv $W/kernels.log | cut -c1-300 | head -20

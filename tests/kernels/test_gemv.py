@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.kernels.compare import assert_same_rounding
+from tts_engine.kernels.backend import next_pow2
 from tts_engine.kernels.gemv import gemv, gemv_ref
 
 SHAPES = [(1, 64, 40), (3, 200, 96), (16, 130, 64)]  # (M, K, N): odd K and N, partial blocks
@@ -68,3 +69,23 @@ def test_every_configuration_the_gpu_sweep_tries_is_correct(device):
     for cfg in GEMV_CONFIGS:
         assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r), f"gemv {cfg}")
         assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True), f"gemv {cfg}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_norm_prologue(device, dtype, m, k, n):
+    """The RMSNorm before the product, in every epilogue; K in several slices and in one."""
+    x, w, g = inputs(m, k, 2 * n, dtype, device, seed=11 * m + k)
+    x = x * 3 + 1  # a row mean far from zero: the norm must use the whole row's sum of squares
+    ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, dtype)
+    r = torch.randn(m, 2 * n, generator=g).to(device, dtype)
+    for block_k in (64, next_pow2(k)):
+        norm = (ln, 1e-6)
+        assert_same_rounding(gemv(x, w, norm=norm, block_k=block_k), gemv_ref(x, w, norm=norm),
+                             f"norm gemv {m}x{k}x{n} {dtype} {block_k}")
+        assert_same_rounding(gemv(x, w, norm=norm, residual=r, block_k=block_k),
+                             gemv_ref(x, w, norm=norm, residual=r), f"norm gemv + residual {block_k}")
+        assert_same_rounding(gemv(x, w, norm=norm, silu_mul=True, block_k=block_k),
+                             gemv_ref(x, w, norm=norm, silu_mul=True), f"norm gemv swiglu {block_k}")
+    with pytest.raises(ValueError, match="norm weight"):
+        gemv(x, w, norm=(ln[:-1], 1e-6))

@@ -3,6 +3,7 @@
     gemv(x [M, K], w [N, K])                      -> x @ w.T                     [M, N]
     gemv(x, w, residual=r [M, N])                 -> r + x @ w.T                 [M, N]
     gemv(x, w_gate_up [2 I, K], silu_mul=True)    -> silu(x @ gate.T) * (x @ up.T)  [M, I]
+    gemv(x, w, norm=(ln [K], eps), ...)           -> the same of rms_norm(x, ln, eps)
 
 Why: at batch 1 the decode steps are GEMVs, and cuBLAS runs the code predictor's 4-12 MB matrices
 with 64x8 tiles, 16-64 CTAs on a 132-SM card, ~5 µs each whatever the size (profile-h200-1aa9bd0):
@@ -10,12 +11,14 @@ latency-bound, far from bandwidth. Here one program owns BLOCK_N output features
 every batch row (M <= 16), streams its rows of w once in BLOCK_K slices with 16-byte loads, and
 keeps the products in fp32 registers; N / BLOCK_N programs (e.g. 128 for N = 1024, BLOCK_N = 8)
 put the whole matrix in flight at once. The residual add and SwiGLU, separate launches after a
-cuBLAS product, happen in the epilogue (the gate and up rows of one feature live in one program).
+cuBLAS product, happen in the epilogue (the gate and up rows of one feature live in one program);
+the RMSNorm before a product, a launch of its own otherwise, in the prologue: every program
+recomputes the M rows' sums of squares (x is a few KB, in L2) and normalises each slice as it loads it.
 
 Rounding is the reference's: the product rounded to the output dtype, then the residual add
 rounded again (`r + F.linear(x, w)`), or silu in fp32 rounded, times the rounded up projection,
-rounded (`F.silu(g) * u`). The fp32 sum runs in another order than cuBLAS', so a few elements may
-differ by one ulp (tests/kernels/test_gemv.py).
+rounded (`F.silu(g) * u`); the norm as `rms_norm_ref` rounds it. The fp32 sum runs in another order
+than cuBLAS', so a few elements may differ by one ulp (tests/kernels/test_gemv.py).
 
 Status: tested against its reference (interpreter on CPU, compiled on a GPU). Timed on the H200 in
 run 5 with the per-slice reduction (LATE_SUM off): 11.1 µs against cuBLAS + SiLU 7.3 µs for the code
@@ -29,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from .backend import HAVE_TRITON, next_pow2
+from .rms_norm import rms_norm_ref
 
 if HAVE_TRITON:
     import triton
@@ -40,7 +44,9 @@ MAX_ROWS = 16  # batch rows one program holds; larger batches are cuBLAS' regime
 
 
 def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
-             silu_mul: bool = False) -> torch.Tensor:
+             silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+    if norm is not None:
+        x = rms_norm_ref(x, *norm)
     y = F.linear(x, w)
     if silu_mul:
         gate, up = y.chunk(2, dim=-1)
@@ -51,13 +57,15 @@ def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None 
 if HAVE_TRITON:
 
     @triton.jit
-    def _gemv_kernel(x_ptr, w_ptr, r_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y,
-                     MODE: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     LATE_SUM: tl.constexpr, STAGES: tl.constexpr):
+    def _gemv_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
+                     MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, LATE_SUM: tl.constexpr, STAGES: tl.constexpr):
         """MODE 0: plain, 1: + residual, 2: SwiGLU over rows n (gate) and n + n_out (up) of w.
         LATE_SUM: keep the products [M_P, BLOCK_N, BLOCK_K] in registers and reduce over K once
         after the loop (one cross-thread reduction instead of one per slice; registers grow with
-        M_P); STAGES: software-pipelined slices of w in flight per program."""
+        M_P); STAGES: software-pipelined slices of w in flight per program. NORM: x is RMS-normalised
+        with weight ln_ptr [K] first."""
+        x_dt = x_ptr.dtype.element_ty
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
         f_ok, r_ok = feats < n_out, rows < m
@@ -65,11 +73,23 @@ if HAVE_TRITON:
         acc_up = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
         part = tl.zeros((M_P, BLOCK_N, BLOCK_K), dtype=tl.float32)
         part_up = tl.zeros((M_P, BLOCK_N, BLOCK_K), dtype=tl.float32)
+        inv_rms = tl.zeros((M_P,), dtype=tl.float32)
+        if NORM:
+            sum_sq = tl.zeros((M_P,), dtype=tl.float32)
+            for k0 in range(0, k, BLOCK_K):
+                ks = k0 + tl.arange(0, BLOCK_K)
+                xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & (ks < k)[None, :],
+                             other=0.0).to(tl.float32)
+                sum_sq += tl.sum(xs * xs, axis=1)
+            inv_rms = tl.rsqrt(sum_sq / k + eps)
         for k0 in tl.range(0, k, BLOCK_K, num_stages=STAGES):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < k
             xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
                          other=0.0).to(tl.float32)  # [M_P, BLOCK_K]
+            if NORM:
+                ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
+                xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
             w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
             w_ok = f_ok[:, None] & k_ok[None, :]
             ws = tl.load(w_at, mask=w_ok, other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_K]
@@ -99,13 +119,13 @@ if HAVE_TRITON:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
-         block_n: int = 8, block_k: int = 256, num_warps: int = 4, late_sum: bool = False,
-         stages: int = 1) -> torch.Tensor:
+         norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
+         late_sum: bool = False, stages: int = 1) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, last dim contiguous), w [N, K] contiguous -> [M, N] (or [M, N / 2]
-    with silu_mul), in x's dtype. block_n, block_k, num_warps, late_sum, stages: the launch
-    configuration (`bench/kernels.py` sweeps them against cuBLAS on the GPU)."""
+    with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first. block_n, block_k, num_warps,
+    late_sum, stages: the launch configuration (`bench/kernels.py` sweeps them against cuBLAS on the GPU)."""
     if not HAVE_TRITON:
-        return gemv_ref(x, w, residual=residual, silu_mul=silu_mul)
+        return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm)
     m, k = x.shape
     if m > MAX_ROWS:
         raise ValueError(f"gemv holds at most {MAX_ROWS} rows, got {m}")
@@ -120,9 +140,12 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     r = residual if residual is not None else y
     if residual is not None and (residual.shape != y.shape or residual.stride(1) != 1):
         raise ValueError(f"residual must be [M, N] = {tuple(y.shape)} with N contiguous")
+    ln, eps = norm if norm is not None else (x, 0.0)
+    if norm is not None and (ln.shape != (k,) or ln.dtype != x.dtype or ln.stride(0) != 1):
+        raise ValueError(f"norm weight must be [K] = [{k}] contiguous in x's dtype, got {tuple(ln.shape)} {ln.dtype}")
     mode = 2 if silu_mul else 1 if residual is not None else 0
     _gemv_kernel[(triton.cdiv(n_out, block_n),)](
-        x, w, r, y, m, n_out, k, x.stride(0), w.stride(0), r.stride(0), y.stride(0),
-        MODE=mode, M_P=max(1, next_pow2(m)), BLOCK_N=block_n, BLOCK_K=block_k, LATE_SUM=late_sum, STAGES=stages,
-        num_warps=num_warps)
+        x, w, r, ln, y, m, n_out, k, x.stride(0), w.stride(0), r.stride(0), y.stride(0), eps,
+        MODE=mode, NORM=norm is not None, M_P=max(1, next_pow2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
+        LATE_SUM=late_sum, STAGES=stages, num_warps=num_warps)
     return y

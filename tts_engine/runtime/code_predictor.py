@@ -9,6 +9,9 @@ afresh every frame, so it needs no per-stream state):
 draw after each, entirely on the device (captured inside the runner's frame-step graph).
 With `use_triton` the layers run through the Triton kernels and each draw is the fused sampling
 kernel (which also gathers the next input row); otherwise plain torch and the torch sampler.
+With `use_triton`, a pass over at most `gemv_rows` token rows (b for a one-position step, 2 b for the
+prefill) runs its products through the fused small-batch GEMV (`fused.decoder_step_gemv`: 6 launches
+a layer instead of 9, the final norm in the head's prologue); larger ones through cuBLAS.
 """
 
 from __future__ import annotations
@@ -17,19 +20,45 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.cp_attention import cp_attention, cp_attention_ref
+from ..kernels.gemv import MAX_ROWS, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
-from .fused import FusedStack, decoder_step_torch, decoder_step_triton, rope_table
+from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rope_table
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
+# kernels/gemv.py launch configuration of each product at the code predictor's shapes (1.7B: qkv
+# [4096, 1024], o [1024, 2048], gate/up [6144, 1024], down [1024, 3072], head [2048, 1024]), from
+# `bench.kernels --gemv-sweep` on the H200 (docs/perf-notes.md).
+CP_GEMV_ROWS = 16  # the runner's default gemv_rows
+# (most token rows, {product: launch configuration}), first match. At 1-2 rows the sweep's best
+# (µs, cuBLAS + epilogue in brackets: qkv 3.69 (4.00), o + residual 2.98 (13.9), gate/up + SwiGLU
+# 6.09 (7.44), down + residual 3.35 (7.73)); their [rows, block_n, block_k] fp32 products would spill
+# at 16 rows, so more rows take narrower slices reduced as they go.
+_LATE = dict(late_sum=True, stages=3, num_warps=4)
+_ROWS = dict(late_sum=False, stages=3, num_warps=4)
+GEMV_LAUNCH: tuple[tuple[int, dict[str, dict]], ...] = (
+    (2, {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4, block_k=512, **_LATE),
+         "gate_up": dict(block_n=8, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE),
+         "head": dict(block_n=8, block_k=256, **_LATE)}),
+    (MAX_ROWS, {name: dict(block_n=4, block_k=128, **_ROWS) for name in ("qkv", "o", "gate_up", "down", "head")}),
+)
+
+
+def gemv_launch(rows: int, table=GEMV_LAUNCH) -> dict[str, dict]:
+    return next(cfg for most, cfg in table if rows <= most)
 
 
 class CodePredictorRunner:
-    def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool):
+    def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
+                 gemv_rows: int = 0, gemv_table: tuple | None = None):
+        if not 0 <= gemv_rows <= MAX_ROWS:
+            raise ValueError(f"gemv_rows must be in 0..{MAX_ROWS}, got {gemv_rows}")
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
+        self.gemv_rows = gemv_rows if use_triton else 0
+        self.gemv_table = gemv_table or GEMV_LAUNCH
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
         self.device, self.dtype = p.device, p.dtype
@@ -51,9 +80,10 @@ class CodePredictorRunner:
         self.prefill_pos = torch.arange(2, **i).repeat(max_batch)
         self.codebook_ids = torch.arange(16, **i)
 
-    def layers(self, h: torch.Tensor, b: int, start: int) -> torch.Tensor:
-        """New positions start .. start + n - 1 of rows 0..b-1; h [b, n, h] -> final-norm hidden of
-        the last position [b, h]."""
+    def layers(self, h: torch.Tensor, b: int, start: int) -> tuple[torch.Tensor, bool]:
+        """New positions start .. start + n - 1 of rows 0..b-1; h [b, n, h] -> (hidden of the last
+        position [b, h], normed): final-norm hidden, or on the GEMV path the residual stream before
+        the final norm (normed False), which `logits` applies."""
         c = self.stack
         n = h.shape[1]
         if self.use_triton:
@@ -67,9 +97,10 @@ class CodePredictorRunner:
             def attend(i, q):  # q [b n, Hq, D]
                 return cp_attention(q.view(b, n, *q.shape[1:]), self.k[i], self.v[i], start).flatten(0, 1)
 
-            out = decoder_step_triton(c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v,
-                                      attend)  # [b n, h]
-            return out.view(b, n, -1)[:, -1]
+            args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
+            if b * n <= self.gemv_rows:
+                return decoder_step_gemv(*args, gemv_launch(b * n, self.gemv_table)).view(b, n, -1)[:, -1], False
+            return decoder_step_triton(*args).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
             self.k[i, :b, :, start:start + n] = k.transpose(1, 2)
@@ -77,7 +108,14 @@ class CodePredictorRunner:
             return cp_attention_ref(q, self.k[i], self.v[i], start)
 
         cos, sin = (t[start:start + n] for t in self.rope)  # [n, D]: static slices
-        return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1]
+        return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1], True
+
+    def logits(self, out: torch.Tensor, normed: bool, j: int) -> torch.Tensor:
+        """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""
+        if normed:
+            return F.linear(out, self.heads[j])
+        launch = gemv_launch(out.shape[0], self.gemv_table)["head"]
+        return gemv(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **launch)
 
     def predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
                 variant: SamplerVariant = GENERAL) -> torch.Tensor:
@@ -89,14 +127,14 @@ class CodePredictorRunner:
         if u is None:
             u = counter_uniform(rows.seed[:, None], frames[:, None], self.codebook_ids)
         warp_rows = WarpRows.of(rows.sub_temperature, rows.sub_top_k, rows.sub_top_p, self.vocab_size, variant)
-        out = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)  # [B, 2, h] in
+        out, _ = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)  # [B, 2, h] in
         codes = []
         for j in range(15):
             code = sample_codebook(F.linear(out, self.heads[j]).float(), frames, j + 1, rows, u=u[:, j + 1],
                                    variant=variant, warp_rows=warp_rows)
             codes.append(code)
             if j < 14:
-                out = self.layers(self.inputs[j][code][:, None], b, j + 2)
+                out, _ = self.layers(self.inputs[j][code][:, None], b, j + 2)
         return torch.stack(codes, dim=1)
 
     def _predict_fused(self, hidden, c0, frames, rows: SamplingRows) -> torch.Tensor:
@@ -104,12 +142,12 @@ class CodePredictorRunner:
         b = hidden.shape[0]
         codes = torch.empty(b, 15, dtype=torch.long, device=self.device)
         x = torch.empty(b, 1, self.inputs.shape[-1], dtype=self.dtype, device=self.device)
-        out = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)
+        out, normed = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)
         settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
                         top_p=rows.sub_top_p, seed=rows.seed, frame=frames)
         for j in range(15):
-            sample_rows(F.linear(out, self.heads[j]), codes[:, j], codebook=j + 1,
+            sample_rows(self.logits(out, normed, j), codes[:, j], codebook=j + 1,
                         gather=(self.inputs[j], x[:, 0]) if j < 14 else None, **settings)
             if j < 14:
-                out = self.layers(x, b, j + 2)
+                out, normed = self.layers(x, b, j + 2)
         return codes

@@ -36,7 +36,7 @@ from ..kernels.decode_attention import decode_attention, decode_attention_ref
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Qwen3TTS
 from ..sampling import SamplingParams, suppress_mask
-from .code_predictor import CodePredictorRunner
+from .code_predictor import CP_GEMV_ROWS, CodePredictorRunner
 from .fused import FusedStack, decoder_step_torch, decoder_step_triton, finish_layer, qkv, rms_norm, rope_table
 from .host import to_device
 from .sampler import (
@@ -75,7 +75,7 @@ class StepCodes:
 class ModelRunner:
     def __init__(self, model: Qwen3TTS, *, max_slots: int = 64, max_context: int = 2048,
                  use_triton: bool | None = None, use_graphs: bool | None = None,
-                 buckets: tuple[int, ...] = BUCKETS):
+                 buckets: tuple[int, ...] = BUCKETS, cp_gemv_rows: int | None = None):
         talker = model.talker
         self.cfg = talker.cfg
         p = talker.codec_head.weight
@@ -99,8 +99,10 @@ class ModelRunner:
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
         self.text_embedding = talker.model.text_embedding.weight
         self.text_projection = talker.text_projection
-        self.code_predictor = CodePredictorRunner(talker, self.codec_embedding, max(self.buckets),
-                                                  use_triton=self.use_triton)
+        # cp_gemv_rows: code-predictor batches up to this size use the fused small-batch GEMVs.
+        self.code_predictor = CodePredictorRunner(
+            talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
+            gemv_rows=CP_GEMV_ROWS if cp_gemv_rows is None else cp_gemv_rows)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
