@@ -100,6 +100,7 @@ def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
 
 
 def _stage_times_at(runner, b: int, t_len: int) -> dict:
+    from tts_engine.kernels.backend import pdl_supported
     from tts_engine.runtime.sampler import FAST, GENERAL
 
     slots = torch.arange(b, device="cuda")
@@ -119,14 +120,22 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
            "code_predictor_frame_ms": cuda_time_ms(cp), "frame_step_ms": cuda_time_ms(step),
            "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
     cp_runner = runner.code_predictor
-    if b <= cp_runner.gemv_rows:  # the same with the code predictor's products on cuBLAS, for comparison
-        gemv_rows, cp_runner.gemv_rows = cp_runner.gemv_rows, 0
+    # The code predictor's other paths at this batch, for comparison: products on cuBLAS, and (batch
+    # 1, sm90+) every kernel with programmatic dependent launch.
+    variants = {"cublas": dict(gemv_rows=0)} if b <= cp_runner.gemv_rows else {}
+    if pdl_supported(runner.device) and cp_runner.gemv_rows and b == 1:
+        variants["pdl"] = dict(pdl=True)
+    for name, change in variants.items():
+        before = {k: getattr(cp_runner, k) for k in change}
+        for k, v in change.items():
+            setattr(cp_runner, k, v)
         try:
             cp = graph_of(lambda: cp_runner.predict(x, c0, frames, rows, variant=FAST))
             step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
-            out |= {"code_predictor_frame_cublas_ms": cuda_time_ms(cp), "frame_step_cublas_ms": cuda_time_ms(step)}
+            out |= {f"code_predictor_frame_{name}_ms": cuda_time_ms(cp), f"frame_step_{name}_ms": cuda_time_ms(step)}
         finally:
-            cp_runner.gemv_rows = gemv_rows
+            for k, v in before.items():
+                setattr(cp_runner, k, v)
     return out
 
 

@@ -90,6 +90,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-gemv-rows", type=int, default=None,
                    help="code-predictor passes of up to this many token rows run their products through the fused "
                         "small-batch GEMV instead of cuBLAS (0: never; default 16, the most it holds; CUDA)")
+    p.add_argument("--cp-pdl", action="store_true",
+                   help="run the code predictor's batch-1 passes with programmatic dependent launch: each GEMV's "
+                        "weights stream in while the kernel before it finishes (experimental; sm90+ GPUs)")
     p.add_argument("--lookahead-buffer-s", type=float, default=None,
                    help="launch the next step before the running one is read only while some stream has less "
                         "audio than this ahead of its listener, or has none yet (default 0.3)")
@@ -179,7 +182,7 @@ def _serve(args) -> int:
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
                              codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, profile=profile,
-                             cp_gemv_rows=args.cp_gemv_rows, **caps)
+                             cp_gemv_rows=args.cp_gemv_rows, cp_pdl=args.cp_pdl, **caps)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
     # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.

@@ -69,3 +69,42 @@ def test_code_predictor_steps_triton_equal_torch(runners, b):
             x1 = torch.randn(b, 1, h, device="cuda").bfloat16()
             assert rel_err(logits(fast_cp, x1, start), logits(ref_cp, x1, start)) < 2e-2, f"position {start}"
         assert rel_err(fast_cp.v[:, :b, :, :4], ref_cp.v[:, :b, :, :4]) < 2e-2
+
+
+def test_code_predictor_with_pdl_gives_the_codes_without(runners):
+    """Batch 1 with programmatic dependent launch (whole-row GEMVs, every kernel launched early and
+    waiting for its inputs), captured in a graph as the engine runs it, against the same kernels
+    launched without PDL: the same arithmetic, so any difference is a kernel reading too early."""
+    from tts_engine.kernels.backend import pdl_supported
+    from tts_engine.runtime.code_predictor import PDL_LAUNCH
+    from tts_engine.runtime.sampler import GENERAL
+
+    cfg, (fast, _) = runners
+    cp = fast.code_predictor
+    assert pdl_supported(fast.device), "the H200 (sm90) supports PDL"
+    hidden = torch.randn(1, cfg.talker.hidden_size, device="cuda").bfloat16()
+    c0 = torch.tensor([17], device="cuda")
+    frames = torch.tensor([3], device="cuda")
+    rows = fast.rows.gather(torch.tensor([0], device="cuda"))
+    codes = {}
+    with torch.inference_mode():
+        no_pdl = ((16, {name: {**cfg, "pdl": False} for name, cfg in PDL_LAUNCH.items()}),)
+        table = cp.gemv_table
+        for pdl in (False, True):
+            cp.pdl, cp.gemv_table = pdl, table if pdl else no_pdl
+            try:
+                graph = torch.cuda.CUDAGraph()
+                cp.predict(hidden, c0, frames, rows, variant=GENERAL)  # compile outside the capture
+                torch.cuda.synchronize()
+                with torch.cuda.graph(graph):
+                    out = cp.predict(hidden, c0, frames, rows, variant=GENERAL)
+                codes[pdl] = []
+                for _ in range(20):  # a race need not show every time
+                    graph.replay()
+                    torch.cuda.synchronize()
+                    codes[pdl].append(out.clone())
+            finally:
+                cp.pdl, cp.gemv_table = False, table
+    assert len(torch.cat(codes[False]).unique()) > 1
+    for got in codes[True] + codes[False]:
+        assert torch.equal(got, codes[False][0]), (got, codes[False][0])

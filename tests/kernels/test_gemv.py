@@ -89,3 +89,16 @@ def test_norm_prologue(device, dtype, m, k, n):
                              gemv_ref(x, w, norm=norm, silu_mul=True), f"norm gemv swiglu {block_k}")
     with pytest.raises(ValueError, match="norm weight"):
         gemv(x, w, norm=(ln[:-1], 1e-6))
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_whole_rows_kernel(device, m, k, n):
+    """The whole-row kernel (the one launched with PDL on the GPU; PDL itself needs an sm90 GPU)."""
+    x, w, g = inputs(m, k, 2 * n, torch.bfloat16, device, seed=13 * m + n)
+    ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, torch.bfloat16)
+    r = torch.randn(m, 2 * n, generator=g).to(device, torch.bfloat16)
+    for norm in (None, (ln, 1e-6)):
+        cfg = dict(whole_rows=True, block_n=8, norm=norm)
+        assert_same_rounding(gemv(x, w, **cfg), gemv_ref(x, w, norm=norm), f"whole rows {cfg}")
+        assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r, norm=norm), "+ residual")
+        assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True, norm=norm), "swiglu")

@@ -19,6 +19,11 @@ except ImportError:  # CPU installs without triton: callers use the torch refere
 
 HAVE_TRITON = triton is not None
 
+try:  # grid dependency control (programmatic dependent launch), sm90+; Triton >= 3.3
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:
+    gdc_wait = gdc_launch_dependents = None
+
 
 def runs_on(device: torch.device) -> bool:
     """Can the kernels run on tensors of `device` in this process?"""
@@ -29,6 +34,14 @@ def runs_on(device: torch.device) -> bool:
     from triton.runtime.interpreter import InterpretedFunction
 
     return device.type == "cpu" and isinstance(tl.sum, InterpretedFunction)
+
+
+def pdl_supported(device: torch.device) -> bool:
+    """Can kernels on `device` be launched with programmatic dependent launch (`launch_pdl`): the
+    next kernel's programs start while this one finishes, and wait (`gdc_wait`) only before they
+    read what it wrote? Compiled Triton on an sm90+ GPU only."""
+    return (HAVE_TRITON and gdc_wait is not None and device.type == "cuda"
+            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def next_pow2(n: int) -> int:

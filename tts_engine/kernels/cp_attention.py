@@ -24,7 +24,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import round_to
+    from .backend import gdc_launch_dependents, gdc_wait, round_to
 
 LOG2E = 1.4426950408889634
 
@@ -45,7 +45,10 @@ if HAVE_TRITON:
     def _cp_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, start, scale,
                              sq_b, sq_t, sq_h, sk_n, sk_h, sk_l, so_b, so_t, so_h,
                              T: tl.constexpr, GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr,
-                             P: tl.constexpr, BLOCK_P: tl.constexpr):
+                             P: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
+        if PDL:  # launched with PDL: start once the previous kernel's outputs are visible
+            gdc_wait()
+            gdc_launch_dependents()
         bt = tl.program_id(0)
         kvh = tl.program_id(1)
         b = (bt // T).to(tl.int64)
@@ -70,7 +73,8 @@ if HAVE_TRITON:
                  mask=g_ok[:, None])
 
 
-def cp_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: int) -> torch.Tensor:
+def cp_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: int,
+                 pdl: bool = False) -> torch.Tensor:
     if not HAVE_TRITON:
         return cp_attention_ref(q, k_cache, v_cache, start)
     b, t, hq, d = q.shape
@@ -87,5 +91,6 @@ def cp_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         q, k_cache, v_cache, out, start, LOG2E / math.sqrt(d),
         q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        T=t, GROUP=group, GROUP_P=next_pow2(group), D=d, P=p, BLOCK_P=next_pow2(p), num_warps=4)
+        T=t, GROUP=group, GROUP_P=next_pow2(group), D=d, P=p, BLOCK_P=next_pow2(p), num_warps=4,
+        PDL=pdl, **({'launch_pdl': True} if pdl else {}))
     return out

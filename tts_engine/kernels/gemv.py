@@ -38,7 +38,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import round_to
+    from .backend import gdc_launch_dependents, gdc_wait, round_to
 
 MAX_ROWS = 16  # batch rows one program holds; larger batches are cuBLAS' regime
 
@@ -106,6 +106,47 @@ if HAVE_TRITON:
         if LATE_SUM:
             acc = tl.sum(part, axis=2)
             acc_up = tl.sum(part_up, axis=2)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE)
+
+    @triton.jit
+    def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
+                          MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+        """`_gemv_kernel` with whole rows of w (BLOCK_K >= K) per program, loaded before anything the
+        previous kernel writes is read: launched with PDL, this program's weights stream in while the
+        previous kernel finishes, and `gdc_wait` then makes that kernel's outputs (x, residual)
+        visible. `gdc_launch_dependents` lets the next kernel do the same."""
+        feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows = tl.arange(0, M_P)
+        ks = tl.arange(0, BLOCK_K)
+        f_ok, r_ok, k_ok = feats < n_out, rows < m, ks < k
+        w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
+        w_ok = f_ok[:, None] & k_ok[None, :]
+        ws = tl.load(w_at, mask=w_ok, other=0.0)  # [BLOCK_N, BLOCK_K]: constants, safe before the wait
+        wu = ws
+        if MODE == 2:
+            wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0)
+        ln = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        if NORM:
+            ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
+        x_dt = x_ptr.dtype.element_ty
+        xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
+                     other=0.0).to(tl.float32)  # [M_P, BLOCK_K]
+        if NORM:
+            inv_rms = tl.rsqrt(tl.sum(xs * xs, axis=1) / k + eps)
+            xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
+        acc = tl.sum(xs[:, None, :] * ws.to(tl.float32)[None, :, :], axis=2)
+        acc_up = acc
+        if MODE == 2:
+            acc_up = tl.sum(xs[:, None, :] * wu.to(tl.float32)[None, :, :], axis=2)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE)
+
+    @triton.jit
+    def _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE: tl.constexpr):
+        """fp32 products [M_P, BLOCK_N] -> rounded, the residual added or SwiGLU applied, stored."""
         dt = y_ptr.dtype.element_ty
         out = round_to(acc, dt)
         ok = r_ok[:, None] & f_ok[None, :]
@@ -120,10 +161,12 @@ if HAVE_TRITON:
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
-         late_sum: bool = False, stages: int = 1) -> torch.Tensor:
+         late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, last dim contiguous), w [N, K] contiguous -> [M, N] (or [M, N / 2]
     with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first. block_n, block_k, num_warps,
-    late_sum, stages: the launch configuration (`bench/kernels.py` sweeps them against cuBLAS on the GPU)."""
+    late_sum, stages: the launch configuration (`bench/kernels.py` sweeps them against cuBLAS on the GPU).
+    whole_rows: each program holds whole rows of w (block_k is K rounded up; for a few rows of x);
+    pdl (implies whole_rows): launched with programmatic dependent launch (`backend.pdl_supported`)."""
     if not HAVE_TRITON:
         return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm)
     m, k = x.shape
@@ -144,8 +187,12 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     if norm is not None and (ln.shape != (k,) or ln.dtype != x.dtype or ln.stride(0) != 1):
         raise ValueError(f"norm weight must be [K] = [{k}] contiguous in x's dtype, got {tuple(ln.shape)} {ln.dtype}")
     mode = 2 if silu_mul else 1 if residual is not None else 0
-    _gemv_kernel[(triton.cdiv(n_out, block_n),)](
-        x, w, r, ln, y, m, n_out, k, x.stride(0), w.stride(0), r.stride(0), y.stride(0), eps,
-        MODE=mode, NORM=norm is not None, M_P=max(1, next_pow2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
-        LATE_SUM=late_sum, STAGES=stages, num_warps=num_warps)
+    args = (x, w, r, ln, y, m, n_out, k, x.stride(0), w.stride(0), r.stride(0), y.stride(0), eps)
+    shape = dict(MODE=mode, NORM=norm is not None, M_P=max(1, next_pow2(m)), BLOCK_N=block_n)
+    grid = (triton.cdiv(n_out, block_n),)
+    if whole_rows or pdl:
+        extra = dict(launch_pdl=True) if pdl else {}
+        _gemv_rows_kernel[grid](*args, **shape, BLOCK_K=next_pow2(k), PDL=pdl, num_warps=num_warps, **extra)
+    else:
+        _gemv_kernel[grid](*args, **shape, BLOCK_K=block_k, LATE_SUM=late_sum, STAGES=stages, num_warps=num_warps)
     return y

@@ -26,7 +26,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import round_to
+    from .backend import gdc_launch_dependents, gdc_wait, round_to
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -53,7 +53,11 @@ if HAVE_TRITON:
     @triton.jit
     def _qk_norm_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, rows_ptr, q_ptr, k_ptr, v_ptr,
                              s_qkv, s_cache_row, s_cache_head, s_cache_pos, eps,
-                             HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr):
+                             HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                             PDL: tl.constexpr):
+        if PDL:  # launched with PDL: start once the previous kernel's outputs are visible
+            gdc_wait()
+            gdc_launch_dependents()
         tok = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         pos = tl.load(pos_ptr + tok)
@@ -90,7 +94,7 @@ if HAVE_TRITON:
 
 
 def qk_norm_rope(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_cache, eps: float,
-                 num_heads: int, num_kv_heads: int) -> torch.Tensor:
+                 num_heads: int, num_kv_heads: int, pdl: bool = False) -> torch.Tensor:
     if not HAVE_TRITON:
         return qk_norm_rope_ref(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_cache, eps,
                                 num_heads, num_kv_heads)
@@ -106,5 +110,6 @@ def qk_norm_rope(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_cach
     _qk_norm_rope_kernel[(n, num_heads + num_kv_heads)](
         qkv, q_norm, k_norm, cos, sin, positions, rows, q, k_cache, v_cache,
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), eps,
-        HQ=num_heads, HKV=num_kv_heads, D=d, BLOCK_D=next_pow2(d), num_warps=1)
+        HQ=num_heads, HKV=num_kv_heads, D=d, BLOCK_D=next_pow2(d), num_warps=1, PDL=pdl,
+        **({'launch_pdl': True} if pdl else {}))
     return q

@@ -37,6 +37,8 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
+    from .backend import gdc_launch_dependents, gdc_wait
+
 _MASK64 = (1 << 64) - 1
 
 
@@ -61,7 +63,10 @@ if HAVE_TRITON:
                        penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr, eos_id,
                        out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride,
                        CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, BLOCK: tl.constexpr,
-                       EMB_BLOCK: tl.constexpr):
+                       EMB_BLOCK: tl.constexpr, PDL: tl.constexpr):
+        if PDL:  # launched with PDL: start once the previous kernel's outputs are visible
+            gdc_wait()
+            gdc_launch_dependents()
         row = tl.program_id(0).to(tl.int64)
         ids = tl.arange(0, BLOCK)
         valid = ids < n_vocab
@@ -134,7 +139,8 @@ if HAVE_TRITON:
 
 def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Tensor, temperature: torch.Tensor,
                 top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor, frame: torch.Tensor, codebook: int,
-                codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+                codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None,
+                pdl: bool = False) -> None:
     """logits [B, V] (any float dtype, last dim contiguous); settings [B] tensors (do_sample bool,
     temperature/top_p f32, top_k/seed/frame i64); out: i64 [B] view (any stride) for the ids.
 
@@ -157,7 +163,8 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
         seen if seen is not None else dummy, c0.get("suppress", dummy), c0.get("eos_id", 0),
         out, out.stride(0), table, emb_dim, x_out, x_out.stride(0) if gather is not None else 0,
         CODEBOOK0=codebook0 is not None, GATHER=gather is not None, BLOCK=next_pow2(v),
-        EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), num_warps=8)
+        EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), num_warps=8,
+        PDL=pdl, **({'launch_pdl': True} if pdl else {}))
 
 
 def sample_rows_ref(logits: torch.Tensor, *, do_sample, temperature, top_k, top_p, seed, frame, codebook: int,

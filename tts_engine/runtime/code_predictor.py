@@ -45,13 +45,23 @@ GEMV_LAUNCH: tuple[tuple[int, dict[str, dict]], ...] = (
 )
 
 
+# With programmatic dependent launch (opt-in, sm90+): passes of at most PDL_ROWS rows run every
+# kernel with PDL and the GEMVs with whole rows of w per program, read before the wait for the
+# previous kernel (kernels/gemv.py `_gemv_rows_kernel`): the weights of the next product stream in
+# while the current one finishes, the way a persistent kernel would overlap them.
+PDL_ROWS = 2
+PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, pdl=True), "o": dict(block_n=2, num_warps=4, pdl=True),
+              "gate_up": dict(block_n=4, num_warps=4, pdl=True), "down": dict(block_n=2, num_warps=8, pdl=True),
+              "head": dict(block_n=4, num_warps=4, pdl=True)}
+
+
 def gemv_launch(rows: int, table=GEMV_LAUNCH) -> dict[str, dict]:
     return next(cfg for most, cfg in table if rows <= most)
 
 
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
-                 gemv_rows: int = 0, gemv_table: tuple | None = None):
+                 gemv_rows: int = 0, gemv_table: tuple | None = None, pdl: bool = False):
         if not 0 <= gemv_rows <= MAX_ROWS:
             raise ValueError(f"gemv_rows must be in 0..{MAX_ROWS}, got {gemv_rows}")
         cp = talker.code_predictor
@@ -59,6 +69,7 @@ class CodePredictorRunner:
         self.use_triton = use_triton
         self.gemv_rows = gemv_rows if use_triton else 0
         self.gemv_table = gemv_table or GEMV_LAUNCH
+        self.pdl = pdl and self.gemv_rows > 0
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
         self.device, self.dtype = p.device, p.dtype
@@ -94,12 +105,15 @@ class CodePredictorRunner:
             else:
                 raise ValueError(f"the code predictor takes 1 or 2 new positions, got {n}")
 
+            pdl = self.uses_pdl(b * n)
+
             def attend(i, q):  # q [b n, Hq, D]
-                return cp_attention(q.view(b, n, *q.shape[1:]), self.k[i], self.v[i], start).flatten(0, 1)
+                return cp_attention(q.view(b, n, *q.shape[1:]), self.k[i], self.v[i], start, pdl=pdl).flatten(0, 1)
 
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if b * n <= self.gemv_rows:
-                return decoder_step_gemv(*args, gemv_launch(b * n, self.gemv_table)).view(b, n, -1)[:, -1], False
+                out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl)
+                return out.view(b, n, -1)[:, -1], False
             return decoder_step_triton(*args).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
@@ -110,12 +124,18 @@ class CodePredictorRunner:
         cos, sin = (t[start:start + n] for t in self.rope)  # [n, D]: static slices
         return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1], True
 
+    def uses_pdl(self, rows: int) -> bool:
+        return self.pdl and rows <= min(PDL_ROWS, self.gemv_rows)
+
+    def launch(self, rows: int) -> dict[str, dict]:
+        """The GEMVs' launch configurations for a pass of `rows` token rows."""
+        return PDL_LAUNCH if self.uses_pdl(rows) else gemv_launch(rows, self.gemv_table)
+
     def logits(self, out: torch.Tensor, normed: bool, j: int) -> torch.Tensor:
         """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""
         if normed:
             return F.linear(out, self.heads[j])
-        launch = gemv_launch(out.shape[0], self.gemv_table)["head"]
-        return gemv(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **launch)
+        return gemv(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **self.launch(out.shape[0])["head"])
 
     def predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
                 variant: SamplerVariant = GENERAL) -> torch.Tensor:
@@ -144,7 +164,7 @@ class CodePredictorRunner:
         x = torch.empty(b, 1, self.inputs.shape[-1], dtype=self.dtype, device=self.device)
         out, normed = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)
         settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
-                        top_p=rows.sub_top_p, seed=rows.seed, frame=frames)
+                        top_p=rows.sub_top_p, seed=rows.seed, frame=frames, pdl=self.uses_pdl(b))
         for j in range(15):
             sample_rows(self.logits(out, normed, j), codes[:, j], codebook=j + 1,
                         gather=(self.inputs[j], x[:, 0]) if j < 14 else None, **settings)

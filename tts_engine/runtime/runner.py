@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..kernels.backend import runs_on
+from ..kernels.backend import pdl_supported, runs_on
 from ..kernels.decode_attention import decode_attention, decode_attention_ref
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Qwen3TTS
@@ -75,7 +75,7 @@ class StepCodes:
 class ModelRunner:
     def __init__(self, model: Qwen3TTS, *, max_slots: int = 64, max_context: int = 2048,
                  use_triton: bool | None = None, use_graphs: bool | None = None,
-                 buckets: tuple[int, ...] = BUCKETS, cp_gemv_rows: int | None = None):
+                 buckets: tuple[int, ...] = BUCKETS, cp_gemv_rows: int | None = None, cp_pdl: bool = False):
         talker = model.talker
         self.cfg = talker.cfg
         p = talker.codec_head.weight
@@ -99,10 +99,14 @@ class ModelRunner:
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
         self.text_embedding = talker.model.text_embedding.weight
         self.text_projection = talker.text_projection
-        # cp_gemv_rows: code-predictor batches up to this size use the fused small-batch GEMVs.
+        # cp_gemv_rows: code-predictor batches up to this size use the fused small-batch GEMVs;
+        # cp_pdl: their smallest passes with programmatic dependent launch (sm90+).
+        if cp_pdl and not (self.use_triton and pdl_supported(self.device)):
+            raise ValueError(f"cp_pdl: programmatic dependent launch needs the Triton path on an sm90+ GPU, "
+                             f"not {self.device}")
         self.code_predictor = CodePredictorRunner(
             talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
-            gemv_rows=CP_GEMV_ROWS if cp_gemv_rows is None else cp_gemv_rows)
+            gemv_rows=CP_GEMV_ROWS if cp_gemv_rows is None else cp_gemv_rows, pdl=cp_pdl)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
