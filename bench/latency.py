@@ -69,6 +69,7 @@ def bandwidth_tbs(gib: int = 4) -> float:
 
 
 def stage_times(runner, prompt_rows, batches) -> dict:
+    from tts_engine.kernels.backend import pdl_supported
     from tts_engine.sampling import SamplingParams
 
     runner.k_cache.normal_()  # no timing on zeros: cells past the prompts hold random values
@@ -81,6 +82,10 @@ def stage_times(runner, prompt_rows, batches) -> dict:
         for b in batches:
             out[b] = _stage_times_at(runner, b, prompt_rows.shape[0])
             print(f"batch {b}: {out[b]}", flush=True)
+        # Last, so that a failure cannot cost the rest: batch 1 with programmatic dependent launch (sm90+).
+        if pdl_supported(runner.device) and runner.code_predictor.gemv_rows and 1 in out:
+            out[1] |= _stage_times_at(runner, 1, prompt_rows.shape[0], ("pdl", dict(pdl=True)))
+            print(f"batch 1, PDL: {out[1]}", flush=True)
     return out
 
 
@@ -99,8 +104,9 @@ def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
     return out
 
 
-def _stage_times_at(runner, b: int, t_len: int) -> dict:
-    from tts_engine.kernels.backend import pdl_supported
+def _stage_times_at(runner, b: int, t_len: int, variant: tuple[str, dict] | None = None) -> dict:
+    """Stage times at batch b. variant (name, code-predictor attributes to set): only the code-predictor
+    frame and the frame step, with those set, as `code_predictor_frame_<name>_ms` / `frame_step_<name>_ms`."""
     from tts_engine.runtime.sampler import FAST, GENERAL
 
     slots = torch.arange(b, device="cuda")
@@ -110,32 +116,32 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
     rows = runner.rows.gather(slots)
     c0 = torch.randint(0, 2048, (b,), device="cuda")
     text = torch.zeros(b, dtype=torch.long, device="cuda")
-    long_positions = torch.full((b,), runner.max_context - 64, device="cuda")
-    talker = graph_of(lambda: runner._talker_decode(slots, x, positions))
-    talker_long = graph_of(lambda: runner._talker_decode(slots, x, long_positions))
-    cp = graph_of(lambda: runner.code_predictor.predict(x, c0, frames, rows, variant=FAST))
-    step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
-    step_general = graph_of(lambda: runner._frame_step(slots, frames, positions, text, GENERAL))
-    out = {"talker_step_ms": cuda_time_ms(talker), "talker_step_long_ms": cuda_time_ms(talker_long),
-           "code_predictor_frame_ms": cuda_time_ms(cp), "frame_step_ms": cuda_time_ms(step),
-           "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
     cp_runner = runner.code_predictor
-    # The code predictor's other paths at this batch, for comparison: products on cuBLAS, and (batch
-    # 1, sm90+) every kernel with programmatic dependent launch.
-    variants = {"cublas": dict(gemv_rows=0)} if b <= cp_runner.gemv_rows else {}
-    if pdl_supported(runner.device) and cp_runner.gemv_rows and b == 1:
-        variants["pdl"] = dict(pdl=True)
-    for name, change in variants.items():
+    if variant is not None:
+        name, change = variant
         before = {k: getattr(cp_runner, k) for k in change}
         for k, v in change.items():
             setattr(cp_runner, k, v)
         try:
             cp = graph_of(lambda: cp_runner.predict(x, c0, frames, rows, variant=FAST))
             step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
-            out |= {f"code_predictor_frame_{name}_ms": cuda_time_ms(cp), f"frame_step_{name}_ms": cuda_time_ms(step)}
+            return {f"code_predictor_frame_{name}_ms": cuda_time_ms(cp), f"frame_step_{name}_ms": cuda_time_ms(step)}
+        except Exception as exc:  # an experimental path that fails here is reported, not fatal to the run
+            return {f"{name}_error": f"{type(exc).__name__}: {exc}"[:300]}
         finally:
             for k, v in before.items():
                 setattr(cp_runner, k, v)
+    long_positions = torch.full((b,), runner.max_context - 64, device="cuda")
+    talker = graph_of(lambda: runner._talker_decode(slots, x, positions))
+    talker_long = graph_of(lambda: runner._talker_decode(slots, x, long_positions))
+    cp = graph_of(lambda: cp_runner.predict(x, c0, frames, rows, variant=FAST))
+    step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
+    step_general = graph_of(lambda: runner._frame_step(slots, frames, positions, text, GENERAL))
+    out = {"talker_step_ms": cuda_time_ms(talker), "talker_step_long_ms": cuda_time_ms(talker_long),
+           "code_predictor_frame_ms": cuda_time_ms(cp), "frame_step_ms": cuda_time_ms(step),
+           "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
+    if b <= cp_runner.gemv_rows:  # the code predictor's products on cuBLAS, for comparison
+        out |= _stage_times_at(runner, b, t_len, ("cublas", dict(gemv_rows=0)))
     return out
 
 

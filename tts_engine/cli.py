@@ -89,7 +89,8 @@ def _add_serve(sub) -> None:
                         "share codec calls (0: each stream on its own chunk schedule; default 2 on CUDA, 0 on CPU)")
     p.add_argument("--cp-gemv-rows", type=int, default=None,
                    help="code-predictor passes of up to this many token rows run their products through the fused "
-                        "small-batch GEMV instead of cuBLAS (0: never; default 16, the most it holds; CUDA)")
+                        "small-batch GEMV instead of cuBLAS (0: never; default 2; at most 4, past which cuBLAS is "
+                        "faster; CUDA)")
     p.add_argument("--cp-pdl", action="store_true",
                    help="run the code predictor's batch-1 passes with programmatic dependent launch: each GEMV's "
                         "weights stream in while the kernel before it finishes (experimental; sm90+ GPUs)")

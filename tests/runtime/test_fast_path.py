@@ -361,13 +361,13 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     # The interpreter's cost is per program: wide blocks keep the tiny model's GEMVs to a few
     # programs (block_k 16 < its 32-64 wide rows: the norm prologue and the products over several slices).
     wide = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down", "head")}
-    code_predictor.GEMV_LAUNCH = ((16, wide),)
+    code_predictor.GEMV_LAUNCH = wide
     synth = Synthesizer(checkpoint)
     inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
               make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
     results = []
     # torch; Triton with the code predictor's products on cuBLAS; Triton with its fused GEMVs
-    for use_triton, cp_gemv_rows in ((False, 0), (True, 0), (True, 8)):
+    for use_triton, cp_gemv_rows in ((False, 0), (True, 0), (True, 4)):
         d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=use_triton, use_graphs=False,
                                cp_gemv_rows=cp_gemv_rows))
         d.start(2, inputs[0])

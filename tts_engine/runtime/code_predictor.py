@@ -20,30 +20,25 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.cp_attention import cp_attention, cp_attention_ref
-from ..kernels.gemv import MAX_ROWS, gemv
+from ..kernels.gemv import gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
 from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rope_table
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
-# kernels/gemv.py launch configuration of each product at the code predictor's shapes (1.7B: qkv
-# [4096, 1024], o [1024, 2048], gate/up [6144, 1024], down [1024, 3072], head [2048, 1024]), from
-# `bench.kernels --gemv-sweep` on the H200 (docs/perf-notes.md).
-CP_GEMV_ROWS = 16  # the runner's default gemv_rows
-# (most token rows, {product: launch configuration}), first match. At 1-2 rows the sweep's best
-# (µs, cuBLAS + epilogue in brackets: qkv 3.69 (4.00), o + residual 2.98 (13.9), gate/up + SwiGLU
-# 6.09 (7.44), down + residual 3.35 (7.73)); their [rows, block_n, block_k] fp32 products would spill
-# at 16 rows, so more rows take narrower slices reduced as they go.
+# Passes of at most CP_GEMV_ROWS token rows (by default) run their products through kernels/gemv.py,
+# with these launch configurations (1.7B shapes: qkv [4096, 1024], o [1024, 2048], gate/up [6144,
+# 1024], down [1024, 3072], head [2048, 1024]), the best of run 9's `bench.kernels --gemv-sweep` on the
+# H200 at 1 row. µs at 1 / 2 / 4 / 8 rows, cuBLAS + epilogue at 1 in brackets: qkv 3.7 / 4.4 / 6.1 / 9.4
+# (4.0), o + residual 3.0 / 3.2 / 3.9 / 5.2 (13.9), gate/up + SwiGLU 6.1 / 6.8 / 8.5 / 19.1 (7.4), down
+# + residual 3.4 / 3.7 / 4.4 / 5.9 (7.7). cuBLAS takes ~4-8 µs whatever the rows, so past a few rows
+# it wins (the code-predictor frame at batch 8: 13.8 ms with a 16-row table, 3.0 ms on cuBLAS).
+CP_GEMV_ROWS, MAX_GEMV_ROWS = 2, 4
 _LATE = dict(late_sum=True, stages=3, num_warps=4)
-_ROWS = dict(late_sum=False, stages=3, num_warps=4)
-GEMV_LAUNCH: tuple[tuple[int, dict[str, dict]], ...] = (
-    (2, {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4, block_k=512, **_LATE),
-         "gate_up": dict(block_n=8, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE),
-         "head": dict(block_n=8, block_k=256, **_LATE)}),
-    (MAX_ROWS, {name: dict(block_n=4, block_k=128, **_ROWS) for name in ("qkv", "o", "gate_up", "down", "head")}),
-)
-
+GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4, block_k=512, **_LATE),
+               "gate_up": dict(block_n=8, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE),
+               "head": dict(block_n=8, block_k=256, **_LATE)}
 
 # With programmatic dependent launch (opt-in, sm90+): passes of at most PDL_ROWS rows run every
 # kernel with PDL and the GEMVs with whole rows of w per program, read before the wait for the
@@ -55,20 +50,16 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, pdl=True), "o": dict(block_n=2
               "head": dict(block_n=4, num_warps=4, pdl=True)}
 
 
-def gemv_launch(rows: int, table=GEMV_LAUNCH) -> dict[str, dict]:
-    return next(cfg for most, cfg in table if rows <= most)
-
-
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
-                 gemv_rows: int = 0, gemv_table: tuple | None = None, pdl: bool = False):
-        if not 0 <= gemv_rows <= MAX_ROWS:
-            raise ValueError(f"gemv_rows must be in 0..{MAX_ROWS}, got {gemv_rows}")
+                 gemv_rows: int = 0, gemv_launch: dict[str, dict] | None = None, pdl: bool = False):
+        if not 0 <= gemv_rows <= MAX_GEMV_ROWS:
+            raise ValueError(f"gemv_rows must be in 0..{MAX_GEMV_ROWS} (past that cuBLAS is faster), got {gemv_rows}")
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
         self.gemv_rows = gemv_rows if use_triton else 0
-        self.gemv_table = gemv_table or GEMV_LAUNCH
+        self.gemv_launch = gemv_launch or GEMV_LAUNCH
         self.pdl = pdl and self.gemv_rows > 0
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
@@ -129,7 +120,7 @@ class CodePredictorRunner:
 
     def launch(self, rows: int) -> dict[str, dict]:
         """The GEMVs' launch configurations for a pass of `rows` token rows."""
-        return PDL_LAUNCH if self.uses_pdl(rows) else gemv_launch(rows, self.gemv_table)
+        return PDL_LAUNCH if self.uses_pdl(rows) else self.gemv_launch
 
     def logits(self, out: torch.Tensor, normed: bool, j: int) -> torch.Tensor:
         """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""
