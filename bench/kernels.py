@@ -87,6 +87,9 @@ GEMV_CONFIGS += [dict(block_n=bn, block_k=1024, late_sum=False, stages=st, num_w
 # For 4-16 rows: narrow slices reduced as they go ([rows, block_n, block_k] fp32 products in registers).
 GEMV_CONFIGS += [dict(block_n=bn, block_k=bk, late_sum=False, stages=3, num_warps=4)
                  for bn in (2, 4, 8) for bk in (64, 128)]
+# The tensor-core kernel (rows padded to 16), swept at batches past 2 instead of the above.
+MMA_CONFIGS = [dict(mma=True, block_n=bn, block_k=bk, stages=st, num_warps=4)
+               for bn in (16, 32) for bk in (128, 256, 512) for st in (3, 4) if not (bn == 32 and bk == 512)]
 
 
 def gemv_sweep(batch: int = 1) -> list[dict]:
@@ -112,7 +115,7 @@ def gemv_sweep(batch: int = 1) -> list[dict]:
                          "floor_us": round(floor_us, 2)})
             print(f"{name:<20} b{batch:<3} cublas {cublas:7.2f} us (floor {floor_us:.2f})", flush=True)
             kw = {"silu_mul": epilogue == "silu", "residual": res if epilogue == "residual" else None}
-            for cfg in GEMV_CONFIGS:
+            for cfg in GEMV_CONFIGS if batch <= 2 else MMA_CONFIGS:
                 try:
                     us = graph_ms([partial(gemv, x, w, **kw, **cfg) for w in ws]) * 1e3
                 except Exception as e:  # a configuration that does not compile or run here
@@ -123,7 +126,7 @@ def gemv_sweep(batch: int = 1) -> list[dict]:
             best = min((r for r in rows if r["op"] == name and "us" in r and r["impl"] == "gemv"),
                        key=lambda r: r["us"], default=None)
             if best is not None:
-                best_cfg = {k: best[k] for k in GEMV_CONFIGS[0]}
+                best_cfg = {k: best[k] for k in ("mma", *GEMV_CONFIGS[0]) if k in best}
                 print(f"{name:<20} b{batch:<3} best gemv {best['us']:7.2f} us {best_cfg}", flush=True)
     return rows
 

@@ -107,6 +107,7 @@ def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
 def _stage_times_at(runner, b: int, t_len: int, variant: tuple[str, dict] | None = None) -> dict:
     """Stage times at batch b. variant (name, code-predictor attributes to set): only the code-predictor
     frame and the frame step, with those set, as `code_predictor_frame_<name>_ms` / `frame_step_<name>_ms`."""
+    from tts_engine.kernels.gemv import MAX_MMA_ROWS
     from tts_engine.runtime.sampler import FAST, GENERAL
 
     slots = torch.arange(b, device="cuda")
@@ -142,6 +143,8 @@ def _stage_times_at(runner, b: int, t_len: int, variant: tuple[str, dict] | None
            "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
     if b <= cp_runner.gemv_rows:  # the code predictor's products on cuBLAS, for comparison
         out |= _stage_times_at(runner, b, t_len, ("cublas", dict(gemv_rows=0)))
+    elif cp_runner.use_triton and not cp_runner.mma_rows:  # and with the opt-in tensor-core kernel
+        out |= _stage_times_at(runner, b, t_len, ("mma", dict(mma_rows=MAX_MMA_ROWS)))
     return out
 
 

@@ -91,6 +91,9 @@ def _add_serve(sub) -> None:
                    help="code-predictor passes of up to this many token rows run their products through the fused "
                         "small-batch GEMV instead of cuBLAS (0: never; default 2; at most 4, past which cuBLAS is "
                         "faster; CUDA)")
+    p.add_argument("--cp-mma-rows", type=int, default=0,
+                   help="code-predictor passes of up to this many token rows (at most 64) past --cp-gemv-rows run on "
+                        "the same fused kernels with tensor-core products instead of cuBLAS (experimental; CUDA)")
     p.add_argument("--cp-pdl", action="store_true",
                    help="run the code predictor's batch-1 passes with programmatic dependent launch: each GEMV's "
                         "weights stream in while the kernel before it finishes (experimental; sm90+ GPUs)")
@@ -183,7 +186,8 @@ def _serve(args) -> int:
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
                              codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, profile=profile,
-                             cp_gemv_rows=args.cp_gemv_rows, cp_pdl=args.cp_pdl, **caps)
+                             cp_gemv_rows=args.cp_gemv_rows, cp_pdl=args.cp_pdl,
+                             cp_mma_rows=args.cp_mma_rows, **caps)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
     # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.

@@ -52,13 +52,21 @@ def test_talker_step_triton_equals_torch(runners, batch):
         assert rel_err(k_got, k_want) < 2e-2, f"layer {layer} keys"
 
 
-@pytest.mark.parametrize("b", [1, 2, 6])  # all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS
-def test_code_predictor_steps_triton_equal_torch(runners, b):
+# all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; the opt-in tensor-core kernel
+@pytest.mark.parametrize("b,mma_rows", [(1, 0), (2, 0), (6, 0), (3, 64), (8, 64)])
+def test_code_predictor_steps_triton_equal_torch(runners, b, mma_rows):
     cfg, (fast, ref) = runners
     h = cfg.talker.code_predictor.hidden_size
     fast_cp, ref_cp = fast.code_predictor, ref.code_predictor
     assert fast_cp.gemv_rows == 2
+    fast_cp.mma_rows = mma_rows
+    try:
+        _compare_code_predictor_steps(fast_cp, ref_cp, b, h)
+    finally:
+        fast_cp.mma_rows = 0
 
+
+def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):
     def logits(cp, x, start):  # the layers' output through codebook 1's head (the final norm included)
         return cp.logits(*cp.layers(x, b, start), 0)
 

@@ -62,13 +62,14 @@ def test_strided_rows_and_errors(device):
 
 def test_every_configuration_the_gpu_sweep_tries_is_correct(device):
     """bench/kernels.py --gemv-sweep times these on the GPU; each must compute the same thing."""
-    from bench.kernels import GEMV_CONFIGS
+    from bench.kernels import GEMV_CONFIGS, MMA_CONFIGS
 
-    x, w, g = inputs(1, 96, 40, torch.bfloat16, device, seed=5)
-    r = torch.randn(1, 40, generator=g).to(device, torch.bfloat16)
-    for cfg in GEMV_CONFIGS:
-        assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r), f"gemv {cfg}")
-        assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True), f"gemv {cfg}")
+    for m, configs in ((1, GEMV_CONFIGS), (5, MMA_CONFIGS)):
+        x, w, g = inputs(m, 96, 40, torch.bfloat16, device, seed=5)
+        r = torch.randn(m, 40, generator=g).to(device, torch.bfloat16)
+        for cfg in configs:
+            assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r), f"gemv {cfg}")
+            assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True), f"gemv {cfg}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -102,3 +103,21 @@ def test_whole_rows_kernel(device, m, k, n):
         assert_same_rounding(gemv(x, w, **cfg), gemv_ref(x, w, norm=norm), f"whole rows {cfg}")
         assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r, norm=norm), "+ residual")
         assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True, norm=norm), "swiglu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,k,n", [(3, 64, 40), (16, 200, 96), (37, 130, 64)])
+def test_tensor_core_kernel(device, dtype, m, k, n):
+    """mma: rows padded to a 16-row tile and products by tl.dot, every prologue and epilogue."""
+    x, w, g = inputs(m, k, 2 * n, dtype, device, seed=17 * m + k)
+    ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, dtype)
+    r = torch.randn(m, 2 * n, generator=g).to(device, dtype)
+    cfg = dict(mma=True, block_n=16, block_k=32, stages=2)
+    for norm in (None, (ln, 1e-6)):
+        assert_same_rounding(gemv(x, w, norm=norm, **cfg), gemv_ref(x, w, norm=norm), f"mma {m}x{k}x{n}")
+        assert_same_rounding(gemv(x, w, residual=r, norm=norm, **cfg), gemv_ref(x, w, residual=r, norm=norm),
+                             "mma + residual")
+        assert_same_rounding(gemv(x, w, silu_mul=True, norm=norm, **cfg), gemv_ref(x, w, silu_mul=True, norm=norm),
+                             "mma swiglu")
+    with pytest.raises(ValueError, match="at most 64 rows"):
+        gemv(torch.zeros(65, 8, device=device), torch.zeros(4, 8, device=device), mma=True, block_n=16, block_k=16)

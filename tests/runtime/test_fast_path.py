@@ -362,21 +362,24 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     # programs (block_k 16 < its 32-64 wide rows: the norm prologue and the products over several slices).
     wide = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down", "head")}
     code_predictor.GEMV_LAUNCH = wide
+    code_predictor.MMA_LAUNCH = {name: dict(mma=True, block_n=64, block_k=16) for name in wide}
     synth = Synthesizer(checkpoint)
     inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
               make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
     results = []
-    # torch; Triton with the code predictor's products on cuBLAS; Triton with its fused GEMVs
-    for use_triton, cp_gemv_rows in ((False, 0), (True, 0), (True, 4)):
+    # torch; Triton with the code predictor's products on cuBLAS; with its fused GEMVs; with the
+    # same fusions on the tensor-core kernel
+    for use_triton, cp_gemv_rows, cp_mma_rows in ((False, 0, 0), (True, 0, 0), (True, 4, 0), (True, 0, 4)):
         d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=use_triton, use_graphs=False,
-                               cp_gemv_rows=cp_gemv_rows))
+                               cp_gemv_rows=cp_gemv_rows, cp_mma_rows=cp_mma_rows))
         d.start(2, inputs[0])
         d.start(0, inputs[1])
         for _ in range(2):
             d.step([2, 0])
         results.append((d.codes(2), d.codes(0), d.runner.hidden[[2, 0]].clone(), d.runner.logits[[2, 0]].clone()))
     (a2, a0, ah, al) = results[0]
-    for what, (b2, b0, bh, bl) in zip(("Triton", "Triton + code-predictor GEMVs"), results[1:]):
+    for what, (b2, b0, bh, bl) in zip(("Triton", "Triton + code-predictor GEMVs", "Triton + tensor-core kernel"),
+                                      results[1:]):
         assert_codes_equal(b2, a2, f"slot 2 with {what}")
         assert_codes_equal(b0, a0, f"slot 0 with {what}")
         torch.testing.assert_close(bh, ah, atol=1e-4, rtol=1e-4)
@@ -389,4 +392,4 @@ def test_triton_decode_attention_interpreted_equals_reference():
 
 
 def test_runner_with_triton_attention_equals_torch_attention(tiny_checkpoint):
-    _run_interpreted(f"check_runner_triton_interpreted({str(tiny_checkpoint)!r})")
+    _run_interpreted(f"check_runner_triton_interpreted({str(tiny_checkpoint)!r})", timeout=480)

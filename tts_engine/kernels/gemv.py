@@ -40,7 +40,8 @@ if HAVE_TRITON:
 
     from .backend import gdc_launch_dependents, gdc_wait, round_to
 
-MAX_ROWS = 16  # batch rows one program holds; larger batches are cuBLAS' regime
+MAX_ROWS = 16  # batch rows one program holds in registers (the CUDA-core kernels)
+MAX_MMA_ROWS = 64  # with mma: rows of one tensor-core tile
 
 
 def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
@@ -145,6 +146,53 @@ if HAVE_TRITON:
         _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE)
 
     @triton.jit
+    def _gemm_mma_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
+                         MODE: tl.constexpr, NORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, STAGES: tl.constexpr, IEEE: tl.constexpr):
+        """`_gemv_kernel` on the tensor cores, for 3-64 rows: rows padded to BLOCK_M >= 16 and each
+        [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_N] slice one `tl.dot` into fp32 (the x slice normalised and
+        rounded to x's dtype first, as the reference feeds its product). IEEE: the operands widened to
+        fp32 and multiplied exactly: for fp32 inputs (TF32 would round them) and in the CPU
+        interpreter, whose dot does not take bf16 (its products of bf16 values are exact in fp32, as
+        the tensor cores' are)."""
+        feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows = tl.arange(0, BLOCK_M)
+        f_ok, r_ok = feats < n_out, rows < m
+        x_dt = x_ptr.dtype.element_ty
+        inv_rms = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        if NORM:
+            sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for k0 in range(0, k, BLOCK_K):
+                ks = k0 + tl.arange(0, BLOCK_K)
+                xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & (ks < k)[None, :],
+                             other=0.0).to(tl.float32)
+                sum_sq += tl.sum(xs * xs, axis=1)
+            inv_rms = tl.rsqrt(sum_sq / k + eps)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in tl.range(0, k, BLOCK_K, num_stages=STAGES):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_ok = ks < k
+            xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0)
+            if NORM:
+                ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
+                xs = round_to(ln[None, :] * round_to(xs.to(tl.float32) * inv_rms[:, None], x_dt), x_dt).to(x_dt)
+            w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
+            w_ok = f_ok[:, None] & k_ok[None, :]
+            ws = tl.load(w_at, mask=w_ok, other=0.0)  # [BLOCK_N, BLOCK_K]
+            if IEEE:
+                acc = tl.dot(xs.to(tl.float32), tl.trans(ws.to(tl.float32)), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(xs, tl.trans(ws), acc)
+            if MODE == 2:
+                wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0)
+                if IEEE:
+                    acc_up = tl.dot(xs.to(tl.float32), tl.trans(wu.to(tl.float32)), acc_up, input_precision="ieee")
+                else:
+                    acc_up = tl.dot(xs, tl.trans(wu), acc_up)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE)
+
+    @triton.jit
     def _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE: tl.constexpr):
         """fp32 products [M_P, BLOCK_N] -> rounded, the residual added or SwiGLU applied, stored."""
         dt = y_ptr.dtype.element_ty
@@ -161,17 +209,21 @@ if HAVE_TRITON:
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
-         late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False) -> torch.Tensor:
-    """x [M, K] (M <= MAX_ROWS, last dim contiguous), w [N, K] contiguous -> [M, N] (or [M, N / 2]
-    with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first. block_n, block_k, num_warps,
-    late_sum, stages: the launch configuration (`bench/kernels.py` sweeps them against cuBLAS on the GPU).
-    whole_rows: each program holds whole rows of w (block_k is K rounded up; for a few rows of x);
-    pdl (implies whole_rows): launched with programmatic dependent launch (`backend.pdl_supported`)."""
+         late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
+         mma: bool = False) -> torch.Tensor:
+    """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
+    -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
+    block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
+    them against cuBLAS on the GPU). whole_rows: each program holds whole rows of w (block_k is K
+    rounded up; for a few rows of x); pdl (implies whole_rows): launched with programmatic dependent
+    launch (`backend.pdl_supported`). mma: tensor-core products over rows padded to >= 16 (block_n,
+    block_k >= 16), for 3-64 rows."""
     if not HAVE_TRITON:
         return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm)
     m, k = x.shape
-    if m > MAX_ROWS:
-        raise ValueError(f"gemv holds at most {MAX_ROWS} rows, got {m}")
+    if m > (MAX_MMA_ROWS if mma else MAX_ROWS):
+        raise ValueError(f"gemv holds at most {MAX_MMA_ROWS if mma else MAX_ROWS} rows{' with mma' if mma else ''}, "
+                         f"got {m}")
     if w.shape[1] != k or w.stride(1) != 1 or x.stride(1) != 1:
         raise ValueError(f"gemv needs x [M, K] and w [N, K] with K contiguous, got {tuple(x.shape)}, {tuple(w.shape)}")
     if x.dtype != w.dtype:
@@ -190,7 +242,13 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     args = (x, w, r, ln, y, m, n_out, k, x.stride(0), w.stride(0), r.stride(0), y.stride(0), eps)
     shape = dict(MODE=mode, NORM=norm is not None, M_P=max(1, next_pow2(m)), BLOCK_N=block_n)
     grid = (triton.cdiv(n_out, block_n),)
-    if whole_rows or pdl:
+    if mma:
+        if block_n < 16 or block_k < 16:
+            raise ValueError(f"mma needs block_n and block_k >= 16, got {block_n}, {block_k}")
+        del shape["M_P"]
+        _gemm_mma_kernel[grid](*args, **shape, BLOCK_M=max(16, next_pow2(m)), BLOCK_K=block_k, STAGES=stages,
+                               IEEE=x.dtype == torch.float32 or x.device.type == "cpu", num_warps=num_warps)
+    elif whole_rows or pdl:
         extra = dict(launch_pdl=True) if pdl else {}
         _gemv_rows_kernel[grid](*args, **shape, BLOCK_K=next_pow2(k), PDL=pdl, num_warps=num_warps, **extra)
     else:

@@ -11,7 +11,9 @@ With `use_triton` the layers run through the Triton kernels and each draw is the
 kernel (which also gathers the next input row); otherwise plain torch and the torch sampler.
 With `use_triton`, a pass over at most `gemv_rows` token rows (b for a one-position step, 2 b for the
 prefill) runs its products through the fused small-batch GEMV (`fused.decoder_step_gemv`: 6 launches
-a layer instead of 9, the final norm in the head's prologue); larger ones through cuBLAS.
+a layer instead of 9, the final norm in the head's prologue); larger ones through cuBLAS. Opt-in:
+`mma_rows` (passes of up to that many rows on the same fusions with tensor-core products) and `pdl`
+(the smallest passes with programmatic dependent launch).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.cp_attention import cp_attention, cp_attention_ref
-from ..kernels.gemv import gemv
+from ..kernels.gemv import MAX_MMA_ROWS, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
 from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rope_table
@@ -40,6 +42,11 @@ GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4
                "gate_up": dict(block_n=8, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE),
                "head": dict(block_n=8, block_k=256, **_LATE)}
 
+# Opt-in (mma_rows): passes of 3 .. mma_rows token rows through kernels/gemv.py's tensor-core
+# kernel, the same fusions as above at cuBLAS' batch sizes (not yet timed on the H200: a guess).
+MMA_LAUNCH = {name: dict(mma=True, block_n=bn, block_k=256, stages=3, num_warps=4)
+              for name, bn in (("qkv", 32), ("o", 16), ("gate_up", 16), ("down", 16), ("head", 32))}
+
 # With programmatic dependent launch (opt-in, sm90+): passes of at most PDL_ROWS rows run every
 # kernel with PDL and the GEMVs with whole rows of w per program, read before the wait for the
 # previous kernel (kernels/gemv.py `_gemv_rows_kernel`): the weights of the next product stream in
@@ -52,7 +59,8 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, pdl=True), "o": dict(block_n=2
 
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
-                 gemv_rows: int = 0, gemv_launch: dict[str, dict] | None = None, pdl: bool = False):
+                 gemv_rows: int = 0, gemv_launch: dict[str, dict] | None = None, pdl: bool = False,
+                 mma_rows: int = 0):
         if not 0 <= gemv_rows <= MAX_GEMV_ROWS:
             raise ValueError(f"gemv_rows must be in 0..{MAX_GEMV_ROWS} (past that cuBLAS is faster), got {gemv_rows}")
         cp = talker.code_predictor
@@ -61,6 +69,9 @@ class CodePredictorRunner:
         self.gemv_rows = gemv_rows if use_triton else 0
         self.gemv_launch = gemv_launch or GEMV_LAUNCH
         self.pdl = pdl and self.gemv_rows > 0
+        if not (mma_rows == 0 or self.gemv_rows < mma_rows <= MAX_MMA_ROWS):
+            raise ValueError(f"mma_rows must be 0 or in {self.gemv_rows + 1}..{MAX_MMA_ROWS}, got {mma_rows}")
+        self.mma_rows = mma_rows if use_triton else 0
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
         self.device, self.dtype = p.device, p.dtype
@@ -102,7 +113,7 @@ class CodePredictorRunner:
                 return cp_attention(q.view(b, n, *q.shape[1:]), self.k[i], self.v[i], start, pdl=pdl).flatten(0, 1)
 
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
-            if b * n <= self.gemv_rows:
+            if b * n <= max(self.gemv_rows, self.mma_rows):
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl)
                 return out.view(b, n, -1)[:, -1], False
             return decoder_step_triton(*args).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
@@ -120,7 +131,9 @@ class CodePredictorRunner:
 
     def launch(self, rows: int) -> dict[str, dict]:
         """The GEMVs' launch configurations for a pass of `rows` token rows."""
-        return PDL_LAUNCH if self.uses_pdl(rows) else self.gemv_launch
+        if self.uses_pdl(rows):
+            return PDL_LAUNCH
+        return self.gemv_launch if rows <= self.gemv_rows else MMA_LAUNCH
 
     def logits(self, out: torch.Tensor, normed: bool, j: int) -> torch.Tensor:
         """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""

@@ -75,7 +75,8 @@ class StepCodes:
 class ModelRunner:
     def __init__(self, model: Qwen3TTS, *, max_slots: int = 64, max_context: int = 2048,
                  use_triton: bool | None = None, use_graphs: bool | None = None,
-                 buckets: tuple[int, ...] = BUCKETS, cp_gemv_rows: int | None = None, cp_pdl: bool = False):
+                 buckets: tuple[int, ...] = BUCKETS, cp_gemv_rows: int | None = None, cp_pdl: bool = False,
+                 cp_mma_rows: int = 0):
         talker = model.talker
         self.cfg = talker.cfg
         p = talker.codec_head.weight
@@ -100,13 +101,14 @@ class ModelRunner:
         self.text_embedding = talker.model.text_embedding.weight
         self.text_projection = talker.text_projection
         # cp_gemv_rows: code-predictor batches up to this size use the fused small-batch GEMVs;
-        # cp_pdl: their smallest passes with programmatic dependent launch (sm90+).
+        # cp_pdl: their smallest passes with programmatic dependent launch (sm90+); cp_mma_rows: larger
+        # passes up to this size on the same fusions with tensor-core products.
         if cp_pdl and not (self.use_triton and pdl_supported(self.device)):
             raise ValueError(f"cp_pdl: programmatic dependent launch needs the Triton path on an sm90+ GPU, "
                              f"not {self.device}")
         self.code_predictor = CodePredictorRunner(
             talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
-            gemv_rows=CP_GEMV_ROWS if cp_gemv_rows is None else cp_gemv_rows, pdl=cp_pdl)
+            gemv_rows=CP_GEMV_ROWS if cp_gemv_rows is None else cp_gemv_rows, pdl=cp_pdl, mma_rows=cp_mma_rows)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
