@@ -47,10 +47,13 @@ GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4
 MMA_LAUNCH = {name: dict(mma=True, block_n=bn, block_k=256, stages=3, num_warps=4)
               for name, bn in (("qkv", 32), ("o", 16), ("gate_up", 16), ("down", 16), ("head", 32))}
 
-# With programmatic dependent launch (opt-in, sm90+): passes of at most PDL_ROWS rows run every
-# kernel with PDL and the GEMVs with whole rows of w per program, read before the wait for the
-# previous kernel (kernels/gemv.py `_gemv_rows_kernel`): the weights of the next product stream in
-# while the current one finishes, the way a persistent kernel would overlap them.
+# With programmatic dependent launch (sm90+; an experiment, not exposed by the server): passes of
+# at most PDL_ROWS rows run every kernel with PDL and the GEMVs with whole rows of w per program,
+# read before the wait for the previous kernel (kernels/gemv.py `_gemv_rows_kernel`): the weights of
+# the next product stream in while the current one finishes, as a persistent kernel would overlap
+# them. Run 9: code-predictor frame 1.82 ms against 2.41, but its codes differed from the same
+# kernels launched without PDL from the 9th codebook in a replay (tests/gpu/test_triton_path_gpu.py):
+# a kernel reads too early somewhere. Not for use until that test passes.
 PDL_ROWS = 2
 PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, pdl=True), "o": dict(block_n=2, num_warps=4, pdl=True),
               "gate_up": dict(block_n=4, num_warps=4, pdl=True), "down": dict(block_n=2, num_warps=8, pdl=True),
