@@ -43,9 +43,17 @@ GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4
                "head": dict(block_n=8, block_k=256, **_LATE)}
 
 # Opt-in (mma_rows): passes of 3 .. mma_rows token rows through kernels/gemv.py's tensor-core
-# kernel, the same fusions as above at cuBLAS' batch sizes (not yet timed on the H200: a guess).
-MMA_LAUNCH = {name: dict(mma=True, block_n=bn, block_k=256, stages=3, num_warps=4)
-              for name, bn in (("qkv", 32), ("o", 16), ("gate_up", 16), ("down", 16), ("head", 32))}
+# kernel, the same fusions as above at cuBLAS' batch sizes. Run 9's sweep at 8 rows (µs, cuBLAS +
+# epilogue in brackets): qkv 3.94 (3.93), o + residual 4.94 (6.42), gate/up + SwiGLU 5.80 (7.29), down +
+# residual 6.29 (7.80), the same at 16; these are its winners. With a first guess (block_k 256, 3
+# stages, 4.4 / 5.9 / 8.0 / 7.8 µs) the frame was slower than on cuBLAS (batch 8: 3.45 ms against 3.03;
+# 64: 5.67 against 3.40): the sweep times no norm prologue, whose K loop runs before the products. Not
+# timed as a frame with these.
+MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4),
+              "o": dict(mma=True, block_n=16, block_k=512, stages=3, num_warps=4),
+              "gate_up": dict(mma=True, block_n=32, block_k=256, stages=4, num_warps=4),
+              "down": dict(mma=True, block_n=16, block_k=512, stages=3, num_warps=4),
+              "head": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4)}
 
 # With programmatic dependent launch (sm90+; an experiment, not exposed by the server): passes of
 # at most PDL_ROWS rows run every kernel with PDL and the GEMVs with whole rows of w per program,
