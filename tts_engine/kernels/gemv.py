@@ -160,9 +160,9 @@ if HAVE_TRITON:
         f_ok, r_ok = feats < n_out, rows < m
         x_dt = x_ptr.dtype.element_ty
         inv_rms = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        if NORM:
+        if NORM:  # pipelined like the main loop: a plain loop waits a global-load latency per slice
             sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            for k0 in range(0, k, BLOCK_K):
+            for k0 in tl.range(0, k, BLOCK_K, num_stages=STAGES):
                 ks = k0 + tl.arange(0, BLOCK_K)
                 xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & (ks < k)[None, :],
                              other=0.0).to(tl.float32)

@@ -47,8 +47,8 @@ GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4
 # epilogue in brackets): qkv 3.94 (3.93), o + residual 4.94 (6.42), gate/up + SwiGLU 5.80 (7.29), down +
 # residual 6.29 (7.80), the same at 16; these are its winners. With a first guess (block_k 256, 3
 # stages, 4.4 / 5.9 / 8.0 / 7.8 µs) the frame was slower than on cuBLAS (batch 8: 3.45 ms against 3.03;
-# 64: 5.67 against 3.40): the sweep times no norm prologue, whose K loop runs before the products. Not
-# timed as a frame with these.
+# 64: 5.67 against 3.40): the sweep times no norm prologue, whose K loop ran before the products one
+# global-load latency a slice (now pipelined as the main loop is). Not timed as a frame with these.
 MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4),
               "o": dict(mma=True, block_n=16, block_k=512, stages=3, num_warps=4),
               "gate_up": dict(mma=True, block_n=32, block_k=256, stages=4, num_warps=4),
