@@ -84,7 +84,8 @@ GEMV_CONFIGS = [dict(block_n=bn, block_k=bk, late_sum=late, stages=st, num_warps
 # in flight than with 256-wide slices (the run-5 kernel was latency-bound at ~8 slices a program).
 GEMV_CONFIGS += [dict(block_n=bn, block_k=1024, late_sum=False, stages=st, num_warps=w)
                  for bn in (1, 2, 4) for w in (4, 8) for st in (1, 2) if not (bn == 4 and st == 2)]
-# For 4-16 rows: narrow slices reduced as they go ([rows, block_n, block_k] fp32 products in registers).
+# Narrow slices reduced as they go, meant for 4-16 rows ([rows, block_n, block_k] fp32 products in
+# registers); run 9 measured them at 2-16 rows: slower than cuBLAS past 2-4 rows, as every GEMV here.
 GEMV_CONFIGS += [dict(block_n=bn, block_k=bk, late_sum=False, stages=3, num_warps=4)
                  for bn in (2, 4, 8) for bk in (64, 128)]
 # The tensor-core kernel (rows padded to 16), swept at batches past 2 instead of the above.

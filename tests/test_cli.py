@@ -87,3 +87,14 @@ def test_serve_rejects_a_gil_switch_interval_that_is_not_positive(tmp_path):
 def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
     r = cadence("serve", "--model", tmp_path / "missing", "--profile-engine", tmp_path / "p", "--profile-seconds", "0")
     assert r.returncode == 2 and r.stderr.strip() == "cadence serve: error: profile seconds must be > 0, got 0.0"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--cp-gemv-rows", "9"], "--cp-gemv-rows must be in 0..4, got 9"),
+    (["--cp-mma-rows", "2"], "--cp-mma-rows must be 0 or above --cp-gemv-rows and at most 64, got 2"),
+    (["--cp-gemv-rows", "1", "--cp-mma-rows", "65"],
+     "--cp-mma-rows must be 0 or above --cp-gemv-rows and at most 64, got 65"),
+])
+def test_serve_rejects_code_predictor_row_limits_out_of_range(tmp_path, args, message):
+    r = cadence("serve", "--model", tmp_path / "missing", *args)
+    assert r.returncode == 2 and r.stderr.strip() == f"cadence serve: error: {message}"

@@ -172,6 +172,13 @@ def _serve(args) -> int:
     scheduler = SchedulerConfig(**policy).validate()  # a bad value: one line, exit 2
     if not args.gil_switch_ms > 0:
         raise ValueError(f"--gil-switch-ms must be > 0, got {args.gil_switch_ms}")
+    from .runtime.code_predictor import MAX_GEMV_ROWS, MAX_MMA_ROWS
+
+    if args.cp_gemv_rows is not None and not 0 <= args.cp_gemv_rows <= MAX_GEMV_ROWS:
+        raise ValueError(f"--cp-gemv-rows must be in 0..{MAX_GEMV_ROWS}, got {args.cp_gemv_rows}")
+    if args.cp_mma_rows and not (args.cp_gemv_rows or 2) < args.cp_mma_rows <= MAX_MMA_ROWS:
+        raise ValueError(f"--cp-mma-rows must be 0 or above --cp-gemv-rows and at most {MAX_MMA_ROWS}, "
+                         f"got {args.cp_mma_rows}")
     from .engine.profile import EngineProfile
 
     profile = EngineProfile(args.profile_engine, args.profile_seconds) if args.profile_engine else None

@@ -20,10 +20,13 @@ rounded again (`r + F.linear(x, w)`), or silu in fp32 rounded, times the rounded
 rounded (`F.silu(g) * u`); the norm as `rms_norm_ref` rounds it. The fp32 sum runs in another order
 than cuBLAS', so a few elements may differ by one ulp (tests/kernels/test_gemv.py).
 
-Status: tested against its reference (interpreter on CPU, compiled on a GPU). Timed on the H200 in
-run 5 with the per-slice reduction (LATE_SUM off): 11.1 µs against cuBLAS + SiLU 7.3 µs for the code
-predictor's gate/up at batch 1, so the runner does not use it. `bench/kernels.py` sweeps launch
-configurations (late reduction, pipelining stages, block sizes, warps) against cuBLAS.
+Status: tested against its reference (interpreter on CPU, compiled on a GPU). On the H200 (run 9,
+`bench.kernels --gemv-sweep`): with one reduction after the K loop and 3 pipelined slices, 16.1 µs
+for the code predictor's four products at batch 1 against cuBLAS + epilogues 33.1; its cost grows with
+the rows it holds, so the code predictor uses it for passes of 1-2 rows only (runtime/code_predictor.py).
+The tensor-core variant (`mma`) beats cuBLAS + epilogues at 8-16 rows per product but not yet as a
+code-predictor frame (opt-in); the whole-row variant exists for programmatic dependent launch (`pdl`),
+an experiment.
 """
 
 from __future__ import annotations

@@ -156,13 +156,13 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
 def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                       positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                       attend: TritonAttend, launch: dict[str, dict], pdl: bool = False) -> torch.Tensor:
-    """`decoder_step_triton` for at most `gemv.MAX_ROWS` tokens, 6 launches a layer: the products are
-    kernels/gemv.py's, with each RMSNorm in the prologue of the product after it and the residual
-    adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o + residual, gate/up + SwiGLU,
-    down + residual). launch: each product's launch configuration ("qkv", "o", "gate_up", "down");
-    pdl: q/k norm + RoPE launched with PDL too (the GEMVs' launch says for them, `attend` for itself).
-    Returns the residual stream [N, H] *before* the final norm: the caller's next product takes it in
-    its prologue (`gemv(x, w, norm=(stack.norm, stack.eps))`)."""
+    """`decoder_step_triton` for a few tokens (as many as the launch's kernel holds), 6 launches a
+    layer: the products are kernels/gemv.py's, with each RMSNorm in the prologue of the product after
+    it and the residual adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o +
+    residual, gate/up + SwiGLU, down + residual). launch: each product's launch configuration ("qkv",
+    "o", "gate_up", "down"); pdl: q/k norm + RoPE launched with PDL too (the GEMVs' launch says for
+    them, `attend` for itself). Returns the residual stream [N, H] *before* the final norm: the
+    caller's next product takes it in its prologue (`gemv(x, w, norm=(stack.norm, stack.eps))`)."""
     eps, res = stack.eps, x
     for i, layer in enumerate(stack.layers):
         q = qk_norm_rope(gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"]), layer.q_norm,
