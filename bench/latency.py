@@ -141,6 +141,18 @@ def _stage_times_at(runner, b: int, t_len: int, variant: tuple[str, dict] | None
     out = {"talker_step_ms": cuda_time_ms(talker), "talker_step_long_ms": cuda_time_ms(talker_long),
            "code_predictor_frame_ms": cuda_time_ms(cp), "frame_step_ms": cuda_time_ms(step),
            "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
+    if runner.use_triton and runner.attention_version == 2:  # the talker with tensor-core attention
+        runner.attention_version = 3
+        try:
+            talker = graph_of(lambda: runner._talker_decode(slots, x, positions))
+            talker_long = graph_of(lambda: runner._talker_decode(slots, x, long_positions))
+            step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
+            out |= {"talker_step_attn3_ms": cuda_time_ms(talker),
+                    "talker_step_long_attn3_ms": cuda_time_ms(talker_long), "frame_step_attn3_ms": cuda_time_ms(step)}
+        except Exception as exc:  # reported, not fatal to the run
+            out["attn3_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            runner.attention_version = 2
     if b <= cp_runner.gemv_rows:  # the code predictor's products on cuBLAS, for comparison
         out |= _stage_times_at(runner, b, t_len, ("cublas", dict(gemv_rows=0)))
     elif cp_runner.use_triton and not cp_runner.mma_rows:  # and with the opt-in tensor-core kernel

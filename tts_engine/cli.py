@@ -94,6 +94,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-mma-rows", type=int, default=0,
                    help="code-predictor passes of up to this many token rows (at most 64) past --cp-gemv-rows run on "
                         "the same fused kernels with tensor-core products instead of cuBLAS (experimental; CUDA)")
+    p.add_argument("--attention-version", type=int, choices=[2, 3], default=2,
+                   help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products "
+                        "(faster in kernel timings, not yet timed in the engine; CUDA)")
     p.add_argument("--lookahead-buffer-s", type=float, default=None,
                    help="launch the next step before the running one is read only while some stream has less "
                         "audio than this ahead of its listener, or has none yet (default 0.3)")
@@ -190,7 +193,8 @@ def _serve(args) -> int:
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
                              codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, profile=profile,
-                             cp_gemv_rows=args.cp_gemv_rows, cp_mma_rows=args.cp_mma_rows, **caps)
+                             cp_gemv_rows=args.cp_gemv_rows, cp_mma_rows=args.cp_mma_rows,
+                             attention_version=args.attention_version, **caps)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
     # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.

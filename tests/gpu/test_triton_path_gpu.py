@@ -35,15 +35,19 @@ def runners(cuda):
     return cfg, pair
 
 
-@pytest.mark.parametrize("batch", [1, 5])
-def test_talker_step_triton_equals_torch(runners, batch):
+@pytest.mark.parametrize("batch,attention", [(1, 2), (5, 2), (1, 3), (5, 3)])
+def test_talker_step_triton_equals_torch(runners, batch, attention):
     cfg, (fast, ref) = runners
     slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
     positions = 20 + 9 * slots
     x = torch.randn(batch, cfg.talker.hidden_size, device="cuda").bfloat16()
-    with torch.inference_mode():
-        got = fast._talker_decode(slots, x, positions)
-        want = ref._talker_decode(slots, x, positions)
+    fast.attention_version = attention
+    try:
+        with torch.inference_mode():
+            got = fast._talker_decode(slots, x, positions)
+            want = ref._talker_decode(slots, x, positions)
+    finally:
+        fast.attention_version = 2
     assert got.dtype == want.dtype == torch.bfloat16
     assert rel_err(got, want) < 2e-2
     for layer in (0, 27):

@@ -70,7 +70,8 @@ class StreamingEngine:
                  max_context: int = 2048, max_text_chars: int = 20_000, use_graphs: bool | None = None,
                  use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
                  codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False,
-                 profile: EngineProfile | None = None, cp_gemv_rows: int | None = None, cp_mma_rows: int = 0):
+                 profile: EngineProfile | None = None, cp_gemv_rows: int | None = None, cp_mma_rows: int = 0,
+                 attention_version: int = 2):
         """max_active_streams / max_queued_streams override the scheduler config's caps.
         freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so
         off by default for an embedded engine, on in `cadence serve`).
@@ -100,7 +101,7 @@ class StreamingEngine:
             self.codec.use_fused_kernels()
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,
                                   use_graphs=use_graphs, use_triton=use_triton, cp_gemv_rows=cp_gemv_rows,
-                                  cp_mma_rows=cp_mma_rows)
+                                  cp_mma_rows=cp_mma_rows, attention_version=attention_version)
         # The codec state of a stream lives in the codec runner's row of its engine slot.
         # codec_stream: codec chunks on a CUDA stream of their own, overlapping frame steps (runtime/codec_runner.py).
         self.codec_runner = CodecRunner(self.codec, cfg.max_active_streams, use_graphs=use_graphs,

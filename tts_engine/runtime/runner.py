@@ -76,7 +76,7 @@ class ModelRunner:
     def __init__(self, model: Qwen3TTS, *, max_slots: int = 64, max_context: int = 2048,
                  use_triton: bool | None = None, use_graphs: bool | None = None,
                  buckets: tuple[int, ...] = BUCKETS, cp_gemv_rows: int | None = None, cp_pdl: bool = False,
-                 cp_mma_rows: int = 0):
+                 cp_mma_rows: int = 0, attention_version: int = 2):
         talker = model.talker
         self.cfg = talker.cfg
         p = talker.codec_head.weight
@@ -87,6 +87,11 @@ class ModelRunner:
             raise ValueError(f"use_triton: the Triton kernels cannot run on {self.device} here (no triton, or "
                              "a CPU without TRITON_INTERPRET=1 set before triton was imported)")
         self.use_graphs = on_cuda if use_graphs is None else use_graphs
+        # The talker's decode attention (kernels/decode_attention.py): 2 CUDA-core products; 3 tensor-core
+        # products, 1.2-3.6x faster in every kernel timing since run 5, not yet timed as a step.
+        if attention_version not in (2, 3):
+            raise ValueError(f"attention_version must be 2 or 3, got {attention_version}")
+        self.attention_version = attention_version
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
         # distribution as the torch sampler, every setting served), so it needs one variant.
         self.fused_sampler = self.use_triton
@@ -192,7 +197,8 @@ class ModelRunner:
             lengths = positions + 1
 
             def attend(i, q):
-                return decode_attention(q, self.k_cache[i], self.v_cache[i], rows, lengths)
+                return decode_attention(q, self.k_cache[i], self.v_cache[i], rows, lengths,
+                                        version=self.attention_version)
 
             h = decoder_step_triton(st, x, *self.rope, positions, rows, self.k_cache, self.v_cache, attend)
             out = h.index_select(0, last)  # [1, H], final norm applied
@@ -240,7 +246,8 @@ class ModelRunner:
         lengths = positions + 1
         if self.use_triton:
             def attend(i, q):
-                return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths)
+                return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths,
+                                        version=self.attention_version)
 
             return decoder_step_triton(st, x, *self.rope, positions, slots, self.k_cache, self.v_cache, attend)
 
