@@ -8,9 +8,9 @@ Stage times are medians of CUDA-event-timed graph replays (warm-up first), for e
 the frame step use the sampler variant the default settings get (FAST; the triton mode has one fused
 sampler for every setting), the frame step also the GENERAL one. Prefill: one prompt, eager and
 through its bucket's captured graph. `talker_step_long_ms` reads a context of max_context - 64
-positions. The socket figure runs `cadence serve` in a subprocess and times, per sequential
-request, from just before the request is written to the arrival of the first PCM byte of the
-response body.
+positions. The socket figure (bench/socket_latency.py) runs `cadence serve` in a subprocess and
+times, per sequential request, from just before the request is written to the arrival of the first
+PCM byte of the response body.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from bench.socket_latency import corpus, socket_first_pcm, socket_requests
 
 BATCHES = (1, 8, 16, 32, 64)
 
@@ -78,13 +78,16 @@ def stage_times(runner, prompt_rows, batches) -> dict:
         runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
         runner.prefill(slot, prompt_rows)
     out = {}
+    t_len = prompt_rows.shape[0]
     with torch.inference_mode():
         for b in batches:
-            out[b] = _stage_times_at(runner, b, prompt_rows.shape[0])
+            out[b] = _stage_times_at(runner, b, t_len)
             print(f"batch {b}: {out[b]}", flush=True)
         # Last, so that a failure cannot cost the rest: batch 1 with programmatic dependent launch (sm90+).
         if pdl_supported(runner.device) and runner.code_predictor.gemv_rows and 1 in out:
-            out[1] |= _stage_times_at(runner, 1, prompt_rows.shape[0], ("pdl", dict(pdl=True)))
+            fns = _stage_fns(runner, 1, t_len)
+            out[1] |= _variant_times("pdl", runner.code_predictor, dict(pdl=True),
+                                     {k: fns[k] for k in ("code_predictor_frame", "frame_step")})
             print(f"batch 1, PDL: {out[1]}", flush=True)
     return out
 
@@ -104,59 +107,63 @@ def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
     return out
 
 
-def _stage_times_at(runner, b: int, t_len: int, variant: tuple[str, dict] | None = None) -> dict:
-    """Stage times at batch b. variant (name, code-predictor attributes to set): only the code-predictor
-    frame and the frame step, with those set, as `code_predictor_frame_<name>_ms` / `frame_step_<name>_ms`."""
-    from tts_engine.kernels.gemv import MAX_MMA_ROWS
+def _stage_fns(runner, b: int, t_len: int) -> dict:
+    """The stages at batch b (slots 0..b-1 at position t_len) as callables, by name."""
     from tts_engine.runtime.sampler import FAST, GENERAL
 
-    slots = torch.arange(b, device="cuda")
-    positions = torch.full((b,), t_len, device="cuda")
+    dev = runner.device
+    slots = torch.arange(b, device=dev)
+    positions = torch.full((b,), t_len, device=dev)
+    long_positions = torch.full((b,), runner.max_context - 64, device=dev)
     x = runner.hidden[:b].clone()
-    frames = torch.full((b,), 5, device="cuda")
+    frames = torch.full((b,), 5, device=dev)
     rows = runner.rows.gather(slots)
-    c0 = torch.randint(0, 2048, (b,), device="cuda")
-    text = torch.zeros(b, dtype=torch.long, device="cuda")
+    c0 = torch.randint(0, 2048, (b,), device=dev)
+    text = torch.zeros(b, dtype=torch.long, device=dev)
+    return {"talker_step": lambda: runner._talker_decode(slots, x, positions),
+            "talker_step_long": lambda: runner._talker_decode(slots, x, long_positions),
+            "code_predictor_frame": lambda: runner.code_predictor.predict(x, c0, frames, rows, variant=FAST),
+            "frame_step": lambda: runner._frame_step(slots, frames, positions, text, FAST),
+            "frame_step_general_sampler": lambda: runner._frame_step(slots, frames, positions, text, GENERAL)}
+
+
+def _variant_times(name: str, obj, settings: dict, fns: dict) -> dict:
+    """Each of fns timed through its graph with obj's attributes `settings` set meanwhile (restored
+    after), as `<stage>_<name>_ms`; an experimental path that fails is reported as `<name>_error`,
+    not fatal to the run."""
+    before = {k: getattr(obj, k) for k in settings}
+    for k, v in settings.items():
+        setattr(obj, k, v)
+    try:
+        graphs = {stage: graph_of(fn) for stage, fn in fns.items()}
+        return {f"{stage}_{name}_ms": cuda_time_ms(g) for stage, g in graphs.items()}
+    except Exception as exc:
+        return {f"{name}_error": f"{type(exc).__name__}: {exc}"[:300]}
+    finally:
+        for k, v in before.items():
+            setattr(obj, k, v)
+
+
+def _stage_times_at(runner, b: int, t_len: int) -> dict:
+    """Stage times at batch b, and the opt-in paths' beside them: the talker with tensor-core
+    attention, the code predictor on cuBLAS (where its GEMVs serve b) or on the tensor-core kernel."""
+    from tts_engine.kernels.gemv import MAX_MMA_ROWS
+
+    fns = _stage_fns(runner, b, t_len)
+    graphs = {stage: graph_of(fn) for stage, fn in fns.items()}
+    out = {f"{stage}_ms": cuda_time_ms(g) for stage, g in graphs.items()}
     cp_runner = runner.code_predictor
-    if variant is not None:
-        name, change = variant
-        before = {k: getattr(cp_runner, k) for k in change}
-        for k, v in change.items():
-            setattr(cp_runner, k, v)
-        try:
-            cp = graph_of(lambda: cp_runner.predict(x, c0, frames, rows, variant=FAST))
-            step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
-            return {f"code_predictor_frame_{name}_ms": cuda_time_ms(cp), f"frame_step_{name}_ms": cuda_time_ms(step)}
-        except Exception as exc:  # an experimental path that fails here is reported, not fatal to the run
-            return {f"{name}_error": f"{type(exc).__name__}: {exc}"[:300]}
-        finally:
-            for k, v in before.items():
-                setattr(cp_runner, k, v)
-    long_positions = torch.full((b,), runner.max_context - 64, device="cuda")
-    talker = graph_of(lambda: runner._talker_decode(slots, x, positions))
-    talker_long = graph_of(lambda: runner._talker_decode(slots, x, long_positions))
-    cp = graph_of(lambda: cp_runner.predict(x, c0, frames, rows, variant=FAST))
-    step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
-    step_general = graph_of(lambda: runner._frame_step(slots, frames, positions, text, GENERAL))
-    out = {"talker_step_ms": cuda_time_ms(talker), "talker_step_long_ms": cuda_time_ms(talker_long),
-           "code_predictor_frame_ms": cuda_time_ms(cp), "frame_step_ms": cuda_time_ms(step),
-           "frame_step_general_sampler_ms": cuda_time_ms(step_general)}
-    if runner.use_triton and runner.attention_version == 2:  # the talker with tensor-core attention
-        runner.attention_version = 3
-        try:
-            talker = graph_of(lambda: runner._talker_decode(slots, x, positions))
-            talker_long = graph_of(lambda: runner._talker_decode(slots, x, long_positions))
-            step = graph_of(lambda: runner._frame_step(slots, frames, positions, text, FAST))
-            out |= {"talker_step_attn3_ms": cuda_time_ms(talker),
-                    "talker_step_long_attn3_ms": cuda_time_ms(talker_long), "frame_step_attn3_ms": cuda_time_ms(step)}
-        except Exception as exc:  # reported, not fatal to the run
-            out["attn3_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        finally:
-            runner.attention_version = 2
-    if b <= cp_runner.gemv_rows:  # the code predictor's products on cuBLAS, for comparison
-        out |= _stage_times_at(runner, b, t_len, ("cublas", dict(gemv_rows=0)))
-    elif cp_runner.use_triton and not cp_runner.mma_rows:  # and with the opt-in tensor-core kernel
-        out |= _stage_times_at(runner, b, t_len, ("mma", dict(mma_rows=MAX_MMA_ROWS)))
+
+    def pick(*stages):
+        return {k: fns[k] for k in stages}
+
+    if runner.use_triton and runner.attention_version == 2:
+        out |= _variant_times("attn3", runner, dict(attention_version=3),
+                              pick("talker_step", "talker_step_long", "frame_step"))
+    if b <= cp_runner.gemv_rows:
+        out |= _variant_times("cublas", cp_runner, dict(gemv_rows=0), pick("code_predictor_frame", "frame_step"))
+    elif cp_runner.use_triton and not cp_runner.mma_rows:
+        out |= _variant_times("mma", cp_runner, dict(mma_rows=MAX_MMA_ROWS), pick("code_predictor_frame", "frame_step"))
     return out
 
 
@@ -274,117 +281,6 @@ def reference_loop_ms_per_frame(model, cfg, frames: int = 8) -> float:
     return (time.perf_counter() - t0) * 1e3 / frames
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ttfa_sums(port: int) -> dict[str, float]:
-    """The server's TTFA sums and counts from /metrics: the engine's breakdown (opened -> drained ->
-    prefill launched -> first chunk launched -> audio read) and the HTTP handler's whole TTFA."""
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        text = b"".join(iter(lambda: s.recv(65536), b"")).decode()
-    out = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name.startswith("cadence_engine_ttfa_") or name.startswith("cadence_time_to_first_audio_seconds_sum") \
-                or name.startswith("cadence_time_to_first_audio_seconds_count"):
-            out[name.split("{")[0]] = float(value)
-    return out
-
-
-def _ttfa_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Mean ms per request of each part between two /metrics reads."""
-    from tts_engine.engine.entry import TTFA_PARTS
-
-    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-    n = d.get("cadence_engine_ttfa_count", 0.0)
-    out = {}
-    if n:
-        for part in TTFA_PARTS:
-            out[f"engine_{part}_ms"] = d.get(f"cadence_engine_ttfa_{part}_sum_s", 0.0) / n * 1e3
-        out["engine_total_ms"] = sum(out.values())
-    m = d.get("cadence_time_to_first_audio_seconds_count", 0.0)
-    if m:
-        out["http_handler_ttfa_ms"] = d["cadence_time_to_first_audio_seconds_sum"] / m * 1e3
-    return out
-
-
-def socket_first_pcm(model_dir: Path, requests: int, texts: list[str], serve_args: tuple[str, ...] = ()) -> dict:
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(model_dir),
-                               "--device", "cuda", "--port", str(port), "--log-level", "warning", *serve_args],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"server exited: {server.stderr.read()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                    s.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                    if s.recv(64).startswith(b"HTTP/1.1 200"):
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server not ready after 300 s")
-            time.sleep(0.5)
-        return {**socket_requests(port, requests, texts), "serve_args": list(serve_args)}
-    finally:
-        server.terminate()
-        server.wait(30)
-
-
-def socket_requests(port: int, requests: int, texts: list[str]) -> dict:
-    """`requests` sequential POSTs (after 5 warm-up ones) to the server on 127.0.0.1:port, each read to
-    its end over a raw socket: request sent -> first PCM byte, percentiles, and the engine's breakdown."""
-    first_pcm, totals = [], []
-    sums = {}
-    for i in range(requests + 5):
-        if i == 5:
-            sums = _ttfa_sums(port)
-        body = json.dumps({"model": "qwen3-tts", "input": texts[i % len(texts)], "voice": "ryan",
-                           "language": "english", "response_format": "pcm", "seed": i}).encode()
-        head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            t0 = time.perf_counter()
-            s.sendall(head + body)
-            buf, t_first = b"", None
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-                if t_first is None and b"\r\n\r\n" in buf:
-                    rest = buf.split(b"\r\n\r\n", 1)[1]
-                    # chunked transfer: the first chunk-size line then PCM bytes
-                    if b"\r\n" in rest and len(rest.split(b"\r\n", 1)[1]) > 0:
-                        t_first = time.perf_counter()
-            total = time.perf_counter() - t0
-        if i >= 5:  # the first requests warm the allocator and the HTTP stack
-            first_pcm.append((t_first - t0) * 1e3)
-            totals.append(total * 1e3)
-    first_pcm.sort()
-
-    def pct(p: float) -> float:
-        return first_pcm[max(0, int(-(-p * len(first_pcm) // 100)) - 1)]
-
-    return {"requests": len(first_pcm), "first_pcm_ms_p50": pct(50),
-            "first_pcm_ms_p95": pct(95), "first_pcm_ms_max": first_pcm[-1],
-            "first_pcm_ms_mean": statistics.fmean(first_pcm), "total_ms_p50": statistics.median(totals),
-            "breakdown_mean": _ttfa_breakdown(sums, _ttfa_sums(port))}
-
-
-def _corpus() -> list[str]:
-    corpus = (Path(__file__).resolve().parents[1] / "tts_engine" / "data" / "harvard-sentences.txt")
-    return [line.strip() for line in corpus.read_text().splitlines() if line.strip()]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.latency")
     p.add_argument("--model", type=Path, help="the checkpoint (required unless --socket-port)")
@@ -405,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.socket_port is not None:
         result = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                   "commit": os.environ.get("CADENCE_COMMIT", "unknown"),
-                  "socket": socket_requests(args.socket_port, args.requests, _corpus())}
+                  "socket": socket_requests(args.socket_port, args.requests, corpus())}
         print(f"socket: {result['socket']}", flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2))
@@ -468,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     del model
     torch.cuda.empty_cache()
     if not args.skip_socket:
-        texts = _corpus()
+        texts = corpus()
         result["socket"] = socket_first_pcm(args.model, args.requests, texts)
         print(f"socket: {result['socket']}", flush=True)
         for i, extra in enumerate(args.socket_args):

@@ -1,0 +1,60 @@
+"""bench.latency's stage timings and the opt-in variants beside them: which variants run at which
+batch, under which settings, named how, and that every setting is restored. The runner here is a
+stand-in that records what it was called with: the real stages need a GPU (CUDA graphs and events),
+and their numbers are the GPU run's; this checks the bookkeeping around them on CPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from bench import latency
+
+
+class _Runner:
+    def __init__(self, gemv_rows: int):
+        self.device, self.max_context, self.use_triton, self.attention_version = torch.device("cpu"), 512, True, 2
+        self.hidden = torch.zeros(64, 8)
+        self.rows = SimpleNamespace(gather=lambda slots: slots)
+        self.calls = []
+        cp = SimpleNamespace(gemv_rows=gemv_rows, mma_rows=0, pdl=False, use_triton=True)
+        cp.predict = lambda *a, **k: self.calls.append(("cp", cp.gemv_rows, cp.mma_rows, cp.pdl))
+        self.code_predictor = cp
+
+    def _talker_decode(self, *a):
+        self.calls.append(("talker", self.attention_version))
+
+    def _frame_step(self, *a):
+        self.calls.append(("step", self.attention_version, self.code_predictor.gemv_rows,
+                           self.code_predictor.mma_rows))
+
+
+def _timed(monkeypatch):
+    monkeypatch.setattr(latency, "graph_of", lambda fn: fn)
+    monkeypatch.setattr(latency, "cuda_time_ms", lambda fn: fn() or 1.0)
+
+
+def test_batch_the_gemvs_serve_times_cublas_and_attention_v3_beside_the_default(monkeypatch):
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2)
+    out = latency._stage_times_at(runner, 1, 11)
+    assert set(out) == {"talker_step_ms", "talker_step_long_ms", "code_predictor_frame_ms", "frame_step_ms",
+                        "frame_step_general_sampler_ms", "talker_step_attn3_ms", "talker_step_long_attn3_ms",
+                        "frame_step_attn3_ms", "code_predictor_frame_cublas_ms", "frame_step_cublas_ms"}
+    assert ("talker", 3) in runner.calls and ("cp", 0, 0, False) in runner.calls  # the variants' settings
+    assert runner.attention_version == 2 and runner.code_predictor.gemv_rows == 2  # restored
+
+
+def test_larger_batches_time_the_tensor_core_kernel_and_a_failure_is_reported(monkeypatch):
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2)
+
+    def predict(*a, **k):
+        if runner.code_predictor.mma_rows:
+            raise RuntimeError("no kernel")
+
+    runner.code_predictor.predict = predict
+    out = latency._stage_times_at(runner, 8, 11)
+    assert "code_predictor_frame_cublas_ms" not in out and out["mma_error"] == "RuntimeError: no kernel"
+    assert runner.code_predictor.mma_rows == 0
