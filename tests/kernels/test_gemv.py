@@ -13,6 +13,14 @@ from tts_engine.kernels.gemv import gemv, gemv_ref
 SHAPES = [(1, 64, 40), (3, 200, 96), (16, 130, 64)]  # (M, K, N): odd K and N, partial blocks
 
 
+def assert_epilogues(x, w, r, what: str, **cfg) -> None:
+    """gemv with launch settings cfg (norm included) equals gemv_ref plain, with the residual r, and SwiGLU."""
+    norm = cfg.get("norm")
+    assert_same_rounding(gemv(x, w, **cfg), gemv_ref(x, w, norm=norm), what)
+    assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r, norm=norm), f"{what} + residual")
+    assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True, norm=norm), f"{what} swiglu")
+
+
 def inputs(m: int, k: int, n: int, dtype, device, seed: int):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(m, k, generator=g) * 0.5).to(device, dtype)
@@ -35,10 +43,8 @@ def test_plain_and_residual(device, dtype, m, k, n):
 def test_launch_configurations_give_the_same_results(device, late_sum, stages, m, k, n):
     x, w, g = inputs(m, k, 2 * n, torch.bfloat16, device, seed=3 * m + n)
     cfg = dict(block_k=64, late_sum=late_sum, stages=stages, block_n=16, num_warps=2)
-    assert_same_rounding(gemv(x, w, **cfg), gemv_ref(x, w), f"gemv {cfg}")
     r = torch.randn(m, 2 * n, generator=g).to(device, torch.bfloat16)
-    assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r), f"gemv + residual {cfg}")
-    assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True), f"gemv swiglu {cfg}")
+    assert_epilogues(x, w, r, f"gemv {cfg}", **cfg)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -81,13 +87,7 @@ def test_norm_prologue(device, dtype, m, k, n):
     ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, dtype)
     r = torch.randn(m, 2 * n, generator=g).to(device, dtype)
     for block_k in (64, next_pow2(k)):
-        norm = (ln, 1e-6)
-        assert_same_rounding(gemv(x, w, norm=norm, block_k=block_k), gemv_ref(x, w, norm=norm),
-                             f"norm gemv {m}x{k}x{n} {dtype} {block_k}")
-        assert_same_rounding(gemv(x, w, norm=norm, residual=r, block_k=block_k),
-                             gemv_ref(x, w, norm=norm, residual=r), f"norm gemv + residual {block_k}")
-        assert_same_rounding(gemv(x, w, norm=norm, silu_mul=True, block_k=block_k),
-                             gemv_ref(x, w, norm=norm, silu_mul=True), f"norm gemv swiglu {block_k}")
+        assert_epilogues(x, w, r, f"norm gemv {m}x{k}x{n} {dtype} {block_k}", norm=(ln, 1e-6), block_k=block_k)
     with pytest.raises(ValueError, match="norm weight"):
         gemv(x, w, norm=(ln[:-1], 1e-6))
 
@@ -99,10 +99,8 @@ def test_whole_rows_kernel(device, m, k, n):
     ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, torch.bfloat16)
     r = torch.randn(m, 2 * n, generator=g).to(device, torch.bfloat16)
     for norm in (None, (ln, 1e-6)):
-        cfg = dict(whole_rows=True, block_n=8, norm=norm)
-        assert_same_rounding(gemv(x, w, **cfg), gemv_ref(x, w, norm=norm), f"whole rows {cfg}")
-        assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r, norm=norm), "+ residual")
-        assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True, norm=norm), "swiglu")
+        assert_epilogues(x, w, r, f"whole rows {m}x{k}x{n} norm={norm is not None}", whole_rows=True, block_n=8,
+                         norm=norm)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -112,12 +110,8 @@ def test_tensor_core_kernel(device, dtype, m, k, n):
     x, w, g = inputs(m, k, 2 * n, dtype, device, seed=17 * m + k)
     ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, dtype)
     r = torch.randn(m, 2 * n, generator=g).to(device, dtype)
-    cfg = dict(mma=True, block_n=16, block_k=32, stages=2)
     for norm in (None, (ln, 1e-6)):
-        assert_same_rounding(gemv(x, w, norm=norm, **cfg), gemv_ref(x, w, norm=norm), f"mma {m}x{k}x{n}")
-        assert_same_rounding(gemv(x, w, residual=r, norm=norm, **cfg), gemv_ref(x, w, residual=r, norm=norm),
-                             "mma + residual")
-        assert_same_rounding(gemv(x, w, silu_mul=True, norm=norm, **cfg), gemv_ref(x, w, silu_mul=True, norm=norm),
-                             "mma swiglu")
+        assert_epilogues(x, w, r, f"mma {m}x{k}x{n} norm={norm is not None}", mma=True, block_n=16, block_k=32,
+                         stages=2, norm=norm)
     with pytest.raises(ValueError, match="at most 64 rows"):
         gemv(torch.zeros(65, 8, device=device), torch.zeros(4, 8, device=device), mma=True, block_n=16, block_k=16)
