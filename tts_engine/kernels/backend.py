@@ -44,11 +44,25 @@ def pdl_supported(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
+def pdl_launch(pdl: bool) -> dict:
+    """Launch keywords of a kernel that takes programmatic dependent launch (with `PDL=pdl` for its
+    `pdl_start`)."""
+    return {"launch_pdl": True} if pdl else {}
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
 if HAVE_TRITON:
+
+    @triton.jit
+    def pdl_start(PDL: tl.constexpr):
+        """In a kernel launched with PDL, before it reads anything the previous kernel wrote: wait
+        until those writes are visible, then let the next kernel's programs start (they wait in turn)."""
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
 
     @triton.jit
     def round_to(x, dtype: tl.constexpr):

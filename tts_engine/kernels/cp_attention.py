@@ -18,13 +18,13 @@ import math
 
 import torch
 
-from .backend import HAVE_TRITON, next_pow2
+from .backend import HAVE_TRITON, next_pow2, pdl_launch
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import gdc_launch_dependents, gdc_wait, round_to
+    from .backend import pdl_start, round_to
 
 LOG2E = 1.4426950408889634
 
@@ -46,9 +46,7 @@ if HAVE_TRITON:
                              sq_b, sq_t, sq_h, sk_n, sk_h, sk_l, so_b, so_t, so_h,
                              T: tl.constexpr, GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr,
                              P: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
-        if PDL:  # launched with PDL: start once the previous kernel's outputs are visible
-            gdc_wait()
-            gdc_launch_dependents()
+        pdl_start(PDL)
         bt = tl.program_id(0)
         kvh = tl.program_id(1)
         b = (bt // T).to(tl.int64)
@@ -92,5 +90,5 @@ def cp_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         T=t, GROUP=group, GROUP_P=next_pow2(group), D=d, P=p, BLOCK_P=next_pow2(p), num_warps=4,
-        PDL=pdl, **({'launch_pdl': True} if pdl else {}))
+        PDL=pdl, **pdl_launch(pdl))
     return out

@@ -34,14 +34,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .backend import HAVE_TRITON, next_pow2
+from .backend import HAVE_TRITON, next_pow2, pdl_launch
 from .rms_norm import rms_norm_ref
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import gdc_launch_dependents, gdc_wait, round_to
+    from .backend import pdl_start, round_to
 
 MAX_ROWS = 16  # batch rows one program holds in registers (the CUDA-core kernels)
 MAX_MMA_ROWS = 64  # with mma: rows of one tensor-core tile
@@ -133,9 +133,7 @@ if HAVE_TRITON:
         ln = tl.zeros((BLOCK_K,), dtype=tl.float32)
         if NORM:
             ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
-        if PDL:
-            gdc_wait()
-            gdc_launch_dependents()
+        pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
         xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
                      other=0.0).to(tl.float32)  # [M_P, BLOCK_K]
@@ -252,8 +250,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         _gemm_mma_kernel[grid](*args, **shape, BLOCK_M=max(16, next_pow2(m)), BLOCK_K=block_k, STAGES=stages,
                                IEEE=x.dtype == torch.float32 or x.device.type == "cpu", num_warps=num_warps)
     elif whole_rows or pdl:
-        extra = dict(launch_pdl=True) if pdl else {}
-        _gemv_rows_kernel[grid](*args, **shape, BLOCK_K=next_pow2(k), PDL=pdl, num_warps=num_warps, **extra)
+        _gemv_rows_kernel[grid](*args, **shape, BLOCK_K=next_pow2(k), PDL=pdl, num_warps=num_warps,
+                                **pdl_launch(pdl))
     else:
         _gemv_kernel[grid](*args, **shape, BLOCK_K=block_k, LATE_SUM=late_sum, STAGES=stages, num_warps=num_warps)
     return y

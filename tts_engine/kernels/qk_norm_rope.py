@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import torch
 
-from .backend import HAVE_TRITON, next_pow2
+from .backend import HAVE_TRITON, next_pow2, pdl_launch
 from .rms_norm import rms_norm_ref
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import gdc_launch_dependents, gdc_wait, round_to
+    from .backend import pdl_start, round_to
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -55,9 +55,7 @@ if HAVE_TRITON:
                              s_qkv, s_cache_row, s_cache_head, s_cache_pos, eps,
                              HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
                              PDL: tl.constexpr):
-        if PDL:  # launched with PDL: start once the previous kernel's outputs are visible
-            gdc_wait()
-            gdc_launch_dependents()
+        pdl_start(PDL)
         tok = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         pos = tl.load(pos_ptr + tok)
@@ -111,5 +109,5 @@ def qk_norm_rope(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_cach
         qkv, q_norm, k_norm, cos, sin, positions, rows, q, k_cache, v_cache,
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), eps,
         HQ=num_heads, HKV=num_kv_heads, D=d, BLOCK_D=next_pow2(d), num_warps=1, PDL=pdl,
-        **({'launch_pdl': True} if pdl else {}))
+        **pdl_launch(pdl))
     return q

@@ -31,13 +31,13 @@ import math
 
 import torch
 
-from .backend import HAVE_TRITON, next_pow2
+from .backend import HAVE_TRITON, next_pow2, pdl_launch
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import gdc_launch_dependents, gdc_wait
+    from .backend import pdl_start
 
 _MASK64 = (1 << 64) - 1
 
@@ -64,9 +64,7 @@ if HAVE_TRITON:
                        out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride,
                        CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, BLOCK: tl.constexpr,
                        EMB_BLOCK: tl.constexpr, PDL: tl.constexpr):
-        if PDL:  # launched with PDL: start once the previous kernel's outputs are visible
-            gdc_wait()
-            gdc_launch_dependents()
+        pdl_start(PDL)
         row = tl.program_id(0).to(tl.int64)
         ids = tl.arange(0, BLOCK)
         valid = ids < n_vocab
@@ -164,7 +162,7 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
         out, out.stride(0), table, emb_dim, x_out, x_out.stride(0) if gather is not None else 0,
         CODEBOOK0=codebook0 is not None, GATHER=gather is not None, BLOCK=next_pow2(v),
         EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), num_warps=8,
-        PDL=pdl, **({'launch_pdl': True} if pdl else {}))
+        PDL=pdl, **pdl_launch(pdl))
 
 
 def sample_rows_ref(logits: torch.Tensor, *, do_sample, temperature, top_k, top_p, seed, frame, codebook: int,
