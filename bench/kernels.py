@@ -5,8 +5,9 @@ talker layer against their weight-read floor, and the fused small-batch GEMV (ke
 against cuBLAS plus the epilogue kernel it replaces, at talker and code-predictor shapes.
 
     python -m bench.kernels --out bench/results/kernels.json
-    python -m bench.kernels --out ... --gemv-sweep    only the GEMV's launch configurations against
-                                                      cuBLAS at the code predictor's four shapes
+    python -m bench.kernels --out ... --gemv-sweep [--shapes talker]
+                                                      only the GEMV's launch configurations against
+                                                      cuBLAS at the code predictor's (talker's) four shapes
 
 
 A time is the median over replays of a CUDA graph that launches the op 20 times back to back
@@ -77,6 +78,10 @@ def _attention_v1(q, k_cache, v_cache, rows, lengths):
 # intermediate 3072): (name, rows of w, K, epilogue).
 CP_SHAPES = (("cp qkv", 4096, 1024, None), ("cp o+residual", 1024, 2048, "residual"),
              ("cp gate_up+silu", 6144, 1024, "silu"), ("cp down+residual", 1024, 3072, "residual"))
+# The talker's (hidden 2048, 16 q / 8 kv heads of 128, intermediate 6144).
+TALKER_SHAPES = (("talker qkv", 4096, 2048, None), ("talker o+residual", 2048, 2048, "residual"),
+                 ("talker gate_up+silu", 12288, 2048, "silu"), ("talker down+residual", 2048, 6144, "residual"))
+SHAPES = {"cp": CP_SHAPES, "talker": TALKER_SHAPES}
 GEMV_CONFIGS = [dict(block_n=bn, block_k=bk, late_sum=late, stages=st, num_warps=4)
                 for bn in (4, 8, 16) for bk in (256, 512) for late in (False, True) for st in (1, 3)
                 if not (bn == 16 and bk == 512 and late)]  # [16, 512] fp32 partial products spill
@@ -93,7 +98,7 @@ MMA_CONFIGS = [dict(mma=True, block_n=bn, block_k=bk, stages=st, num_warps=4)
                for bn in (16, 32) for bk in (128, 256, 512) for st in (3, 4) if not (bn == 32 and bk == 512)]
 
 
-def gemv_sweep(batch: int = 1) -> list[dict]:
+def gemv_sweep(batch: int = 1, shapes=CP_SHAPES) -> list[dict]:
     """Each launch configuration of the fused GEMV against cuBLAS (+ its separate epilogue) at `batch`
     rows, µs."""
     from tts_engine.kernels.gemv import gemv
@@ -101,7 +106,7 @@ def gemv_sweep(batch: int = 1) -> list[dict]:
 
     rows = []
     with torch.inference_mode():
-        for name, n, k, epilogue in CP_SHAPES:
+        for name, n, k, epilogue in shapes:
             x, ws = rnd(batch, k), [rnd(n, k) for _ in range(SETS)]
             res = rnd(batch, n)
             if epilogue == "silu":
@@ -132,15 +137,29 @@ def gemv_sweep(batch: int = 1) -> list[dict]:
     return rows
 
 
+def best_launch(sweep: list[dict], model: str, batch: int) -> dict[str, dict]:
+    """A sweep's rows -> the fastest launch configuration per product of `model` ("cp", "talker") at
+    `batch` rows, keyed as the runners' launch tables are ("qkv", "o", "gate_up", "down")."""
+    out = {}
+    for name, *_ in SHAPES[model]:
+        timed = [r for r in sweep if r["op"] == name and r["batch"] == batch and r["impl"] == "gemv" and "us" in r]
+        if not timed:
+            raise ValueError(f"the sweep has no timed GEMV for {name!r} at {batch} rows")
+        best = min(timed, key=lambda r: r["us"])
+        out[name.split()[1].split("+")[0]] = {k: best[k] for k in ("mma", *GEMV_CONFIGS[0]) if k in best}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.kernels")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--gemv-sweep", action="store_true",
-                   help="only sweep kernels/gemv.py's launch configurations at the code predictor's shapes")
+                   help="only sweep kernels/gemv.py's launch configurations at one model's shapes")
     p.add_argument("--batches", default="1", help="--gemv-sweep's batch sizes (rows), comma-separated")
+    p.add_argument("--shapes", choices=sorted(SHAPES), default="cp", help="--gemv-sweep: whose products")
     args = p.parse_args(argv)
     if args.gemv_sweep:
-        rows = [r for batch in args.batches.split(",") for r in gemv_sweep(int(batch))]
+        rows = [r for batch in args.batches.split(",") for r in gemv_sweep(int(batch), SHAPES[args.shapes])]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                                         "gemv_sweep": rows}, indent=2))

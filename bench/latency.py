@@ -88,6 +88,14 @@ def stage_times(runner, prompt_rows, batches) -> dict:
             fns = _stage_fns(runner, 1, t_len)
             out[1] |= _variant_times("pdl", runner.code_predictor, dict(pdl=True),
                                      {k: fns[k] for k in ("code_predictor_frame", "frame_step")})
+            # And with the talker's GEMVs and attention version 3 as well: every batch-1 path at once.
+            before = runner.talker_gemv_rows, runner.attention_version
+            runner.talker_gemv_rows, runner.attention_version = max(1, before[0]), 3
+            try:
+                out[1] |= _variant_times("all", runner.code_predictor, dict(pdl=True),
+                                         {"frame_step": fns["frame_step"]})
+            finally:
+                runner.talker_gemv_rows, runner.attention_version = before
             print(f"batch 1, PDL: {out[1]}", flush=True)
     return out
 
@@ -145,8 +153,9 @@ def _variant_times(name: str, obj, settings: dict, fns: dict) -> dict:
 
 
 def _stage_times_at(runner, b: int, t_len: int) -> dict:
-    """Stage times at batch b, and the opt-in paths' beside them: the talker with tensor-core
-    attention, the code predictor on cuBLAS (where its GEMVs serve b) or on the tensor-core kernel."""
+    """Stage times at batch b, and the other paths' beside them: the talker with tensor-core
+    attention, with (without) its GEMVs, the code predictor on cuBLAS (where its GEMVs serve b) or on
+    the tensor-core kernel."""
     from tts_engine.kernels.gemv import MAX_MMA_ROWS
 
     fns = _stage_fns(runner, b, t_len)
@@ -160,6 +169,11 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
     if runner.use_triton and runner.attention_version == 2:
         out |= _variant_times("attn3", runner, dict(attention_version=3),
                               pick("talker_step", "talker_step_long", "frame_step"))
+    if runner.use_triton and runner.talker_gemv_rows < b <= 2:
+        out |= _variant_times("tgemv", runner, dict(talker_gemv_rows=2),
+                              pick("talker_step", "talker_step_long", "frame_step"))
+    elif b <= runner.talker_gemv_rows:
+        out |= _variant_times("talker_cublas", runner, dict(talker_gemv_rows=0), pick("talker_step", "frame_step"))
     if b <= cp_runner.gemv_rows:
         out |= _variant_times("cublas", cp_runner, dict(gemv_rows=0), pick("code_predictor_frame", "frame_step"))
     elif cp_runner.use_triton and not cp_runner.mma_rows:
@@ -297,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--socket-args", action="append", default=[],
                    help="`cadence serve` arguments of one more socket run (repeatable), e.g. '--codec-stream'")
     p.add_argument("--modes", default="triton,torch", help="runner modes to time: triton, torch or both")
+    p.add_argument("--talker-launch-from", type=Path,
+                   help="a `bench.kernels --gemv-sweep --shapes talker` JSON: the talker's GEMVs run with its "
+                        "fastest configurations at 1 row instead of runner.TALKER_GEMV_LAUNCH")
     args = p.parse_args(argv)
     if args.socket_port is not None:
         result = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
@@ -343,6 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         if mode not in ("triton", "torch"):
             raise ValueError(f"--modes: unknown mode {mode!r} (triton, torch)")
         runner = ModelRunner(model, max_slots=max(BATCHES), max_context=512, use_triton=mode == "triton")
+        if args.talker_launch_from is not None:
+            from bench.kernels import best_launch
+
+            runner.talker_launch = best_launch(json.loads(args.talker_launch_from.read_text())["gemv_sweep"],
+                                               "talker", 1)
+            result["talker_launch"] = runner.talker_launch
+            print(f"talker GEMV launch: {runner.talker_launch}", flush=True)
         prompt = runner.embed_prompt([151644, 77091, 198] + [151671] * 6 + [151672, 1000],
                                      [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149])
         print(f"stages, {mode} mode", flush=True)

@@ -91,10 +91,13 @@ def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--cp-gemv-rows", "9"], "--cp-gemv-rows must be in 0..4, got 9"),
-    (["--cp-mma-rows", "2"], "--cp-mma-rows must be 0 or above --cp-gemv-rows and at most 64, got 2"),
+    (["--talker-gemv-rows", "-1"], "--talker-gemv-rows must be in 0..4, got -1"),
+    (["--cp-mma-rows", "2"], "--cp-mma-rows must be 0 or above --cp-gemv-rows (2) and at most 64, got 2"),
     (["--cp-gemv-rows", "1", "--cp-mma-rows", "65"],
-     "--cp-mma-rows must be 0 or above --cp-gemv-rows and at most 64, got 65"),
+     "--cp-mma-rows must be 0 or above --cp-gemv-rows (1) and at most 64, got 65"),
+    (["--cp-gemv-rows", "0", "--cp-pdl"],
+     "--cp-pdl needs --cp-gemv-rows > 0 (PDL launches the code predictor's GEMVs)"),
 ])
-def test_serve_rejects_code_predictor_row_limits_out_of_range(tmp_path, args, message):
+def test_serve_rejects_fast_path_options_out_of_range(tmp_path, args, message):
     r = cadence("serve", "--model", tmp_path / "missing", *args)
     assert r.returncode == 2 and r.stderr.strip() == f"cadence serve: error: {message}"

@@ -87,16 +87,21 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-tick", type=int, default=None,
                    help="after a stream's first chunk, decode its audio every N engine steps so that streams "
                         "share codec calls (0: each stream on its own chunk schedule; default 2 on CUDA, 0 on CPU)")
+    # The fast path's kernel choices (runtime/options.py; None: its defaults).
+    p.add_argument("--talker-gemv-rows", type=int, default=None,
+                   help="talker decode steps of up to this many rows run their products through the fused "
+                        "small-batch GEMV instead of cuBLAS (0: never; at most 4; CUDA)")
     p.add_argument("--cp-gemv-rows", type=int, default=None,
                    help="code-predictor passes of up to this many token rows run their products through the fused "
                         "small-batch GEMV instead of cuBLAS (0: never; default 2; at most 4, past which cuBLAS is "
                         "faster; CUDA)")
-    p.add_argument("--cp-mma-rows", type=int, default=0,
+    p.add_argument("--cp-mma-rows", type=int, default=None,
                    help="code-predictor passes of up to this many token rows (at most 64) past --cp-gemv-rows run on "
-                        "the same fused kernels with tensor-core products instead of cuBLAS (experimental; CUDA)")
-    p.add_argument("--attention-version", type=int, choices=[2, 3], default=2,
-                   help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products "
-                        "(faster in kernel timings, not yet timed in the engine; CUDA)")
+                        "the same fused kernels with tensor-core products instead of cuBLAS (CUDA)")
+    p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=None,
+                   help="the code predictor's GEMV passes with programmatic dependent launch (sm90+ GPUs)")
+    p.add_argument("--attention-version", type=int, choices=[2, 3], default=None,
+                   help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products (CUDA)")
     p.add_argument("--lookahead-buffer-s", type=float, default=None,
                    help="launch the next step before the running one is read only while some stream has less "
                         "audio than this ahead of its listener, or has none yet (default 0.3)")
@@ -175,13 +180,15 @@ def _serve(args) -> int:
     scheduler = SchedulerConfig(**policy).validate()  # a bad value: one line, exit 2
     if not args.gil_switch_ms > 0:
         raise ValueError(f"--gil-switch-ms must be > 0, got {args.gil_switch_ms}")
-    from .runtime.code_predictor import MAX_GEMV_ROWS, MAX_MMA_ROWS
+    from .runtime.options import FastPathOptions
 
-    if args.cp_gemv_rows is not None and not 0 <= args.cp_gemv_rows <= MAX_GEMV_ROWS:
-        raise ValueError(f"--cp-gemv-rows must be in 0..{MAX_GEMV_ROWS}, got {args.cp_gemv_rows}")
-    if args.cp_mma_rows and not (args.cp_gemv_rows or 2) < args.cp_mma_rows <= MAX_MMA_ROWS:
-        raise ValueError(f"--cp-mma-rows must be 0 or above --cp-gemv-rows and at most {MAX_MMA_ROWS}, "
-                         f"got {args.cp_mma_rows}")
+    fast_path = FastPathOptions(**{k: v for k, v in vars(args).items()
+                                   if k in FastPathOptions.__dataclass_fields__ and v is not None})
+    for name, problem in fast_path.problems():  # one line, exit 2, before the model loads; fields named as flags
+        message = f"{name} {problem}"
+        for field in FastPathOptions.__dataclass_fields__:
+            message = message.replace(field, "--" + field.replace("_", "-"))
+        raise ValueError(message)
     from .engine.profile import EngineProfile
 
     profile = EngineProfile(args.profile_engine, args.profile_seconds) if args.profile_engine else None
@@ -193,8 +200,7 @@ def _serve(args) -> int:
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
                              codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, profile=profile,
-                             cp_gemv_rows=args.cp_gemv_rows, cp_mma_rows=args.cp_mma_rows,
-                             attention_version=args.attention_version, **caps)
+                             fast_path=fast_path, **caps)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
     # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.

@@ -10,7 +10,8 @@
 #                                                               SOCKET=N: N sequential requests first
 #   PART=peers ... bash bench/gpu/run3.sh                       the peers (run2_peers.sh)
 #   PART=gputest ... bash bench/gpu/run3.sh                     GPU_TESTS (default tests/gpu/test_engine_gpu.py)
-#   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...)
+#   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
+#                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
 # Parts can be combined (PART="codec latency"). Everything lands in $W and comes back as one tarball
 # ($OUT takes at most 8 files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds,
 # default start + 585) is when everything must have stopped, so the tarball is made inside the device
@@ -35,7 +36,9 @@ if [[ " $PART " == *" gputest "* ]]; then  # GPU_TESTS (default: the engine's) b
 fi
 
 if [[ " $PART " == *" gemvsweep "* ]]; then  # the fused GEMV's launch configurations against cuBLAS
-  timeout $(left 5) python3 -m bench.kernels --gemv-sweep --batches ${GEMV_BATCHES:-1} --out $W/gemv-sweep.json > $W/gemv-sweep.log 2>&1
+  limit=$(left 5); limit=$(( limit < ${GEMV_LIMIT:-$limit} ? limit : ${GEMV_LIMIT:-$limit} ))
+  timeout $limit python3 -m bench.kernels --gemv-sweep --shapes ${GEMV_SHAPES:-cp} --batches ${GEMV_BATCHES:-1} \
+    --out $W/gemv-sweep.json > $W/gemv-sweep.log 2>&1
   echo "gemv sweep rc=$? $((SECONDS - t0)) s"; grep -E "cublas|best" $W/gemv-sweep.log | cut -c1-200
 fi
 
@@ -52,11 +55,16 @@ if [[ " $PART " == *" latency "* ]]; then
     tests/gpu/test_codec_graphs.py tests/gpu/test_triton_path_gpu.py tests/gpu/test_engine_gpu.py} -p no:cacheprovider \
     > $W/gpu-tests.log 2>&1
   echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
-  timeout 90 python3 -m bench.kernels --out $W/kernels.json > $W/kernels.log 2>&1
-  echo "kernels rc=$? $((SECONDS - t0)) s"; grep -i gemv $W/kernels.log | cut -c1-300 | head -20
+  if [ -z "${SKIP_KERNELS:-}" ]; then
+    timeout 90 python3 -m bench.kernels --out $W/kernels.json > $W/kernels.log 2>&1
+    echo "kernels rc=$? $((SECONDS - t0)) s"; grep -i gemv $W/kernels.log | cut -c1-300 | head -20
+  fi
+  # The talker's GEMVs with the configurations this run's sweep found, if it swept the talker's shapes.
+  sweep_args=""; [ "${GEMV_SHAPES:-}" = talker ] && [ -f $W/gemv-sweep.json ] && sweep_args="--talker-launch-from $W/gemv-sweep.json"
   # shellcheck disable=SC2086  # LATENCY_ARGS splits into arguments
   timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/latency.json --modes triton \
-    --skip-codec-eager --requests ${REQUESTS:-100} --socket-args=--codec-stream ${LATENCY_ARGS:-} > $W/latency.log 2>&1
+    --skip-codec-eager --requests ${REQUESTS:-100} --socket-args=--codec-stream $sweep_args ${LATENCY_ARGS:-} \
+    > $W/latency.log 2>&1
   echo "latency rc=$? $((SECONDS - t0)) s"
   grep -E "^(batch|prefill|reference|socket|codec)" $W/latency.log | cut -c1-700
 fi

@@ -13,8 +13,9 @@ from bench import latency
 
 
 class _Runner:
-    def __init__(self, gemv_rows: int):
+    def __init__(self, gemv_rows: int, talker_gemv_rows: int = 0):
         self.device, self.max_context, self.use_triton, self.attention_version = torch.device("cpu"), 512, True, 2
+        self.talker_gemv_rows = talker_gemv_rows
         self.hidden = torch.zeros(64, 8)
         self.rows = SimpleNamespace(gather=lambda slots: slots)
         self.calls = []
@@ -23,10 +24,10 @@ class _Runner:
         self.code_predictor = cp
 
     def _talker_decode(self, *a):
-        self.calls.append(("talker", self.attention_version))
+        self.calls.append(("talker", self.attention_version, self.talker_gemv_rows))
 
     def _frame_step(self, *a):
-        self.calls.append(("step", self.attention_version, self.code_predictor.gemv_rows,
+        self.calls.append(("step", self.attention_version, self.talker_gemv_rows, self.code_predictor.gemv_rows,
                            self.code_predictor.mma_rows))
 
 
@@ -41,9 +42,22 @@ def test_batch_the_gemvs_serve_times_cublas_and_attention_v3_beside_the_default(
     out = latency._stage_times_at(runner, 1, 11)
     assert set(out) == {"talker_step_ms", "talker_step_long_ms", "code_predictor_frame_ms", "frame_step_ms",
                         "frame_step_general_sampler_ms", "talker_step_attn3_ms", "talker_step_long_attn3_ms",
-                        "frame_step_attn3_ms", "code_predictor_frame_cublas_ms", "frame_step_cublas_ms"}
-    assert ("talker", 3) in runner.calls and ("cp", 0, 0, False) in runner.calls  # the variants' settings
+                        "frame_step_attn3_ms", "talker_step_tgemv_ms", "talker_step_long_tgemv_ms",
+                        "frame_step_tgemv_ms", "code_predictor_frame_cublas_ms", "frame_step_cublas_ms"}
+    assert ("talker", 3, 0) in runner.calls and ("talker", 2, 2) in runner.calls  # the variants' settings
+    assert ("cp", 0, 0, False) in runner.calls
     assert runner.attention_version == 2 and runner.code_predictor.gemv_rows == 2  # restored
+    assert runner.talker_gemv_rows == 0
+
+
+def test_with_the_talker_gemvs_on_their_cublas_steps_are_timed_beside(monkeypatch):
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
+    out = latency._stage_times_at(runner, 1, 11)
+    assert "talker_step_talker_cublas_ms" in out and "frame_step_talker_cublas_ms" in out
+    assert "talker_step_tgemv_ms" not in out
+    assert ("talker", 2, 0) in runner.calls and runner.talker_gemv_rows == 1
+    assert "talker_step_tgemv_ms" not in latency._stage_times_at(runner, 8, 11)
 
 
 def test_larger_batches_time_the_tensor_core_kernel_and_a_failure_is_reported(monkeypatch):

@@ -35,19 +35,22 @@ def runners(cuda):
     return cfg, pair
 
 
-@pytest.mark.parametrize("batch,attention", [(1, 2), (5, 2), (1, 3), (5, 3)])
-def test_talker_step_triton_equals_torch(runners, batch, attention):
+# (batch, attention version, talker GEMV rows): cuBLAS products; the fused GEMVs (runner.TALKER_GEMV_LAUNCH)
+@pytest.mark.parametrize("batch,attention,gemv_rows", [(1, 2, 0), (5, 2, 0), (1, 3, 0), (5, 3, 0), (1, 2, 2),
+                                                       (2, 3, 2)])
+def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows):
     cfg, (fast, ref) = runners
     slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
     positions = 20 + 9 * slots
     x = torch.randn(batch, cfg.talker.hidden_size, device="cuda").bfloat16()
-    fast.attention_version = attention
+    before = fast.attention_version, fast.talker_gemv_rows
+    fast.attention_version, fast.talker_gemv_rows = attention, gemv_rows
     try:
         with torch.inference_mode():
             got = fast._talker_decode(slots, x, positions)
             want = ref._talker_decode(slots, x, positions)
     finally:
-        fast.attention_version = 2
+        fast.attention_version, fast.talker_gemv_rows = before
     assert got.dtype == want.dtype == torch.bfloat16
     assert rel_err(got, want) < 2e-2
     for layer in (0, 27):

@@ -24,6 +24,7 @@ from tts_engine import sampling as ref
 from tts_engine.prompt import Layout, VoiceSpec
 from tts_engine.reference import GenerationInput, generate_codes
 from tts_engine.runtime import sampler as dev
+from tts_engine.runtime.options import FastPathOptions
 from tts_engine.runtime.runner import ModelRunner
 from tts_engine.synthesizer import Synthesizer
 
@@ -357,30 +358,34 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     torch.set_num_threads(1)
     _assert_interpreted()
     from tts_engine.runtime import code_predictor
+    from tts_engine.runtime import runner as runner_module
 
     # The interpreter's cost is per program: wide blocks keep the tiny model's GEMVs to a few
     # programs (block_k 16 < its 32-64 wide rows: the norm prologue and the products over several slices).
     wide = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down", "head")}
     code_predictor.GEMV_LAUNCH = wide
     code_predictor.MMA_LAUNCH = {name: dict(mma=True, block_n=64, block_k=16) for name in wide}
+    runner_module.TALKER_GEMV_LAUNCH = wide
     synth = Synthesizer(checkpoint)
     inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
               make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
     results = []
-    # torch; Triton with the code predictor's products on cuBLAS; with its fused GEMVs and the talker's
-    # tensor-core attention (version 3; one runner for both keeps this test's time down); with the
-    # code predictor's fusions on the tensor-core kernel
-    variants = ((False, 0, 0, 2), (True, 0, 0, 2), (True, 4, 0, 3), (True, 0, 4, 2))
-    for use_triton, cp_gemv_rows, cp_mma_rows, attention in variants:
-        d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=use_triton, use_graphs=False,
-                               cp_gemv_rows=cp_gemv_rows, cp_mma_rows=cp_mma_rows, attention_version=attention))
+    # torch; Triton with the products on cuBLAS; with the talker's and code predictor's fused GEMVs and
+    # the talker's tensor-core attention (version 3; one runner for all keeps this test's time down);
+    # with the code predictor's fusions on the tensor-core kernel
+    variants = (FastPathOptions(cp_gemv_rows=0), FastPathOptions(cp_gemv_rows=0),
+                FastPathOptions(talker_gemv_rows=2, cp_gemv_rows=4, attention_version=3),
+                FastPathOptions(cp_gemv_rows=0, cp_mma_rows=4))
+    for i, options in enumerate(variants):
+        d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=i > 0, use_graphs=False,
+                               options=options))
         d.start(2, inputs[0])
         d.start(0, inputs[1])
         for _ in range(2):
             d.step([2, 0])
         results.append((d.codes(2), d.codes(0), d.runner.hidden[[2, 0]].clone(), d.runner.logits[[2, 0]].clone()))
     (a2, a0, ah, al) = results[0]
-    names = ("Triton", "Triton + code-predictor GEMVs + attention v3", "Triton + tensor-core kernel")
+    names = ("Triton", "Triton + GEMVs + attention v3", "Triton + tensor-core kernel")
     for what, (b2, b0, bh, bl) in zip(names, results[1:], strict=True):
         assert_codes_equal(b2, a2, f"slot 2 with {what}")
         assert_codes_equal(b0, a0, f"slot 0 with {what}")

@@ -32,6 +32,7 @@ import torch
 from ..loading import load_checkpoint
 from ..prompt import Layout, resolve_voice
 from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
+from ..runtime.options import FastPathOptions
 from ..runtime.runner import ModelRunner
 from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
 from ..scheduler.request import Phase
@@ -70,12 +71,12 @@ class StreamingEngine:
                  max_context: int = 2048, max_text_chars: int = 20_000, use_graphs: bool | None = None,
                  use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
                  codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False,
-                 profile: EngineProfile | None = None, cp_gemv_rows: int | None = None, cp_mma_rows: int = 0,
-                 attention_version: int = 2):
+                 profile: EngineProfile | None = None, fast_path: FastPathOptions | None = None):
         """max_active_streams / max_queued_streams override the scheduler config's caps.
         freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so
         off by default for an embedded engine, on in `cadence serve`).
         profile: a cProfile window over the engine thread (engine/profile.py).
+        fast_path: which kernels the runner uses where several compute the same step (runtime/options.py).
         codec_precision: fp32 (exact), tf32 (fp32 weights, convs and matmuls on TF32 tensor cores)
         or bf16 (weights and activations, as the official package runs it with a bf16 model).
         None: tf32 on CUDA, fp32 on CPU."""
@@ -100,8 +101,7 @@ class StreamingEngine:
         if on_cuda:  # SnakeBeta as one kernel (kernels/snake.py); the CPU engine stays all-torch
             self.codec.use_fused_kernels()
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,
-                                  use_graphs=use_graphs, use_triton=use_triton, cp_gemv_rows=cp_gemv_rows,
-                                  cp_mma_rows=cp_mma_rows, attention_version=attention_version)
+                                  use_graphs=use_graphs, use_triton=use_triton, options=fast_path)
         # The codec state of a stream lives in the codec runner's row of its engine slot.
         # codec_stream: codec chunks on a CUDA stream of their own, overlapping frame steps (runtime/codec_runner.py).
         self.codec_runner = CodecRunner(self.codec, cfg.max_active_streams, use_graphs=use_graphs,

@@ -26,17 +26,17 @@ from ..kernels.gemv import MAX_MMA_ROWS, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
 from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rope_table
+from .options import MAX_GEMV_ROWS
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
-# Passes of at most CP_GEMV_ROWS token rows (by default) run their products through kernels/gemv.py,
+# Passes of at most `FastPathOptions.cp_gemv_rows` token rows (2 by default) run their products through kernels/gemv.py,
 # with these launch configurations (1.7B shapes: qkv [4096, 1024], o [1024, 2048], gate/up [6144,
 # 1024], down [1024, 3072], head [2048, 1024]), the best of run 9's `bench.kernels --gemv-sweep` on the
 # H200 at 1 row. µs at 1 / 2 / 4 / 8 rows, cuBLAS + epilogue at 1 in brackets: qkv 3.7 / 4.4 / 6.1 / 9.4
 # (4.0), o + residual 3.0 / 3.2 / 3.9 / 5.2 (13.9), gate/up + SwiGLU 6.1 / 6.8 / 8.5 / 19.1 (7.4), down
 # + residual 3.4 / 3.7 / 4.4 / 5.9 (7.7). cuBLAS takes ~4-8 µs whatever the rows, so past a few rows
 # it wins (the code-predictor frame at batch 8: 13.8 ms with a 16-row table, 3.0 ms on cuBLAS).
-CP_GEMV_ROWS, MAX_GEMV_ROWS = 2, 4
 _LATE = dict(late_sum=True, stages=3, num_warps=4)
 GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4, block_k=512, **_LATE),
                "gate_up": dict(block_n=8, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE),

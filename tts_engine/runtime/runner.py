@@ -15,7 +15,8 @@ for one position (the talker half). On CUDA each half is a captured graph per (b
 sampler variant), inputs staged through pinned memory, the codes copied to a pinned ring between
 the halves; padded rows point at the scratch slot.
 
-`use_triton` runs decode steps and prefills through the Triton kernels (`fused.decoder_step_triton`)
+`use_triton` runs decode steps and prefills through the Triton kernels (`fused.decoder_step_triton`;
+steps of at most `FastPathOptions.talker_gemv_rows` rows on the fused GEMVs, `fused.decoder_step_gemv`)
 and samples with the fused kernel (`kernels/sample.py`: same distribution as the torch sampler, any
 settings, so one variant); without it they run in plain torch (`fused.decoder_step_torch`, SDPA
 prefill, the torch sampler), the reference the fast path is tested against. On that path the
@@ -33,12 +34,23 @@ import torch.nn.functional as F
 
 from ..kernels.backend import pdl_supported, runs_on
 from ..kernels.decode_attention import decode_attention, decode_attention_ref
+from ..kernels.rms_norm import rms_norm as rms_norm_kernel
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Qwen3TTS
 from ..sampling import SamplingParams, suppress_mask
-from .code_predictor import CP_GEMV_ROWS, CodePredictorRunner
-from .fused import FusedStack, decoder_step_torch, decoder_step_triton, finish_layer, qkv, rms_norm, rope_table
+from .code_predictor import CodePredictorRunner
+from .fused import (
+    FusedStack,
+    decoder_step_gemv,
+    decoder_step_torch,
+    decoder_step_triton,
+    finish_layer,
+    qkv,
+    rms_norm,
+    rope_table,
+)
 from .host import to_device
+from .options import FastPathOptions
 from .sampler import (
     FAST,
     GENERAL,
@@ -53,6 +65,12 @@ STEP_RING = 4  # frame steps that may be queued on the device at once (pinned st
 # Prompt lengths with a captured prefill graph (rows padded up to the bucket). A CustomVoice
 # prompt is ~10 rows + the text's tokens in the non-streaming layout, ~11 in the streaming one.
 PREFILL_BUCKETS = (16, 32, 64, 128, 256)
+# The talker's products on kernels/gemv.py (FastPathOptions.talker_gemv_rows), per product (1.7B shapes:
+# qkv [4096, 2048], o [2048, 2048], gate/up [12288, 2048], down [2048, 6144]). A first choice, by
+# analogy with the code predictor's sweep winners, before the talker shapes were swept.
+_LATE = dict(late_sum=True, stages=3, num_warps=4)
+TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4, block_k=512, **_LATE),
+                      "gate_up": dict(block_n=8, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE)}
 
 
 @dataclass
@@ -75,8 +93,7 @@ class StepCodes:
 class ModelRunner:
     def __init__(self, model: Qwen3TTS, *, max_slots: int = 64, max_context: int = 2048,
                  use_triton: bool | None = None, use_graphs: bool | None = None,
-                 buckets: tuple[int, ...] = BUCKETS, cp_gemv_rows: int | None = None, cp_pdl: bool = False,
-                 cp_mma_rows: int = 0, attention_version: int = 2):
+                 buckets: tuple[int, ...] = BUCKETS, options: FastPathOptions | None = None):
         talker = model.talker
         self.cfg = talker.cfg
         p = talker.codec_head.weight
@@ -87,11 +104,14 @@ class ModelRunner:
             raise ValueError(f"use_triton: the Triton kernels cannot run on {self.device} here (no triton, or "
                              "a CPU without TRITON_INTERPRET=1 set before triton was imported)")
         self.use_graphs = on_cuda if use_graphs is None else use_graphs
-        # The talker's decode attention (kernels/decode_attention.py): 2 CUDA-core products; 3 tensor-core
-        # products, 1.2-3.6x faster in every kernel timing since run 5, not yet timed as a step.
-        if attention_version not in (2, 3):
-            raise ValueError(f"attention_version must be 2 or 3, got {attention_version}")
-        self.attention_version = attention_version
+        self.options = opts = (options or FastPathOptions()).validate()
+        if opts.cp_pdl and not (self.use_triton and pdl_supported(self.device)):
+            raise ValueError(f"cp_pdl: programmatic dependent launch needs the Triton path on an sm90+ GPU, "
+                             f"not {self.device}")
+        # Read at every step (bench/latency.py switches them to time one path against another).
+        self.attention_version = opts.attention_version
+        self.talker_gemv_rows = opts.talker_gemv_rows if self.use_triton else 0
+        self.talker_launch = TALKER_GEMV_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
         # distribution as the torch sampler, every setting served), so it needs one variant.
         self.fused_sampler = self.use_triton
@@ -105,15 +125,9 @@ class ModelRunner:
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
         self.text_embedding = talker.model.text_embedding.weight
         self.text_projection = talker.text_projection
-        # cp_gemv_rows: code-predictor batches up to this size use the fused small-batch GEMVs;
-        # cp_pdl: their smallest passes with programmatic dependent launch (sm90+); cp_mma_rows: larger
-        # passes up to this size on the same fusions with tensor-core products.
-        if cp_pdl and not (self.use_triton and pdl_supported(self.device)):
-            raise ValueError(f"cp_pdl: programmatic dependent launch needs the Triton path on an sm90+ GPU, "
-                             f"not {self.device}")
         self.code_predictor = CodePredictorRunner(
             talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
-            gemv_rows=CP_GEMV_ROWS if cp_gemv_rows is None else cp_gemv_rows, pdl=cp_pdl, mma_rows=cp_mma_rows)
+            gemv_rows=opts.cp_gemv_rows, pdl=opts.cp_pdl, mma_rows=opts.cp_mma_rows)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
@@ -249,7 +263,10 @@ class ModelRunner:
                 return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths,
                                         version=self.attention_version)
 
-            return decoder_step_triton(st, x, *self.rope, positions, slots, self.k_cache, self.v_cache, attend)
+            args = (st, x, *self.rope, positions, slots, self.k_cache, self.v_cache, attend)
+            if x.shape[0] <= self.talker_gemv_rows:  # the residual stream before the final norm
+                return rms_norm_kernel(decoder_step_gemv(*args, self.talker_launch), st.norm, st.eps)
+            return decoder_step_triton(*args)
 
         def attend_torch(i, q, k, v):  # q [B, 1, Hq, D], k/v [B, 1, Hkv, D]
             self.k_cache[i][slots, :, positions] = k[:, 0]

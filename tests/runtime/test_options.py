@@ -1,0 +1,30 @@
+"""FastPathOptions: each bad value named with what is wrong, before any model is loaded."""
+
+from __future__ import annotations
+
+import pytest
+
+from tts_engine.runtime.options import FastPathOptions
+
+
+def test_defaults_are_valid():
+    assert FastPathOptions().validate() == FastPathOptions()
+
+
+@pytest.mark.parametrize("options,field", [
+    (FastPathOptions(talker_gemv_rows=5), "talker_gemv_rows"),
+    (FastPathOptions(cp_gemv_rows=-1), "cp_gemv_rows"),
+    (FastPathOptions(cp_gemv_rows=2, cp_mma_rows=2), "cp_mma_rows"),
+    (FastPathOptions(cp_mma_rows=65), "cp_mma_rows"),
+    (FastPathOptions(cp_gemv_rows=0, cp_pdl=True), "cp_pdl"),
+    (FastPathOptions(attention_version=1), "attention_version"),
+])
+def test_each_bad_value_is_named(options, field):
+    assert [name for name, _ in options.problems()] == [field]
+    with pytest.raises(ValueError, match=f"^{field} "):
+        options.validate()
+
+
+def test_several_problems_are_reported_together():
+    options = FastPathOptions(talker_gemv_rows=9, attention_version=4)
+    assert [name for name, _ in options.problems()] == ["talker_gemv_rows", "attention_version"]

@@ -1,0 +1,51 @@
+"""Which kernels the fast path runs where several compute the same step (each is tested against the
+others and against plain torch). The defaults are what the H200 measurements in docs/benchmarks.md
+chose; the rest stays selectable so that it can be timed against them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..kernels.gemv import MAX_MMA_ROWS
+
+# Past a few token rows cuBLAS is faster than the CUDA-core GEMVs (it takes ~the same time for
+# 1 or 16 rows; a GEMV's cost grows with its rows): run 9's sweep at 2-16 rows.
+MAX_GEMV_ROWS = 4
+CP_GEMV_ROWS = 2
+
+
+@dataclass(frozen=True)
+class FastPathOptions:
+    # Talker decode steps of at most this many rows run their products through kernels/gemv.py
+    # (the norms and residual adds fused in; `fused.decoder_step_gemv`), larger ones through cuBLAS.
+    talker_gemv_rows: int = 0
+    # The same for the code predictor's passes (a pass holds b rows, its prefill 2 b).
+    cp_gemv_rows: int = CP_GEMV_ROWS
+    # Code-predictor passes past cp_gemv_rows and up to this many rows on the same fusions with
+    # tensor-core products (kernels/gemv.py `mma`) instead of cuBLAS; 0: none.
+    cp_mma_rows: int = 0
+    # The code predictor's GEMV passes of 1-2 rows with programmatic dependent launch (sm90+).
+    cp_pdl: bool = False
+    # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
+    attention_version: int = 2
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(field, what is wrong with it) for each bad value; empty if none."""
+        out = []
+        for name in ("talker_gemv_rows", "cp_gemv_rows"):
+            if not 0 <= getattr(self, name) <= MAX_GEMV_ROWS:
+                out.append((name, f"must be in 0..{MAX_GEMV_ROWS}, got {getattr(self, name)}"))
+        if self.cp_mma_rows and not self.cp_gemv_rows < self.cp_mma_rows <= MAX_MMA_ROWS:
+            out.append(("cp_mma_rows", f"must be 0 or above cp_gemv_rows ({self.cp_gemv_rows}) and at most "
+                                       f"{MAX_MMA_ROWS}, got {self.cp_mma_rows}"))
+        if self.cp_pdl and not self.cp_gemv_rows:
+            out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
+        if self.attention_version not in (2, 3):
+            out.append(("attention_version", f"must be 2 or 3, got {self.attention_version}"))
+        return out
+
+    def validate(self) -> FastPathOptions:
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(f"{name} {msg}" for name, msg in problems))
+        return self
