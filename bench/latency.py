@@ -83,20 +83,14 @@ def stage_times(runner, prompt_rows, batches) -> dict:
         for b in batches:
             out[b] = _stage_times_at(runner, b, t_len)
             print(f"batch {b}: {out[b]}", flush=True)
-        # Last, so that a failure cannot cost the rest: batch 1 with programmatic dependent launch (sm90+).
-        if pdl_supported(runner.device) and runner.code_predictor.gemv_rows and 1 in out:
+        # Last, so that a failure cannot cost the rest: batch 1 with (without) programmatic dependent
+        # launch (sm90+).
+        cp = runner.code_predictor
+        if pdl_supported(runner.device) and cp.gemv_rows and 1 in out:
             fns = _stage_fns(runner, 1, t_len)
-            out[1] |= _variant_times("pdl", runner.code_predictor, dict(pdl=True),
+            out[1] |= _variant_times("nopdl" if cp.pdl else "pdl", cp, dict(pdl=not cp.pdl),
                                      {k: fns[k] for k in ("code_predictor_frame", "frame_step")})
-            # And with the talker's GEMVs and attention version 3 as well: every batch-1 path at once.
-            before = runner.talker_gemv_rows, runner.attention_version
-            runner.talker_gemv_rows, runner.attention_version = max(1, before[0]), 3
-            try:
-                out[1] |= _variant_times("all", runner.code_predictor, dict(pdl=True),
-                                         {"frame_step": fns["frame_step"]})
-            finally:
-                runner.talker_gemv_rows, runner.attention_version = before
-            print(f"batch 1, PDL: {out[1]}", flush=True)
+            print(f"batch 1, PDL {'off' if cp.pdl else 'on'}: {out[1]}", flush=True)
     return out
 
 
@@ -153,8 +147,8 @@ def _variant_times(name: str, obj, settings: dict, fns: dict) -> dict:
 
 
 def _stage_times_at(runner, b: int, t_len: int) -> dict:
-    """Stage times at batch b, and the other paths' beside them: the talker with tensor-core
-    attention, with (without) its GEMVs, the code predictor on cuBLAS (where its GEMVs serve b) or on
+    """Stage times at batch b, and the other paths' beside them: the talker with the other attention
+    version, with (without) its GEMVs, the code predictor on cuBLAS (where its GEMVs serve b) or on
     the tensor-core kernel."""
     from tts_engine.kernels.gemv import MAX_MMA_ROWS
 
@@ -166,8 +160,9 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
     def pick(*stages):
         return {k: fns[k] for k in stages}
 
-    if runner.use_triton and runner.attention_version == 2:
-        out |= _variant_times("attn3", runner, dict(attention_version=3),
+    if runner.use_triton:
+        other = 5 - runner.attention_version  # 2 <-> 3
+        out |= _variant_times(f"attn{other}", runner, dict(attention_version=other),
                               pick("talker_step", "talker_step_long", "frame_step"))
     if runner.use_triton and runner.talker_gemv_rows < b <= 2:
         out |= _variant_times("tgemv", runner, dict(talker_gemv_rows=2),

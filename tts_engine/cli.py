@@ -90,7 +90,7 @@ def _add_serve(sub) -> None:
     # The fast path's kernel choices (runtime/options.py; None: its defaults).
     p.add_argument("--talker-gemv-rows", type=int, default=None,
                    help="talker decode steps of up to this many rows run their products through the fused "
-                        "small-batch GEMV instead of cuBLAS (0: never; at most 4; CUDA)")
+                        "small-batch GEMV instead of cuBLAS (0: never; default 1; at most 4; CUDA)")
     p.add_argument("--cp-gemv-rows", type=int, default=None,
                    help="code-predictor passes of up to this many token rows run their products through the fused "
                         "small-batch GEMV instead of cuBLAS (0: never; default 2; at most 4, past which cuBLAS is "
@@ -99,9 +99,11 @@ def _add_serve(sub) -> None:
                    help="code-predictor passes of up to this many token rows (at most 64) past --cp-gemv-rows run on "
                         "the same fused kernels with tensor-core products instead of cuBLAS (CUDA)")
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=None,
-                   help="the code predictor's GEMV passes with programmatic dependent launch (sm90+ GPUs)")
+                   help="the code predictor's GEMV passes of 1-2 rows with programmatic dependent launch "
+                        "(default: on where supported, compiled Triton on sm90+ GPUs)")
     p.add_argument("--attention-version", type=int, choices=[2, 3], default=None,
-                   help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products (CUDA)")
+                   help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products "
+                        "(default 3; CUDA)")
     p.add_argument("--lookahead-buffer-s", type=float, default=None,
                    help="launch the next step before the running one is read only while some stream has less "
                         "audio than this ahead of its listener, or has none yet (default 0.3)")

@@ -106,7 +106,7 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners):
         # The same whole-row kernel launched plainly (run 9's version of this test left out
         # whole_rows, so its reference ran the sliced kernel: another summation order, other codes).
         no_pdl = {name: {**cfg, "pdl": False, "whole_rows": True} for name, cfg in PDL_LAUNCH.items()}
-        table = cp.gemv_launch
+        table, was = cp.gemv_launch, cp.pdl
         for pdl in (False, True):
             cp.pdl, cp.gemv_launch = pdl, table if pdl else no_pdl
             try:
@@ -121,7 +121,7 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners):
                     torch.cuda.synchronize()
                     codes[pdl].append(out.clone())
             finally:
-                cp.pdl, cp.gemv_launch = False, table
+                cp.pdl, cp.gemv_launch = was, table
     assert len(torch.cat(codes[False]).unique()) > 1
     # In this order, so that a failure says which.
     differ = [i for i, got in enumerate(codes[False]) if not torch.equal(got, codes[False][0])]

@@ -66,12 +66,13 @@ STEP_RING = 4  # frame steps that may be queued on the device at once (pinned st
 # prompt is ~10 rows + the text's tokens in the non-streaming layout, ~11 in the streaming one.
 PREFILL_BUCKETS = (16, 32, 64, 128, 256)
 # The talker's products on kernels/gemv.py (FastPathOptions.talker_gemv_rows), per product (1.7B shapes:
-# qkv [4096, 2048], o [2048, 2048], gate/up [12288, 2048], down [2048, 6144]). A first choice, by
-# analogy with the code predictor's sweep winners, before the talker shapes were swept.
+# qkv [4096, 2048], o [2048, 2048], gate/up [12288, 2048], down [2048, 6144]): the fastest of run 10's
+# `bench.kernels --gemv-sweep --shapes talker` on the H200 at 1 row, µs with cuBLAS + epilogue in
+# brackets: qkv 6.91 (6.97), o + residual 3.87 (6.45), gate/up + SwiGLU 15.77 (17.30), down + residual
+# 9.37 (13.23); their floors at 4.19 TB/s 4.0 / 2.0 / 12.0 / 6.0.
 _LATE = dict(late_sum=True, stages=3, num_warps=4)
-TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4, block_k=512, **_LATE),
-                      "gate_up": dict(block_n=8, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE)}
-
+TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **_LATE), "o": dict(block_n=8, block_k=512, **_LATE),
+                      "gate_up": dict(block_n=16, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE)}
 
 @dataclass
 class StepCodes:
@@ -105,9 +106,11 @@ class ModelRunner:
                              "a CPU without TRITON_INTERPRET=1 set before triton was imported)")
         self.use_graphs = on_cuda if use_graphs is None else use_graphs
         self.options = opts = (options or FastPathOptions()).validate()
-        if opts.cp_pdl and not (self.use_triton and pdl_supported(self.device)):
+        pdl_here = self.use_triton and pdl_supported(self.device)
+        if opts.cp_pdl and not pdl_here:
             raise ValueError(f"cp_pdl: programmatic dependent launch needs the Triton path on an sm90+ GPU, "
                              f"not {self.device}")
+        cp_pdl = pdl_here if opts.cp_pdl is None else opts.cp_pdl
         # Read at every step (bench/latency.py switches them to time one path against another).
         self.attention_version = opts.attention_version
         self.talker_gemv_rows = opts.talker_gemv_rows if self.use_triton else 0
@@ -127,7 +130,7 @@ class ModelRunner:
         self.text_projection = talker.text_projection
         self.code_predictor = CodePredictorRunner(
             talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
-            gemv_rows=opts.cp_gemv_rows, pdl=opts.cp_pdl, mma_rows=opts.cp_mma_rows)
+            gemv_rows=opts.cp_gemv_rows, pdl=cp_pdl, mma_rows=opts.cp_mma_rows)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
