@@ -150,7 +150,7 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
     """Stage times at batch b, and the other paths' beside them: the talker with the other attention
     version, with (without) its GEMVs, the code predictor on cuBLAS (where its GEMVs serve b) or on
     the tensor-core kernel."""
-    from tts_engine.kernels.gemv import MAX_MMA_ROWS
+    from tts_engine.runtime.options import MAX_CP_MMA_ROWS
 
     fns = _stage_fns(runner, b, t_len)
     graphs = {stage: graph_of(fn) for stage, fn in fns.items()}
@@ -171,8 +171,9 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
         out |= _variant_times("talker_cublas", runner, dict(talker_gemv_rows=0), pick("talker_step", "frame_step"))
     if b <= cp_runner.gemv_rows:
         out |= _variant_times("cublas", cp_runner, dict(gemv_rows=0), pick("code_predictor_frame", "frame_step"))
-    elif cp_runner.use_triton and not cp_runner.mma_rows:
-        out |= _variant_times("mma", cp_runner, dict(mma_rows=MAX_MMA_ROWS), pick("code_predictor_frame", "frame_step"))
+    elif cp_runner.use_triton and not cp_runner.mma_rows and b <= MAX_CP_MMA_ROWS // 2:  # its prefill: 2 b rows
+        out |= _variant_times("mma", cp_runner, dict(mma_rows=MAX_CP_MMA_ROWS),
+                              pick("code_predictor_frame", "frame_step"))
     return out
 
 

@@ -96,7 +96,7 @@ def _add_serve(sub) -> None:
                         "small-batch GEMV instead of cuBLAS (0: never; default 2; at most 4, past which cuBLAS is "
                         "faster; CUDA)")
     p.add_argument("--cp-mma-rows", type=int, default=None,
-                   help="code-predictor passes of up to this many token rows (at most 64) past --cp-gemv-rows run on "
+                   help="code-predictor passes of up to this many token rows (at most 16) past --cp-gemv-rows run on "
                         "the same fused kernels with tensor-core products instead of cuBLAS (CUDA)")
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's GEMV passes of 1-2 rows with programmatic dependent launch "

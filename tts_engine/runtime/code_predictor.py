@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.cp_attention import cp_attention, cp_attention_ref
-from ..kernels.gemv import MAX_MMA_ROWS, gemv
+from ..kernels.gemv import gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
 from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rope_table
-from .options import MAX_GEMV_ROWS
+from .options import MAX_CP_MMA_ROWS, MAX_GEMV_ROWS
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
@@ -80,8 +80,8 @@ class CodePredictorRunner:
         self.gemv_rows = gemv_rows if use_triton else 0
         self.gemv_launch = gemv_launch or GEMV_LAUNCH
         self.pdl = pdl and self.gemv_rows > 0
-        if not (mma_rows == 0 or self.gemv_rows < mma_rows <= MAX_MMA_ROWS):
-            raise ValueError(f"mma_rows must be 0 or in {self.gemv_rows + 1}..{MAX_MMA_ROWS}, got {mma_rows}")
+        if not (mma_rows == 0 or self.gemv_rows < mma_rows <= MAX_CP_MMA_ROWS):
+            raise ValueError(f"mma_rows must be 0 or in {self.gemv_rows + 1}..{MAX_CP_MMA_ROWS}, got {mma_rows}")
         self.mma_rows = mma_rows if use_triton else 0
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kernels.gemv import MAX_MMA_ROWS
-
 # Past a few token rows cuBLAS is faster than the CUDA-core GEMVs (it takes ~the same time for
 # 1 or 16 rows; a GEMV's cost grows with its rows): run 9's sweep at 2-16 rows.
 MAX_GEMV_ROWS = 4
 CP_GEMV_ROWS = 2
+# The code predictor's tensor-core launch table (code_predictor.MMA_LAUNCH) was swept at 8-16 rows;
+# at 32-64 (rows padded to 64) its gate/up configuration needs more shared memory than the H200 has
+# (run 10: OutOfResources).
+MAX_CP_MMA_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,9 @@ class FastPathOptions:
         for name in ("talker_gemv_rows", "cp_gemv_rows"):
             if not 0 <= getattr(self, name) <= MAX_GEMV_ROWS:
                 out.append((name, f"must be in 0..{MAX_GEMV_ROWS}, got {getattr(self, name)}"))
-        if self.cp_mma_rows and not self.cp_gemv_rows < self.cp_mma_rows <= MAX_MMA_ROWS:
+        if self.cp_mma_rows and not self.cp_gemv_rows < self.cp_mma_rows <= MAX_CP_MMA_ROWS:
             out.append(("cp_mma_rows", f"must be 0 or above cp_gemv_rows ({self.cp_gemv_rows}) and at most "
-                                       f"{MAX_MMA_ROWS}, got {self.cp_mma_rows}"))
+                                       f"{MAX_CP_MMA_ROWS}, got {self.cp_mma_rows}"))
         if self.cp_pdl and not self.cp_gemv_rows:
             out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
         if self.attention_version not in (2, 3):
