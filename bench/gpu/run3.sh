@@ -6,7 +6,8 @@
 #   PART=codec ... bash bench/gpu/run3.sh                       bench.latency's codec part alone
 #   PART=load ... bash bench/gpu/run3.sh                        load sweeps: one `cadence serve` per entry
 #                                                               of CONFIGS ("name:serve args;..."),
-#                                                               RATES / WARMUP / DURATION per sweep;
+#                                                               RATES / WARMUP / DURATION per sweep (or
+#                                                               PHASES=rate:seconds,...: a sweep each);
 #                                                               SOCKET=N: N sequential requests first
 #   PART=peers ... bash bench/gpu/run3.sh                       the peers (run2_peers.sh)
 #   PART=gputest ... bash bench/gpu/run3.sh                     GPU_TESTS (default tests/gpu/test_engine_gpu.py)
@@ -88,11 +89,19 @@ if [[ " $PART " == *" load "* ]]; then
       echo "$name socket rc=$? $((SECONDS - t0)) s"; grep "^socket" $W/$name/socket.log | cut -c1-500
     fi
     # Each rate's results are written as it ends, so a sweep cut off at the deadline keeps them.
-    timeout $(left 10) python3 -m tts_engine.cli bench --url http://127.0.0.1:$PORT --rates "${RATES:-10,20,30,40}" \
-      --warmup "${WARMUP:-5}" --duration "${DURATION:-30}" --gpu-price 4.29 --no-plots \
-      --label "H200, Qwen3-TTS 1.7B CustomVoice random weights, commit ${CADENCE_COMMIT:-?}, serve $args" \
-      --out $W/$name > $W/$name/bench.log 2>&1
-    echo "$name bench rc=$? $((SECONDS - t0)) s"; cut -c1-200 $W/$name/bench.log | grep "req/s"
+    # PHASES="10:120,20:300": one sweep per rate with its own measured seconds, in $W/$name/r<rate>
+    # (merge with bench.load.merge); otherwise one sweep over RATES with DURATION.
+    phases=("${RATES:-10,20,30,40}:${DURATION:-30}")
+    [ -n "${PHASES:-}" ] && IFS="," read -ra phases <<< "$PHASES"
+    for phase in "${phases[@]}"; do
+      rates=${phase%%:*}; duration=${phase#*:}; out=$W/$name; [ -n "${PHASES:-}" ] && out=$W/$name/r$rates
+      mkdir -p $out
+      timeout $(left 10) python3 -m tts_engine.cli bench --url http://127.0.0.1:$PORT --rates "$rates" \
+        --warmup "${WARMUP:-5}" --duration "$duration" --gpu-price 4.29 --no-plots \
+        --label "H200, Qwen3-TTS 1.7B CustomVoice random weights, commit ${CADENCE_COMMIT:-?}, serve $args" \
+        --out $out > $out/bench.log 2>&1
+      echo "$name bench rc=$? $((SECONDS - t0)) s"; cut -c1-200 $out/bench.log | grep "req/s"
+    done
     python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" \
       > $W/$name/metrics.txt 2>&1
     grep -E "^cadence_engine_(ttfa|steps |frames |scheduler_steps|cost_|codec_graphs|host_|gc_)" $W/$name/metrics.txt | cut -c1-120
