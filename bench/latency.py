@@ -8,7 +8,9 @@ Stage times are medians of CUDA-event-timed graph replays (warm-up first), for e
 the frame step use the sampler variant the default settings get (FAST; the triton mode has one fused
 sampler for every setting), the frame step also the GENERAL one. Prefill: one prompt, eager and
 through its bucket's captured graph. `talker_step_long_ms` reads a context of max_context - 64
-positions. The socket figure (bench/socket_latency.py) runs `cadence serve` in a subprocess and
+positions. `host`: the CPU time of queuing a new stream's work (prompt embedding, prefill, sampling
+settings, frame steps at batch 1 and 8 through captured graphs), the engine thread's share before the
+GPU has it. The socket figure (bench/socket_latency.py) runs `cadence serve` in a subprocess and
 times, per sequential request, from just before the request is written to the arrival of the first
 PCM byte of the response body.
 """
@@ -174,6 +176,41 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
     elif cp_runner.use_triton and not cp_runner.mma_rows and b <= MAX_CP_MMA_ROWS // 2:  # its prefill: 2 b rows
         out |= _variant_times("mma", cp_runner, dict(mma_rows=MAX_CP_MMA_ROWS),
                               pick("code_predictor_frame", "frame_step"))
+    return out
+
+
+def host_times(runner, reps: int = 50) -> dict:
+    """The engine thread's CPU cost of queuing a new stream's work (µs, median of `reps`): the prompt's
+    embedding, the prefill, the slot's sampling settings, and frame steps at batch 1 and 8, through
+    the runner's captured graphs where it has them. Only the call is timed: the device is
+    synchronised between repetitions, so no call waits for earlier work. At batch 1 these run
+    before (or beside) the GPU's first work for a stream."""
+    from tts_engine.sampling import SamplingParams
+
+    sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
+    text_ids = [151644, 77091, 198] + [151671] * 6 + [151672] + [1000 + i for i in range(12)]
+    codec_ids = [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149] + [None] * 12
+
+    def timed(fn) -> float:
+        times = []
+        for _ in range(reps):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        sync()
+        return statistics.median(times) * 1e6
+
+    x = runner.embed_prompt(text_ids, codec_ids)
+    b8 = list(range(min(8, runner.max_slots)))
+    out = {"prompt_rows": len(text_ids), "graphs": bool(runner.graphs),
+           "embed_prompt_us": timed(lambda: runner.embed_prompt(text_ids, codec_ids)),
+           "prefill_us": timed(lambda: runner.prefill(0, x)),
+           "start_slot_us": timed(lambda: runner.start_slot(0, SamplingParams(), 0, eos_allowed=True)),
+           "frame_step_b1_us": timed(lambda: runner.frame_step_async([0], [5], [x.shape[0]], [0])),
+           f"frame_step_b{len(b8)}_us": timed(lambda: runner.frame_step_async(b8, [5] * len(b8), [x.shape[0]] * len(b8),
+                                                                          [0] * len(b8)))}
+    print(f"host: {out}", flush=True)
     return out
 
 
@@ -369,6 +406,11 @@ def main(argv: list[str] | None = None) -> int:
         result["stages" if mode == "triton" else f"stages_{mode}"] = stage_times(runner, prompt, BATCHES)
         result["prefill" if mode == "triton" else f"prefill_{mode}"] = prefill_times(runner)
         del runner
+        if mode == "triton":  # the host's share, on a runner with two captured buckets
+            runner = ModelRunner(model, max_slots=8, max_context=512, buckets=(1, 8))
+            runner.capture_graphs()
+            result["host"] = host_times(runner)
+            del runner
         torch.cuda.empty_cache()
     if not args.skip_codec:
         with torch.device("meta"):

@@ -67,7 +67,7 @@ if [[ " $PART " == *" latency "* ]]; then
     --skip-codec-eager --requests ${REQUESTS:-100} --socket-args=--codec-stream $sweep_args ${LATENCY_ARGS:-} \
     > $W/latency.log 2>&1
   echo "latency rc=$? $((SECONDS - t0)) s"
-  grep -E "^(batch|prefill|reference|socket|codec)" $W/latency.log | cut -c1-700
+  grep -E "^(batch|prefill|reference|socket|codec|host)" $W/latency.log | cut -c1-700
 fi
 
 if [[ " $PART " == *" load "* ]]; then

@@ -72,3 +72,18 @@ def test_larger_batches_time_the_tensor_core_kernel_and_a_failure_is_reported(mo
     out = latency._stage_times_at(runner, 8, 11)
     assert "code_predictor_frame_cublas_ms" not in out and out["mma_error"] == "RuntimeError: no kernel"
     assert runner.code_predictor.mma_rows == 0
+
+
+def test_host_times_times_each_call_of_a_new_stream():
+    """On CPU (no graphs) the calls run their work eagerly; what is checked is that each is timed and
+    that the runner is left usable (the frame steps ran against the prefilled slot)."""
+    from tts_engine.checkpoint import random_model
+    from tts_engine.runtime.runner import ModelRunner
+
+    _, model = random_model("tiny", torch.float32, "cpu", seed=0)
+    runner = ModelRunner(model, max_slots=8, max_context=64, buckets=(1, 8))
+    out = latency.host_times(runner, reps=3)
+    assert out["graphs"] is False and out["prompt_rows"] == 22
+    for key in ("embed_prompt_us", "prefill_us", "start_slot_us", "frame_step_b1_us", "frame_step_b8_us"):
+        assert out[key] > 0, key
+    assert runner.logits[0].abs().sum() > 0  # the prefill wrote slot 0's logits
