@@ -86,10 +86,12 @@ def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):
         assert rel_err(fast_cp.v[:, :b, :, :4], ref_cp.v[:, :b, :, :4]) < 2e-2
 
 
-def test_code_predictor_with_pdl_gives_the_codes_without(runners):
-    """Batch 1 with programmatic dependent launch (whole-row GEMVs, every kernel launched early and
-    waiting for its inputs), captured in a graph as the engine runs it, against the same kernels
-    launched without PDL: the same arithmetic, so any difference is a kernel reading too early."""
+@pytest.mark.parametrize("b", [1, 2])
+def test_code_predictor_with_pdl_gives_the_codes_without(runners, b):
+    """Batches 1 and 2 (passes of 1-2 rows: the engine's PDL passes) with programmatic dependent
+    launch (whole-row GEMVs, every kernel launched early and waiting for its inputs), captured in a
+    graph as the engine runs it, against the same kernels launched without PDL: the same arithmetic,
+    so any difference is a kernel reading too early."""
     from tts_engine.kernels.backend import pdl_supported
     from tts_engine.runtime.code_predictor import PDL_LAUNCH
     from tts_engine.runtime.sampler import GENERAL
@@ -97,10 +99,10 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners):
     cfg, (fast, _) = runners
     cp = fast.code_predictor
     assert pdl_supported(fast.device), "the H200 (sm90) supports PDL"
-    hidden = torch.randn(1, cfg.talker.hidden_size, device="cuda").bfloat16()
-    c0 = torch.tensor([17], device="cuda")
-    frames = torch.tensor([3], device="cuda")
-    rows = fast.rows.gather(torch.tensor([0], device="cuda"))
+    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    c0 = torch.tensor([17, 1500][:b], device="cuda")
+    frames = torch.tensor([3, 9][:b], device="cuda")
+    rows = fast.rows.gather(torch.arange(b, device="cuda"))
     codes = {}
     with torch.inference_mode():
         # The same whole-row kernel launched plainly (run 9's version of this test left out
