@@ -173,7 +173,7 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
         out |= _variant_times("talker_cublas", runner, dict(talker_gemv_rows=0), pick("talker_step", "frame_step"))
     if b <= cp_runner.gemv_rows:
         out |= _variant_times("cublas", cp_runner, dict(gemv_rows=0), pick("code_predictor_frame", "frame_step"))
-    elif cp_runner.use_triton and not cp_runner.mma_rows and b <= MAX_CP_MMA_ROWS // 2:  # its prefill: 2 b rows
+    elif cp_runner.use_triton and not cp_runner.mma_rows and b <= MAX_CP_MMA_ROWS:  # (a prefill past it: cuBLAS)
         out |= _variant_times("mma", cp_runner, dict(mma_rows=MAX_CP_MMA_ROWS),
                               pick("code_predictor_frame", "frame_step"))
     return out

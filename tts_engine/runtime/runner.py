@@ -74,6 +74,7 @@ _LATE = dict(late_sum=True, stages=3, num_warps=4)
 TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **_LATE), "o": dict(block_n=8, block_k=512, **_LATE),
                       "gate_up": dict(block_n=16, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE)}
 
+
 @dataclass
 class StepCodes:
     """One frame step's codes [B, 16]: `device` (valid until the next step), `host_buffer` (pinned,
