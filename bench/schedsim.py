@@ -47,6 +47,12 @@ CODES_HALF_MS = 3.4
 CODE_PREDICTOR_MS = 3.45  # its part of FRAME_MS[1] and of CODES_HALF_MS (run 7)
 CODEC_MS = {1: (2.31, 3.25), 8: (3.21, 7.73), 32: (4.94, 24.53)}
 PREFILL_MS = 2.07
+# `--costs run10`: the frame step per bucket at run 10's defaults (aeb3225's stages with attention v3,
+# the talker's GEMVs and PDL at batch 1; buckets 2 and 4 interpolated, not measured) and its codes
+# half (the frame step less the talker step); prefill of a 40-row prompt 2.11 ms.
+RUN10_FRAME_MS = {1: 3.30, 2: 3.7, 4: 4.6, 8: 4.70, 16: 4.83, 32: 5.01, 64: 5.29}
+RUN10_CODES_HALF_MS = {1: 1.87, 2: 2.1, 4: 3.0, 8: 3.12, 16: 3.19, 32: 3.30, 64: 3.52}
+RUN10_PREFILL_MS = 2.11
 
 
 def codec_ms(frames: int, batch: int) -> float:
@@ -100,6 +106,7 @@ class Sim:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     schedule: tuple[int, ...] = DEFAULT_CHUNK_SCHEDULE
     early_audio: bool = True  # the engine's early first audio (commits before c460b4c had none)
+    run10_costs: bool = False  # the frame step and its codes half by bucket as run 10 measured them
 
     def run(self) -> dict:
         rng = random.Random(self.seed)
@@ -148,13 +155,13 @@ class Sim:
                 steps += 1
                 if plan.frames is not None:
                     frames_per_step.append(len(plan.frames.rows))
-                timings = StepTimings(tuple(PREFILL_MS / 1e3 for _ in plan.prefills),
+                timings = StepTimings(tuple(self._prefill_ms() / 1e3 for _ in plan.prefills),
                                       self._frame_ms(plan.frames.bucket) / 1e3 if plan.frames else None,
                                       tuple(codec_ms(b.num_frames, len(b.chunks)) / 1e3 for b in plan.chunks))
                 eos = tuple(False for _ in plan.frames.rows) if plan.frames else ()
                 first = [b for b in plan.chunks if any(c.first_frame == 1 for c in b.chunks)]
-                codes_half = CODES_HALF_MS - self.code_predictor_cut_ms if plan.frames else 0
-                early_end = (start + (PREFILL_MS * len(plan.prefills) + codes_half
+                codes_half = self._codes_half_ms(plan.frames.bucket) if plan.frames else 0
+                early_end = (start + (self._prefill_ms() * len(plan.prefills) + codes_half
                                       + sum(codec_ms(b.num_frames, len(b.chunks)) for b in first)) / 1e3)
                 pipeline.push(_Step(plan, device_free, StepResult(plan.step_id, eos, timings), early_end))
             depth = None if sched.wants_lookahead(now) else 1  # as the engine: lookahead only when needed
@@ -171,10 +178,16 @@ class Sim:
         return self._summary(listeners, rejected, busy_s, now, steps, frames_per_step)
 
     def _frame_ms(self, bucket: int) -> float:
-        return FRAME_MS[bucket] - self.code_predictor_cut_ms
+        return (RUN10_FRAME_MS if self.run10_costs else FRAME_MS)[bucket] - self.code_predictor_cut_ms
+
+    def _codes_half_ms(self, bucket: int) -> float:
+        return (RUN10_CODES_HALF_MS[bucket] if self.run10_costs else CODES_HALF_MS) - self.code_predictor_cut_ms
+
+    def _prefill_ms(self) -> float:
+        return RUN10_PREFILL_MS if self.run10_costs else PREFILL_MS
 
     def _cost(self, plan: StepPlan) -> float:
-        ms = PREFILL_MS * len(plan.prefills)
+        ms = self._prefill_ms() * len(plan.prefills)
         if plan.frames is not None:
             ms += self._frame_ms(plan.frames.bucket)
         ms += sum(codec_ms(b.num_frames, len(b.chunks)) for b in plan.chunks)
@@ -229,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="first audio at the end of its step, as the engine did before early first audio")
     p.add_argument("--lookahead-buffer-s", type=float, default=SchedulerConfig.lookahead_buffer_s,
                    help="SchedulerConfig.lookahead_buffer_s (see --always-lookahead)")
+    p.add_argument("--costs", choices=["run7", "run10"], default="run7",
+                   help="the device's cost table: runs 5-7 (the code predictor 3.45 ms at every batch) or run 10's "
+                        "defaults by batch bucket (a batch-1 frame step 3.30 ms)")
     p.add_argument("--always-lookahead", action="store_true",
                    help="depth 2 on every step, as the engine ran before the lookahead rule (run 7)")
     args = p.parse_args(argv)
@@ -237,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                              lookahead_buffer_s=None if args.always_lookahead else args.lookahead_buffer_s).validate()
     for rate in (float(r) for r in args.rates.split(",")):
         out = Sim(rate, args.duration, args.seed, args.plan_ms, args.plan_ms_per_row,
-                  CODE_PREDICTOR_MS - args.code_predictor_ms, config, schedule, not args.no_early_audio).run()
+                  CODE_PREDICTOR_MS - args.code_predictor_ms, config, schedule, not args.no_early_audio,
+                  args.costs == "run10").run()
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}), flush=True)
     return 0
 

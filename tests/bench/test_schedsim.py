@@ -43,3 +43,16 @@ def test_a_faster_code_predictor_brings_first_audio_sooner_under_load():
     assert faster["requests"] == now["requests"] > 100
     assert faster["ttfa_ms_p50"] < now["ttfa_ms_p50"] - 4 and faster["ttfa_ms_p95"] < now["ttfa_ms_p95"] - 4
     assert faster["underrun_requests"] == now["underrun_requests"] == 0
+
+
+def test_run10_costs_charge_each_bucket_its_own_frame_step_and_codes_half():
+    from bench.schedsim import RUN10_CODES_HALF_MS, RUN10_FRAME_MS
+
+    run7, run10 = Sim(10, 1), Sim(10, 1, run10_costs=True)
+    assert run7._frame_ms(1) == 5.17 and run7._codes_half_ms(1) == run7._codes_half_ms(64) == 3.4
+    assert run10._frame_ms(1) == 3.30 < run10._frame_ms(8) < run10._frame_ms(64)
+    assert all(RUN10_CODES_HALF_MS[b] < RUN10_FRAME_MS[b] for b in RUN10_FRAME_MS)
+    cfg = SchedulerConfig(codec_tick_steps=CODEC_TICK_CUDA)
+    slow, fast = Sim(5, 10, seed=4, config=cfg).run(), Sim(5, 10, seed=4, config=cfg, run10_costs=True).run()
+    assert fast["requests"] == slow["requests"] > 30
+    assert fast["ttfa_ms_p50"] < slow["ttfa_ms_p50"] and fast["underrun_requests"] == 0
