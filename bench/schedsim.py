@@ -107,6 +107,7 @@ class Sim:
     schedule: tuple[int, ...] = DEFAULT_CHUNK_SCHEDULE
     early_audio: bool = True  # the engine's early first audio (commits before c460b4c had none)
     run10_costs: bool = False  # the frame step and its codes half by bucket as run 10 measured them
+    codec_scale: float = 1.0  # what-if: every codec call this fraction of the cost table's
 
     def run(self) -> dict:
         rng = random.Random(self.seed)
@@ -157,12 +158,12 @@ class Sim:
                     frames_per_step.append(len(plan.frames.rows))
                 timings = StepTimings(tuple(self._prefill_ms() / 1e3 for _ in plan.prefills),
                                       self._frame_ms(plan.frames.bucket) / 1e3 if plan.frames else None,
-                                      tuple(codec_ms(b.num_frames, len(b.chunks)) / 1e3 for b in plan.chunks))
+                                      tuple(self._codec_ms(b) / 1e3 for b in plan.chunks))
                 eos = tuple(False for _ in plan.frames.rows) if plan.frames else ()
                 first = [b for b in plan.chunks if any(c.first_frame == 1 for c in b.chunks)]
                 codes_half = self._codes_half_ms(plan.frames.bucket) if plan.frames else 0
                 early_end = (start + (self._prefill_ms() * len(plan.prefills) + codes_half
-                                      + sum(codec_ms(b.num_frames, len(b.chunks)) for b in first)) / 1e3)
+                                      + sum(self._codec_ms(b) for b in first)) / 1e3)
                 pipeline.push(_Step(plan, device_free, StepResult(plan.step_id, eos, timings), early_end))
             depth = None if sched.wants_lookahead(now) else 1  # as the engine: lookahead only when needed
             for step in pipeline.completed(must_wait=plan.empty, depth=depth):
@@ -183,6 +184,9 @@ class Sim:
     def _codes_half_ms(self, bucket: int) -> float:
         return (RUN10_CODES_HALF_MS[bucket] if self.run10_costs else CODES_HALF_MS) - self.code_predictor_cut_ms
 
+    def _codec_ms(self, batch) -> float:
+        return codec_ms(batch.num_frames, len(batch.chunks)) * self.codec_scale
+
     def _prefill_ms(self) -> float:
         return RUN10_PREFILL_MS if self.run10_costs else PREFILL_MS
 
@@ -190,7 +194,7 @@ class Sim:
         ms = self._prefill_ms() * len(plan.prefills)
         if plan.frames is not None:
             ms += self._frame_ms(plan.frames.bucket)
-        ms += sum(codec_ms(b.num_frames, len(b.chunks)) for b in plan.chunks)
+        ms += sum(self._codec_ms(b) for b in plan.chunks)
         return ms / 1e3
 
     @staticmethod
@@ -245,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--costs", choices=["run7", "run10"], default="run7",
                    help="the device's cost table: runs 5-7 (the code predictor 3.45 ms at every batch) or run 10's "
                         "defaults by batch bucket (a batch-1 frame step 3.30 ms)")
+    p.add_argument("--codec-scale", type=float, default=1.0,
+                   help="what-if: every codec call this fraction of the cost table's (e.g. 0.5: twice as fast)")
     p.add_argument("--always-lookahead", action="store_true",
                    help="depth 2 on every step, as the engine ran before the lookahead rule (run 7)")
     args = p.parse_args(argv)
@@ -254,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     for rate in (float(r) for r in args.rates.split(",")):
         out = Sim(rate, args.duration, args.seed, args.plan_ms, args.plan_ms_per_row,
                   CODE_PREDICTOR_MS - args.code_predictor_ms, config, schedule, not args.no_early_audio,
-                  args.costs == "run10").run()
+                  args.costs == "run10", args.codec_scale).run()
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}), flush=True)
     return 0
 

@@ -56,3 +56,14 @@ def test_run10_costs_charge_each_bucket_its_own_frame_step_and_codes_half():
     slow, fast = Sim(5, 10, seed=4, config=cfg).run(), Sim(5, 10, seed=4, config=cfg, run10_costs=True).run()
     assert fast["requests"] == slow["requests"] > 30
     assert fast["ttfa_ms_p50"] < slow["ttfa_ms_p50"] and fast["underrun_requests"] == 0
+
+
+def test_a_faster_codec_is_charged_less_on_every_call():
+    from types import SimpleNamespace
+
+    batch = SimpleNamespace(num_frames=12, chunks=(None,) * 8)
+    assert Sim(10, 1, codec_scale=0.5)._codec_ms(batch) == 0.5 * codec_ms(12, 8)
+    cfg = SchedulerConfig(codec_tick_steps=CODEC_TICK_CUDA)
+    now, faster = (Sim(10, 10, seed=5, config=cfg, run10_costs=True, codec_scale=f).run() for f in (1.0, 0.5))
+    assert faster["requests"] == now["requests"] > 60
+    assert faster["ttfa_ms_p50"] < now["ttfa_ms_p50"] and faster["underrun_requests"] == 0
