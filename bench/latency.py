@@ -254,7 +254,7 @@ def codec_times(codec, batches) -> dict:
     return out
 
 
-def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 12)) -> dict:
+def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12)) -> dict:
     """The incremental chunk as a CUDA graph at each codec precision (fp32 exact, TF32 convs and
     matmuls, bf16 weights and activations; cuDNN's timed algorithm choice, as the server runs it;
     `+snake`: SnakeBeta as one kernel, as the server runs it on CUDA), and each one's PCM error
@@ -420,8 +420,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_codec_eager:
             result["codec"] = codec_times(codec, (1, 8, 32))
         result["codec_precision"] = codec_precision_times(codec)
-        result["codec_profile_b8_12f_tf32_snake"] = codec_profile(codec)
-        print(json.dumps(result["codec_profile_b8_12f_tf32_snake"][:12], indent=1), flush=True)
+        # The calls a loaded server makes: the codec tick's 2-frame chunks of many streams, and first
+        # chunks of one frame; 12 frames as run 7 profiled them.
+        for b, t in ((8, 2), (1, 1), (8, 12)):
+            key = f"codec_profile_b{b}_{t}f_tf32_snake"
+            result[key] = codec_profile(codec, b, t)
+            print(key, json.dumps(result[key][:12], indent=1), flush=True)
         del codec
     del model
     torch.cuda.empty_cache()
