@@ -97,6 +97,7 @@ def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
      "--cp-mma-rows must be 0 or above --cp-gemv-rows (1) and at most 16, got 17"),
     (["--cp-gemv-rows", "0", "--cp-pdl"],
      "--cp-pdl needs --cp-gemv-rows > 0 (PDL launches the code predictor's GEMVs)"),
+    (["--cp-pdl"], "--cp-pdl needs a CUDA device (sm90+), not cpu"),
 ])
 def test_serve_rejects_fast_path_options_out_of_range(tmp_path, args, message):
     r = cadence("serve", "--model", tmp_path / "missing", *args)

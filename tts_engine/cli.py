@@ -191,6 +191,8 @@ def _serve(args) -> int:
         for field in FastPathOptions.__dataclass_fields__:
             message = message.replace(field, "--" + field.replace("_", "-"))
         raise ValueError(message)
+    if fast_path.cp_pdl and not str(args.device).startswith("cuda"):
+        raise ValueError(f"--cp-pdl needs a CUDA device (sm90+), not {args.device}")
     from .engine.profile import EngineProfile
 
     profile = EngineProfile(args.profile_engine, args.profile_seconds) if args.profile_engine else None
