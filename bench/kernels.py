@@ -132,9 +132,13 @@ def gemv_sweep(batch: int = 1, shapes=CP_SHAPES) -> list[dict]:
             best = min((r for r in rows if r["op"] == name and "us" in r and r["impl"] == "gemv"),
                        key=lambda r: r["us"], default=None)
             if best is not None:
-                best_cfg = {k: best[k] for k in ("mma", *GEMV_CONFIGS[0]) if k in best}
-                print(f"{name:<20} b{batch:<3} best gemv {best['us']:7.2f} us {best_cfg}", flush=True)
+                print(f"{name:<20} b{batch:<3} best gemv {best['us']:7.2f} us {_config_of(best)}", flush=True)
     return rows
+
+
+def _config_of(row: dict) -> dict:
+    """A sweep row's launch configuration (the keyword arguments of `gemv`)."""
+    return {k: row[k] for k in ("mma", *GEMV_CONFIGS[0]) if k in row}
 
 
 def best_launch(sweep: list[dict], model: str, batch: int) -> dict[str, dict]:
@@ -146,7 +150,7 @@ def best_launch(sweep: list[dict], model: str, batch: int) -> dict[str, dict]:
         if not timed:
             raise ValueError(f"the sweep has no timed GEMV for {name!r} at {batch} rows")
         best = min(timed, key=lambda r: r["us"])
-        out[name.split()[1].split("+")[0]] = {k: best[k] for k in ("mma", *GEMV_CONFIGS[0]) if k in best}
+        out[name.split()[1].split("+")[0]] = _config_of(best)
     return out
 
 

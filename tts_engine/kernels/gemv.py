@@ -23,10 +23,11 @@ than cuBLAS', so a few elements may differ by one ulp (tests/kernels/test_gemv.p
 Status: tested against its reference (interpreter on CPU, compiled on a GPU). On the H200 (run 9,
 `bench.kernels --gemv-sweep`): with one reduction after the K loop and 3 pipelined slices, 16.1 µs
 for the code predictor's four products at batch 1 against cuBLAS + epilogues 33.1; its cost grows with
-the rows it holds, so the code predictor uses it for passes of 1-2 rows only (runtime/code_predictor.py).
+the rows it holds, so the code predictor uses it for passes of 1-2 rows only (runtime/code_predictor.py),
+and the talker for its steps at batch 1 (run 10: 35.9 against 44.0 µs a layer; runtime/runner.py).
 The tensor-core variant (`mma`) beats cuBLAS + epilogues at 8-16 rows per product but not yet as a
-code-predictor frame (opt-in); the whole-row variant exists for programmatic dependent launch (`pdl`),
-an experiment.
+code-predictor frame (opt-in); the whole-row variant serves programmatic dependent launch (`pdl`, the
+code predictor's 1-2 row passes on sm90+).
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ if HAVE_TRITON:
     from .backend import pdl_start, round_to
 
 MAX_ROWS = 16  # batch rows one program holds in registers (the CUDA-core kernels)
+# What every launch configuration the sweeps chose at 1 row shares (run 9's code-predictor shapes, run
+# 10's talker shapes): one reduction after the K loop, 3 pipelined slices, 4 warps.
+LATE_SUM = dict(late_sum=True, stages=3, num_warps=4)
 MAX_MMA_ROWS = 64  # with mma: rows of one tensor-core tile
 
 

@@ -11,9 +11,9 @@ With `use_triton` the layers run through the Triton kernels and each draw is the
 kernel (which also gathers the next input row); otherwise plain torch and the torch sampler.
 With `use_triton`, a pass over at most `gemv_rows` token rows (b for a one-position step, 2 b for the
 prefill) runs its products through the fused small-batch GEMV (`fused.decoder_step_gemv`: 6 launches
-a layer instead of 9, the final norm in the head's prologue); larger ones through cuBLAS. Opt-in:
-`mma_rows` (passes of up to that many rows on the same fusions with tensor-core products) and `pdl`
-(the smallest passes with programmatic dependent launch).
+a layer instead of 9, the final norm in the head's prologue), with `pdl` (the default on sm90+) the
+smallest of them with programmatic dependent launch; larger ones through cuBLAS. Opt-in: `mma_rows`
+(passes of up to that many rows on the same fusions with tensor-core products).
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.cp_attention import cp_attention, cp_attention_ref
-from ..kernels.gemv import gemv
+from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
 from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rope_table
-from .options import MAX_CP_MMA_ROWS, MAX_GEMV_ROWS
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
@@ -37,10 +36,9 @@ CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
 # (4.0), o + residual 3.0 / 3.2 / 3.9 / 5.2 (13.9), gate/up + SwiGLU 6.1 / 6.8 / 8.5 / 19.1 (7.4), down
 # + residual 3.4 / 3.7 / 4.4 / 5.9 (7.7). cuBLAS takes ~4-8 µs whatever the rows, so past a few rows
 # it wins (the code-predictor frame at batch 8: 13.8 ms with a 16-row table, 3.0 ms on cuBLAS).
-_LATE = dict(late_sum=True, stages=3, num_warps=4)
-GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4, block_k=512, **_LATE),
-               "gate_up": dict(block_n=8, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE),
-               "head": dict(block_n=8, block_k=256, **_LATE)}
+GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **LATE_SUM), "o": dict(block_n=4, block_k=512, **LATE_SUM),
+               "gate_up": dict(block_n=8, block_k=256, **LATE_SUM), "down": dict(block_n=4, block_k=512, **LATE_SUM),
+               "head": dict(block_n=8, block_k=256, **LATE_SUM)}
 
 # Opt-in (mma_rows): passes of 3 .. mma_rows token rows through kernels/gemv.py's tensor-core
 # kernel, the same fusions as above at cuBLAS' batch sizes. Run 9's sweep at 8 rows (µs, cuBLAS +
@@ -48,20 +46,20 @@ GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **_LATE), "o": dict(block_n=4
 # residual 6.29 (7.80), the same at 16; these are its winners. With a first guess (block_k 256, 3
 # stages, 4.4 / 5.9 / 8.0 / 7.8 µs) the frame was slower than on cuBLAS (batch 8: 3.45 ms against 3.03;
 # 64: 5.67 against 3.40): the sweep times no norm prologue, whose K loop ran before the products one
-# global-load latency a slice (now pipelined as the main loop is). Not timed as a frame with these.
+# global-load latency a slice (now pipelined as the main loop is). With these, run 10: 3.21 ms a frame at
+# batch 8 against cuBLAS' 3.03, still slower.
 MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4),
               "o": dict(mma=True, block_n=16, block_k=512, stages=3, num_warps=4),
               "gate_up": dict(mma=True, block_n=32, block_k=256, stages=4, num_warps=4),
               "down": dict(mma=True, block_n=16, block_k=512, stages=3, num_warps=4),
               "head": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4)}
 
-# With programmatic dependent launch (sm90+; an experiment, not exposed by the server): passes of
-# at most PDL_ROWS rows run every kernel with PDL and the GEMVs with whole rows of w per program,
+# With programmatic dependent launch (sm90+, `FastPathOptions.cp_pdl`, on by default there): passes
+# of at most PDL_ROWS rows run every kernel with PDL and the GEMVs with whole rows of w per program,
 # read before the wait for the previous kernel (kernels/gemv.py `_gemv_rows_kernel`): the weights of
 # the next product stream in while the current one finishes, as a persistent kernel would overlap
-# them. Run 9: code-predictor frame 1.82 ms against 2.41. Its GPU test (tests/gpu/test_triton_path_gpu.py)
-# failed, but against the wrong reference (the sliced GEMV kernel, not the whole-row one launched
-# without PDL: another summation order); corrected since, not yet run. Not for use until it passes.
+# them. Run 10: code-predictor frame 1.82 ms against 2.42; its GPU test (tests/gpu/test_triton_path_gpu.py)
+# gives the codes of the same kernels launched without PDL.
 PDL_ROWS = 2
 PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, pdl=True), "o": dict(block_n=2, num_warps=4, pdl=True),
               "gate_up": dict(block_n=4, num_warps=4, pdl=True), "down": dict(block_n=2, num_warps=8, pdl=True),
@@ -70,18 +68,14 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, pdl=True), "o": dict(block_n=2
 
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
-                 gemv_rows: int = 0, gemv_launch: dict[str, dict] | None = None, pdl: bool = False,
-                 mma_rows: int = 0):
-        if not 0 <= gemv_rows <= MAX_GEMV_ROWS:
-            raise ValueError(f"gemv_rows must be in 0..{MAX_GEMV_ROWS} (past that cuBLAS is faster), got {gemv_rows}")
+                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0):
+        """gemv_rows, pdl, mma_rows: `FastPathOptions`' cp_* (validated there)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
         self.gemv_rows = gemv_rows if use_triton else 0
-        self.gemv_launch = gemv_launch or GEMV_LAUNCH
+        self.gemv_launch = GEMV_LAUNCH
         self.pdl = pdl and self.gemv_rows > 0
-        if not (mma_rows == 0 or self.gemv_rows < mma_rows <= MAX_CP_MMA_ROWS):
-            raise ValueError(f"mma_rows must be 0 or in {self.gemv_rows + 1}..{MAX_CP_MMA_ROWS}, got {mma_rows}")
         self.mma_rows = mma_rows if use_triton else 0
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight

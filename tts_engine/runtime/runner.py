@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from ..kernels.backend import pdl_supported, runs_on
 from ..kernels.decode_attention import decode_attention, decode_attention_ref
+from ..kernels.gemv import LATE_SUM
 from ..kernels.rms_norm import rms_norm as rms_norm_kernel
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Qwen3TTS
@@ -70,9 +71,9 @@ PREFILL_BUCKETS = (16, 32, 64, 128, 256)
 # `bench.kernels --gemv-sweep --shapes talker` on the H200 at 1 row, µs with cuBLAS + epilogue in
 # brackets: qkv 6.91 (6.97), o + residual 3.87 (6.45), gate/up + SwiGLU 15.77 (17.30), down + residual
 # 9.37 (13.23); their floors at 4.19 TB/s 4.0 / 2.0 / 12.0 / 6.0.
-_LATE = dict(late_sum=True, stages=3, num_warps=4)
-TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **_LATE), "o": dict(block_n=8, block_k=512, **_LATE),
-                      "gate_up": dict(block_n=16, block_k=256, **_LATE), "down": dict(block_n=4, block_k=512, **_LATE)}
+TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict(block_n=8, block_k=512, **LATE_SUM),
+                      "gate_up": dict(block_n=16, block_k=256, **LATE_SUM),
+                      "down": dict(block_n=4, block_k=512, **LATE_SUM)}
 
 
 @dataclass
