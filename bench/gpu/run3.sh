@@ -13,10 +13,11 @@
 #   PART=gputest ... bash bench/gpu/run3.sh                     GPU_TESTS (default tests/gpu/test_engine_gpu.py)
 #   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
 #                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
-# Parts can be combined (PART="codec latency"). Everything lands in $W and comes back as one tarball
-# ($OUT takes at most 8 files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds,
-# default start + 585) is when everything must have stopped, so the tarball is made inside the device
-# call's limit (run4.sh runs two of these side by side, one per GPU).
+# Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
+# diagnostics after). Everything lands in $W and comes back as one tarball ($OUT takes at most 8
+# files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds, default start + 585)
+# is when everything must have stopped, so the tarball is made inside the device call's limit (run4.sh
+# runs two of these side by side, one per GPU).
 set -u
 source bench/gpu/setup.sh
 TAG=${TAG:-${PART// /-}}; PORT=${PORT:-8000}; DEADLINE=${DEADLINE:-$(( $(date +%s) + 585 ))}
@@ -29,33 +30,35 @@ ensure_checkpoint; echo "checkpoint $((SECONDS - t0)) s"
 finish() { tar -czf "$OUT/run3-$TAG.tgz" -C $W . ; ls -la $W | tail -n +2 | wc -l; }
 trap finish EXIT
 
-if [[ " $PART " == *" gputest "* ]]; then  # GPU_TESTS (default: the engine's) before anything else
+part_gputest() {  # GPU_TESTS (default: the engine's)
   # shellcheck disable=SC2086  # GPU_TESTS splits into test paths
   timeout ${TEST_LIMIT:-200} python3 -m pytest -q -m gpu ${GPU_TESTS:-tests/gpu/test_engine_gpu.py} -p no:cacheprovider \
     > $W/gpu-tests.log 2>&1
   echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
-fi
+}
 
-if [[ " $PART " == *" gemvsweep "* ]]; then  # the fused GEMV's launch configurations against cuBLAS
+part_gemvsweep() {  # the fused GEMV's launch configurations against cuBLAS
   limit=$(left 5); limit=$(( limit < ${GEMV_LIMIT:-$limit} ? limit : ${GEMV_LIMIT:-$limit} ))
   timeout $limit python3 -m bench.kernels --gemv-sweep --shapes ${GEMV_SHAPES:-cp} --batches ${GEMV_BATCHES:-1} \
     --out $W/gemv-sweep.json > $W/gemv-sweep.log 2>&1
   echo "gemv sweep rc=$? $((SECONDS - t0)) s"; grep -E "cublas|best" $W/gemv-sweep.log | cut -c1-200
-fi
+}
 
-if [[ " $PART " == *" codec "* ]]; then
+part_codec() {
   limit=$(left 5); limit=$(( limit < ${CODEC_LIMIT:-150} ? limit : ${CODEC_LIMIT:-150} ))
   timeout $limit python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
     --skip-codec-eager > $W/codec.log 2>&1
   echo "codec rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec.log | cut -c1-700
-fi
+}
 
-if [[ " $PART " == *" latency "* ]]; then
+part_latency() {
   # shellcheck disable=SC2086  # LATENCY_TESTS splits into test paths
-  timeout ${TEST_LIMIT:-400} python3 -m pytest -q -m gpu ${LATENCY_TESTS:-tests/gpu/test_fast_path_gpu.py \
-    tests/gpu/test_codec_graphs.py tests/gpu/test_triton_path_gpu.py tests/gpu/test_engine_gpu.py} -p no:cacheprovider \
-    > $W/gpu-tests.log 2>&1
-  echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
+  if [ "${LATENCY_TESTS:-}" != none ]; then  # LATENCY_TESTS=none: the benchmarks alone
+    timeout ${TEST_LIMIT:-400} python3 -m pytest -q -m gpu ${LATENCY_TESTS:-tests/gpu/test_fast_path_gpu.py \
+      tests/gpu/test_codec_graphs.py tests/gpu/test_triton_path_gpu.py tests/gpu/test_engine_gpu.py} -p no:cacheprovider \
+      > $W/latency-tests.log 2>&1
+    echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/latency-tests.log | cut -c1-300
+  fi
   if [ -z "${SKIP_KERNELS:-}" ]; then
     timeout 90 python3 -m bench.kernels --out $W/kernels.json > $W/kernels.log 2>&1
     echo "kernels rc=$? $((SECONDS - t0)) s"; grep -i gemv $W/kernels.log | cut -c1-300 | head -20
@@ -68,9 +71,9 @@ if [[ " $PART " == *" latency "* ]]; then
     > $W/latency.log 2>&1
   echo "latency rc=$? $((SECONDS - t0)) s"
   grep -E "^(batch|prefill|reference|socket|codec|host)" $W/latency.log | cut -c1-700
-fi
+}
 
-if [[ " $PART " == *" load "* ]]; then
+part_load() {
   IFS=";" read -ra configs <<< "${CONFIGS:-tick2:;tick0:--codec-tick 0}"
   for config in "${configs[@]}"; do
     name=${config%%:*}; args=${config#*:}
@@ -107,8 +110,14 @@ if [[ " $PART " == *" load "* ]]; then
     grep -E "^cadence_engine_(ttfa|steps |frames |scheduler_steps|cost_|codec_graphs|host_|gc_)" $W/$name/metrics.txt | cut -c1-120
     kill $server; wait $server 2>/dev/null
   done
-fi
+}
 
-if [[ " $PART " == *" peers "* ]]; then
+part_peers() {
   OUT=$W timeout $(left 10) bash bench/gpu/run2_peers.sh
-fi
+}
+
+# The parts in the order PART names them (a load pair first, diagnostics after, on two GPUs at once).
+for part in $PART; do
+  declare -F "part_$part" > /dev/null || { echo "unknown part $part"; exit 2; }
+  "part_$part"
+done
