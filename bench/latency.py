@@ -257,8 +257,8 @@ def codec_times(codec, batches) -> dict:
 def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12)) -> dict:
     """The incremental chunk as a CUDA graph at each codec precision (fp32 exact, TF32 convs and
     matmuls, bf16 weights and activations; cuDNN's timed algorithm choice, as the server runs it;
-    `+snake`: SnakeBeta as one kernel, as the server runs it on CUDA), and each one's PCM error
-    against exact all-torch fp32 on one 24-frame decode (SNR in dB)."""
+    `+fused`: the codec's fast path as the server runs it on CUDA, `use_fused_kernels`), and each
+    one's PCM error against exact all-torch fp32 on one 24-frame decode (SNR in dB)."""
     import copy
 
     from tts_engine.runtime.codec_runner import cuda_numerics
@@ -269,10 +269,11 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12)) -> dict:
     with torch.inference_mode():
         with cuda_numerics(False):
             ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
-        for name in ("fp32", "tf32", "tf32+snake", "bf16+snake"):
-            model = copy.deepcopy(codec).use_fused_kernels("snake" in name)
+        for name in ("fp32", "tf32", "tf32+fused", "bf16+fused"):
+            model = copy.deepcopy(codec)
             if name.startswith("bf16"):
                 model = model.to(torch.bfloat16)
+            model.use_fused_kernels("fused" in name)
             row = {}
             with cuda_numerics(name.startswith("tf32")):
                 pcm = model.decode_chunk(probe, model.new_state(1))[0].float()
@@ -423,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         # The calls a loaded server makes: the codec tick's 2-frame chunks of many streams, and first
         # chunks of one frame; 12 frames as run 7 profiled them.
         for b, t in ((8, 2), (1, 1), (8, 12)):
-            key = f"codec_profile_b{b}_{t}f_tf32_snake"
+            key = f"codec_profile_b{b}_{t}f_tf32_fused"
             result[key] = codec_profile(codec, b, t)
             print(key, json.dumps(result[key][:12], indent=1), flush=True)
         del codec

@@ -113,3 +113,20 @@ def test_bf16_codec_graphs_replay_to_eager(codec):
     for t, n in ((4, 3), (1, 1), (4, 4), (1, 2), (5, 4), (4, 1)):
         pair.step(pair.next_slots(n), t, 1e-2)
     assert all(torch.cat(p).isfinite().all() for p in pair.pcm if p)
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
+def test_fused_codec_graphs_equal_the_all_torch_eager_decode(codec, tf32):
+    """The served codec (`use_fused_kernels`: Triton SnakeBeta, RMSNorm and SwiGLU, the projected
+    quantizer table, packed layers) replayed from graphs against the all-torch eager runner."""
+    fused = copy.deepcopy(codec).use_fused_kernels()
+    graphs = CodecRunner(fused, 8, chunk_sizes=(1, 2), buckets=(1, 8), allow_tf32=tf32)
+    eager = CodecRunner(codec, 8, use_graphs=False, allow_tf32=tf32)
+    report = graphs.capture()
+    assert set(graphs.graphs) == {(1, 1), (1, 8), (2, 1), (2, 8)}, report
+    gen = torch.Generator().manual_seed(3)
+    tol = 2e-2 if tf32 else TOL  # TF32's 10-bit mantissa, rounded differently along the two paths
+    for slots, t in (([0], 1), (list(range(8)), 1), ([0, 3, 5], 2), (list(range(8)), 2), ([7], 2)):
+        codes = torch.randint(0, 2048, (len(slots), 16, t), generator=gen)
+        got, want = graphs.decode(slots, codes).float().cpu(), eager.decode(slots, codes).float().cpu()
+        assert (got - want).abs().max().item() <= tol, (slots, t)

@@ -14,6 +14,7 @@ codes arrive. `forward` is the whole-sequence reference the streaming path is te
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import CodecDecoderConfig
+from ..kernels.backend import runs_on
+from ..kernels.rms_norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
+from ..kernels.silu_mul import silu_mul, silu_mul_ref
 from .codec_blocks import (
     CausalConv1d,
     CausalConvTranspose1d,
@@ -43,12 +47,16 @@ class CodecState(ConvCache):
              slot i holds position frames - (sliding_window - 1) + i, negative positions are
              empty (masked). `sliding_window - 1` because a frame attends to itself plus the
              previous `sliding_window - 1` frames.
+    rows:    [B, row_size]: keys, values and every history are views of it (`CodecDecoder.state_of`),
+             so a row's whole float state moves as one slice (the codec runner's gather and scatter:
+             two kernels a call instead of ~70).
     `decode_chunk` updates these tensors in place (their addresses never change).
     """
 
     frames: torch.Tensor
     keys: torch.Tensor
     values: torch.Tensor
+    rows: torch.Tensor
 
     def tensors(self) -> list[torch.Tensor]:
         return [self.frames, self.keys, self.values, *self.history]
@@ -114,6 +122,18 @@ class WindowAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))  # [B, t, H*D]
 
 
+@dataclass
+class _FusedLayer:
+    """One layer's weights packed for the fused path: [q; k; v] and [gate; up] concatenated, each
+    layer scale folded into the projection before it (scale * (W x) = (scale[:, None] * W) x)."""
+
+    qkv: torch.Tensor  # [(H + 2 Hkv) * D, hidden]
+    o: torch.Tensor  # [hidden, H * D]
+    gate_up: torch.Tensor  # [2 I, hidden]
+    down: torch.Tensor  # [hidden, I]
+    post_norm: torch.Tensor  # [hidden]
+
+
 class TransformerLayer(nn.Module):
     def __init__(self, cfg: CodecDecoderConfig):
         super().__init__()
@@ -130,7 +150,13 @@ class TransformerLayer(nn.Module):
 
 
 class WindowTransformer(nn.Module):
-    """`pre_transformer`: latent -> hidden, causal sliding-window layers, final norm, -> latent."""
+    """`pre_transformer`: latent -> hidden, causal sliding-window layers, final norm, -> latent.
+
+    Fused (`fuse()`): per layer one qkv GEMM, RoPE on q and k at once, o with its layer scale
+    folded in, the residual add fused into the next RMSNorm (Triton `add_rms_norm` where it runs,
+    else its torch reference), one gate/up GEMM and `silu_mul`: ~19 kernels a layer instead of
+    ~40. At a 1-2 frame chunk every kernel is a few rows, so the count is the cost.
+    """
 
     def __init__(self, cfg: CodecDecoderConfig):
         super().__init__()
@@ -139,6 +165,25 @@ class WindowTransformer(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
         self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
+        self.fused: list[_FusedLayer] | None = None
+
+    @torch.no_grad()
+    def fuse(self, on: bool = True) -> None:
+        """Pack the layers' weights (copies: the modules keep the official parameters), after the
+        weights are loaded; `.to()` packs them again (`_apply`). Off: `fuse(False)`."""
+        self.fused = None if not on else [_FusedLayer(
+            qkv=torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
+                           layer.self_attn.v_proj.weight]),
+            o=layer.self_attn_layer_scale.scale[:, None] * layer.self_attn.o_proj.weight,
+            gate_up=torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
+            down=layer.mlp_layer_scale.scale[:, None] * layer.mlp.down_proj.weight,
+            post_norm=layer.post_attention_layernorm.weight) for layer in self.layers]
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        if self.fused is not None:  # the packed copies follow the parameters' new device / dtype
+            self.fuse()
+        return out
 
     def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [B, t] -> cos, sin [B, 1, t, D], computed in fp32 then cast (as the reference)."""
@@ -166,10 +211,41 @@ class WindowTransformer(nn.Module):
         delta = q_pos[:, :, None] - k_pos[:, None, :]  # [B, t, cached + t]
         mask = ((delta >= 0) & (delta < self.cfg.sliding_window) & (k_pos[:, None, :] >= 0))[:, None]
         cos, sin = self._rope(q_pos, h.dtype)
+        if self.fused is not None:
+            return self.output_proj(self._fused_layers(h, cos, sin, mask, state))
         for i, layer in enumerate(self.layers):
             kv_cache = None if state is None else (state.keys[i], state.values[i])
             h = layer(h, cos, sin, mask, kv_cache)
         return self.output_proj(self.norm(h))
+
+    def _fused_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                      state: CodecState | None) -> torch.Tensor:
+        """x [B, t, hidden] -> the final norm of the last layer's output [B, t, hidden]."""
+        kernels = runs_on(x.device)
+        norm, add_norm, act = (rms_norm, add_rms_norm, silu_mul) if kernels else \
+            (rms_norm_ref, add_rms_norm_ref, silu_mul_ref)
+        cfg, b, t = self.cfg, x.shape[0], x.shape[1]
+        heads, kv_heads, d, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
+        h = norm(x, self.layers[0].input_layernorm.weight, eps)
+        for i, w in enumerate(self.fused):
+            qkv = F.linear(h, w.qkv).view(b, t, heads + 2 * kv_heads, d).transpose(1, 2)  # [B, H + 2Hkv, t, D]
+            qk = _rotate(qkv[:, :heads + kv_heads], cos, sin)
+            q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
+            if state is not None:
+                k_cache, v_cache = state.keys[i], state.values[i]  # [B, Hkv, S, D]
+                k = torch.cat([k_cache, k], dim=2)
+                v = torch.cat([v_cache, v], dim=2)
+                k_cache.copy_(k[:, :, -k_cache.shape[2]:])
+                v_cache.copy_(v[:, :, -v_cache.shape[2]:])
+            if kv_heads != heads:
+                k = k.repeat_interleave(heads // kv_heads, dim=1)
+                v = v.repeat_interleave(heads // kv_heads, dim=1)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=d**-0.5)
+            x, h = add_norm(x, F.linear(out.transpose(1, 2).reshape(b, t, -1), w.o), w.post_norm, eps)
+            mlp = F.linear(act(F.linear(h, w.gate_up)), w.down)
+            after = self.layers[i + 1].input_layernorm.weight if i + 1 < len(self.fused) else self.norm.weight
+            x, h = add_norm(x, mlp, after, eps)
+        return h
 
 
 # ---- decoder ---------------------------------------------------------------------------------
@@ -202,12 +278,35 @@ class CodecDecoder(nn.Module):
                 self._history_shapes.append((module.conv.in_channels, module.history_len))
 
     def use_fused_kernels(self, on: bool = True) -> CodecDecoder:
-        """SnakeBeta as one Triton kernel (kernels/snake.py) where Triton runs on the weights' device;
-        off, every op is the torch reference."""
+        """The fast path, after the weights are loaded and cast: SnakeBeta as one Triton kernel
+        (kernels/snake.py) where Triton runs on the weights' device, the quantizer's projected table
+        and the transformer's packed layers (their `fuse`). Off, every op is the torch reference."""
         for module in self.modules():
             if isinstance(module, SnakeBeta):
                 module.fused = on
+        self.quantizer.fuse(on)
+        self.pre_transformer.fuse(on)
         return self
+
+    def _kv_row_shape(self) -> tuple[int, int, int, int]:
+        cfg = self.cfg
+        return cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.sliding_window - 1, cfg.head_dim
+
+    @property
+    def state_row_size(self) -> int:
+        """Floats of one stream's state row: keys, values, then every conv history in slot order."""
+        return 2 * math.prod(self._kv_row_shape()) + sum(c * n for c, n in self._history_shapes)
+
+    def state_of(self, rows: torch.Tensor, frames: torch.Tensor) -> CodecState:
+        """The state whose float tensors are views of rows [B, state_row_size]; frames [B]."""
+        b, kv = rows.shape[0], self._kv_row_shape()
+        views, start = [], 0
+        for shape in (kv, kv, *self._history_shapes):
+            size = math.prod(shape)
+            views.append(rows[:, start:start + size].view(b, *shape))
+            start += size
+        keys, values = (v.transpose(0, 1) for v in views[:2])  # [B, L, ...] -> [L, B, ...]
+        return CodecState(history=views[2:], frames=frames, keys=keys, values=values, rows=rows)
 
     def new_state(self, batch: int, device: torch.device | str | None = None,
                   dtype: torch.dtype | None = None) -> CodecState:
@@ -215,15 +314,8 @@ class CodecDecoder(nn.Module):
         ref = self.pre_conv.conv.weight
         device = ref.device if device is None else device
         dtype = ref.dtype if dtype is None else dtype
-        cfg = self.cfg
-        kv_shape = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, cfg.sliding_window - 1,
-                    cfg.head_dim)
-        return CodecState(
-            history=[torch.zeros(batch, c, n, device=device, dtype=dtype) for c, n in self._history_shapes],
-            frames=torch.zeros(batch, dtype=torch.long, device=device),
-            keys=torch.zeros(kv_shape, device=device, dtype=dtype),
-            values=torch.zeros(kv_shape, device=device, dtype=dtype),
-        )
+        return self.state_of(torch.zeros(batch, self.state_row_size, device=device, dtype=dtype),
+                             torch.zeros(batch, dtype=torch.long, device=device))
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, num_quantizers, T] (int64, 0..codebook_size-1) -> PCM [B, T * 1920] in [-1, 1]."""

@@ -1,8 +1,8 @@
 """CodecRunner: batched incremental codec decoding over per-slot stream states, graph-captured on CUDA.
 
-State pool: the tensors of one `CodecState` with batch = max_streams + 1 (the last row is scratch):
-  frames [N]; keys, values [layers, N, kv_heads, window - 1, head_dim]; history[i] [N, C_i, n_i]
-A slot is one stream's row. `decode(slots, codes [B, Q, t])` continues B streams by t frames in
+State pool: one `CodecState` with batch = max_streams + 1 (the last row is scratch): frames [N] and
+rows [N, row_size], of which keys, values [layers, N, kv_heads, window - 1, head_dim] and history[i]
+[N, C_i, n_i] are views. A slot is one stream's row. `decode(slots, codes [B, Q, t])` continues B streams by t frames in
 one call: gather the slots' rows into a batch state, `CodecDecoder.decode_chunk`, scatter the rows
 back. A batch may be padded up to a bucket with rows that point at the scratch slot: their PCM is
 dropped and their state lands in scratch, which no stream reads.
@@ -117,28 +117,19 @@ class CodecRunner:
             self._zero(slot)
 
     def _zero(self, slot: int) -> None:
-        s = self.state
-        s.frames[slot].zero_()  # not `= 0`: that copies a pageable host scalar, which waits for the stream
-        s.keys[:, slot].zero_()
-        s.values[:, slot].zero_()
-        # The ~30 conv histories' rows in one multi-tensor launch instead of a launch each: this runs
-        # on the host between a new stream's prefill and its first frame step.
-        torch._foreach_zero_([h[slot] for h in s.history])
+        # Two kernels: the slot's frame counter and its float state row (keys, values, every conv
+        # history). `zero_()`, not `= 0`: that copies a pageable host scalar, which waits for the stream.
+        self.state.frames[slot].zero_()
+        self.state.rows[slot].zero_()
 
     def _gather(self, slot_ids: torch.Tensor) -> CodecState:
         s = self.state
-        return CodecState(history=[h.index_select(0, slot_ids) for h in s.history],
-                          frames=s.frames.index_select(0, slot_ids),
-                          keys=s.keys.index_select(1, slot_ids), values=s.values.index_select(1, slot_ids))
+        return self.codec.state_of(s.rows.index_select(0, slot_ids), s.frames.index_select(0, slot_ids))
 
     def _scatter(self, slot_ids: torch.Tensor, batch: CodecState) -> None:
         # Padding rows all name the scratch slot; which of them lands there last does not matter.
-        s = self.state
-        s.frames.index_copy_(0, slot_ids, batch.frames)
-        s.keys.index_copy_(1, slot_ids, batch.keys)
-        s.values.index_copy_(1, slot_ids, batch.values)
-        for h, b in zip(s.history, batch.history):
-            h.index_copy_(0, slot_ids, b)
+        self.state.frames.index_copy_(0, slot_ids, batch.frames)
+        self.state.rows.index_copy_(0, slot_ids, batch.rows)
 
     def _step(self, slot_ids: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         """The captured function and the eager reference: slot_ids [B], codes [B, Q, t] -> PCM [B, t * spf]."""

@@ -1,0 +1,89 @@
+"""The codec's fast path (`CodecDecoder.use_fused_kernels`: fused SnakeBeta, the quantizer's projected
+table, the transformer's packed layers with Triton RMSNorm and SwiGLU) equals the all-torch decoder.
+On CPU the kernels run under Triton's interpreter."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tts_engine.config import CONFIG_DIR, CodecConfig
+from tts_engine.model.codec_init import random_codec_decoder
+
+
+def _pair(name: str, device):
+    cfg = CodecConfig.from_file(CONFIG_DIR / f"{name}.config.json")
+    torch.manual_seed(0)
+    ref = random_codec_decoder(cfg).to(device).eval()
+    return cfg, ref, copy.deepcopy(ref).use_fused_kernels()
+
+
+def _codes(cfg, frames: int, batch: int = 2, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, cfg.decoder.codebook_size, (batch, cfg.decoder.num_quantizers, frames),
+                         generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name", ["tiny-speech_tokenizer", "speech_tokenizer"])
+@torch.inference_mode()
+def test_fused_chunks_equal_the_reference(device, name):
+    cfg, ref, fused = _pair(name, device)
+    assert all(m.fused for m in fused.modules() if type(m).__name__ == "SnakeBeta")
+    assert fused.quantizer.table is not None and fused.pre_transformer.fused is not None
+    codes = _codes(cfg, 5).to(device)
+    s_ref, s_fused = ref.new_state(2), fused.new_state(2)
+    for a, b in ((0, 1), (1, 3), (3, 5)):  # a first one-frame chunk, then the tick's 2-frame chunks
+        want, s_ref = ref.decode_chunk(codes[:, :, a:b], s_ref)
+        got, s_fused = fused.decode_chunk(codes[:, :, a:b], s_fused)
+        assert torch.allclose(got, want, atol=2e-5, rtol=1e-4), (got - want).abs().max()
+    for g, w in zip(s_fused.tensors(), s_ref.tensors(), strict=True):  # fp32 rounding, grown through ~30 convs
+        assert (g.float() - w.float()).abs().max() <= 2e-5 * (1 + w.float().abs().max())
+    assert torch.allclose(fused(codes), ref(codes), atol=2e-5, rtol=1e-4)
+
+
+@torch.inference_mode()
+def test_fusing_keeps_the_official_state_dict_and_can_be_undone(device):
+    cfg, ref, fused = _pair("tiny-speech_tokenizer", device)
+    assert list(fused.state_dict()) == list(ref.state_dict())
+    codes = _codes(cfg, 3).to(device)
+    fused.use_fused_kernels(False)
+    assert fused.quantizer.table is None and fused.pre_transformer.fused is None
+    assert torch.equal(fused(codes), ref(codes))
+
+
+@torch.inference_mode()
+def test_packed_weights_follow_a_cast_after_fusing(device):
+    cfg, ref, fused = _pair("tiny-speech_tokenizer", device)
+    fused = fused.to(torch.bfloat16)
+    assert fused.quantizer.table.dtype == torch.bfloat16 and fused.quantizer.offsets.dtype == torch.long
+    assert all(w.qkv.dtype == torch.bfloat16 and w.down.dtype == torch.bfloat16 for w in fused.pre_transformer.fused)
+    codes = _codes(cfg, 6).to(device)
+    exact = ref(codes)
+    got, ref_bf16 = fused(codes).float(), copy.deepcopy(ref).to(torch.bfloat16)(codes).float()
+    assert got.isfinite().all()
+
+    def error(pcm):  # relative RMS error against the exact fp32 decode
+        return ((pcm - exact).pow(2).mean().sqrt() / exact.pow(2).mean().sqrt()).item()
+
+    # Both paths round differently in bf16 (~4 % here); the fused one must be as close to exact.
+    assert error(got) <= 1.5 * error(ref_bf16) < 0.1
+
+
+def test_a_changed_weight_changes_the_fused_output(device):
+    """The fused path reads the packed copies: a weight changed after fusing (here the quantizer's
+    projection and one layer's layer scale) is seen only once fused again, so the parity test above
+    compares two real computations."""
+    cfg, _, fused = _pair("tiny-speech_tokenizer", device)
+    codes = _codes(cfg, 3).to(device)
+    with torch.inference_mode():
+        before = fused(codes)
+    with torch.no_grad():
+        fused.quantizer.rvq_rest.output_proj.weight.mul_(2)
+        fused.pre_transformer.layers[0].mlp_layer_scale.scale.mul_(3)
+    with torch.inference_mode():
+        assert torch.equal(fused(codes), before)
+        fused.use_fused_kernels()
+        after = fused(codes)
+        assert not torch.allclose(after, before, atol=1e-4)
+        assert torch.allclose(after, copy.deepcopy(fused).use_fused_kernels(False)(codes), atol=2e-5, rtol=1e-4)
