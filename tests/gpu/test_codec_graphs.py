@@ -125,8 +125,10 @@ def test_fused_codec_graphs_equal_the_all_torch_eager_decode(codec, tf32):
     report = graphs.capture()
     assert set(graphs.graphs) == {(1, 1), (1, 8), (2, 1), (2, 8)}, report
     gen = torch.Generator().manual_seed(3)
-    tol = 2e-2 if tf32 else TOL  # TF32's 10-bit mantissa, rounded differently along the two paths
     for slots, t in (([0], 1), (list(range(8)), 1), ([0, 3, 5], 2), (list(range(8)), 2), ([7], 2)):
         codes = torch.randint(0, 2048, (len(slots), 16, t), generator=gen)
         got, want = graphs.decode(slots, codes).float().cpu(), eager.decode(slots, codes).float().cpu()
-        assert (got - want).abs().max().item() <= tol, (slots, t)
+        if tf32:  # TF32's 10-bit mantissa rounds differently along the two paths: within 40 dB
+            assert (got - want).pow(2).mean().sqrt() <= 0.01 * want.pow(2).mean().sqrt(), (slots, t)
+        else:
+            assert (got - want).abs().max().item() <= TOL, (slots, t)
