@@ -83,7 +83,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--profile-seconds", type=float, default=30.0)
     p.add_argument("--codec-precision", choices=["fp32", "tf32", "bf16"], default=None,
                    help="codec numerics: fp32 exact, tf32 (fp32 weights, tensor-core convs) or bf16 "
-                        "(default: tf32 on CUDA, fp32 on CPU)")
+                        "(default: bf16 on CUDA, as the official package runs it in bf16; fp32 on CPU)")
     p.add_argument("--codec-tick", type=int, default=None,
                    help="after a stream's first chunk, decode its audio every N engine steps so that streams "
                         "share codec calls (0: each stream on its own chunk schedule; default 2 on CUDA, 0 on CPU)")
