@@ -31,6 +31,12 @@ def test_fused_chunks_equal_the_reference(device, name):
     cfg, ref, fused = _pair(name, device)
     assert all(m.fused for m in fused.modules() if type(m).__name__ == "SnakeBeta")
     assert fused.quantizer.table is not None and fused.pre_transformer.fused is not None
+    if name == "speech_tokenizer" and device.type == "cpu":
+        # The real config's SnakeBeta under the interpreter takes minutes (thousands of programs a
+        # call); the kernel is tested on the tiny config here and alone in test_snake.py.
+        for m in fused.modules():
+            if type(m).__name__ == "SnakeBeta":
+                m.fused = False
     codes = _codes(cfg, 5).to(device)
     s_ref, s_fused = ref.new_state(2), fused.new_state(2)
     for a, b in ((0, 1), (1, 3), (3, 5)):  # a first one-frame chunk, then the tick's 2-frame chunks
