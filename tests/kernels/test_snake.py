@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tts_engine.kernels.snake import snake_beta, snake_beta_ref
+from tts_engine.kernels.snake import residual_bias_add, residual_bias_add_ref, snake_beta, snake_beta_ref
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
@@ -31,3 +31,34 @@ def test_snake_beta_reads_a_strided_input(device):
 def test_snake_beta_rejects_a_channel_mismatch(device):
     with pytest.raises(ValueError, match="channels"):
         snake_beta(torch.zeros(1, 3, 4, device=device), torch.zeros(2, device=device), torch.zeros(2, device=device))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
+def test_snake_beta_with_a_bias_equals_reference(device, dtype, tol):
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(2, 6, 300, generator=g) * 2).to(device, dtype)
+    alpha, beta, bias = ((torch.randn(6, generator=g) * 0.5).to(device, dtype) for _ in range(3))
+    got, want = snake_beta(x, alpha, beta, bias), snake_beta_ref(x, alpha, beta, bias)
+    err = ((got.float() - want.float()).abs() / (1 + want.float().abs())).max().item()
+    assert err <= tol, f"{dtype}: relative error {err:.2e}"
+    # The bias is really added: without it the output differs.
+    assert not torch.allclose(got.float(), snake_beta(x, alpha, beta).float(), atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_residual_bias_add_equals_reference(device, dtype):
+    g = torch.Generator().manual_seed(6)
+    x, y = ((torch.randn(3, 5, 77, generator=g) * 3).to(device, dtype) for _ in range(2))
+    bias = torch.randn(5, generator=g).to(device, dtype)
+    got, want = residual_bias_add(x, y, bias), residual_bias_add_ref(x, y, bias)
+    assert got.dtype == dtype
+    # The same two roundings as the reference: equal, bit for bit.
+    assert torch.equal(got, want)
+
+
+def test_residual_bias_add_rejects_mismatched_inputs(device):
+    x = torch.zeros(1, 3, 4, device=device)
+    with pytest.raises(ValueError, match="channels"):
+        residual_bias_add(x, x, torch.zeros(2, device=device))
+    with pytest.raises(ValueError, match="must match"):
+        residual_bias_add(x, torch.zeros(1, 3, 5, device=device), torch.zeros(3, device=device))
