@@ -53,12 +53,15 @@ PREFILL_MS = 2.07
 RUN10_FRAME_MS = {1: 3.30, 2: 3.7, 4: 4.6, 8: 4.70, 16: 4.83, 32: 5.01, 64: 5.29}
 RUN10_CODES_HALF_MS = {1: 1.87, 2: 2.1, 4: 3.0, 8: 3.12, 16: 3.19, 32: 3.30, 64: 3.52}
 RUN10_PREFILL_MS = 2.11
+# `--costs run11`: run 10's frame steps and the codec's bf16 fast path (run 11, 6f462e3), per batch at 1
+# and 12 frames.
+RUN11_CODEC_MS = {1: (1.61, 2.07), 8: (2.04, 5.66), 32: (3.48, 17.83)}
 
 
-def codec_ms(frames: int, batch: int) -> float:
-    """Cost of one codec call, interpolated in frames and (log) batch from CODEC_MS."""
+def codec_ms(frames: int, batch: int, table: dict[int, tuple[float, float]] = CODEC_MS) -> float:
+    """Cost of one codec call, interpolated in frames and (log) batch from `table` (CODEC_MS)."""
     def at(b: int) -> float:
-        one, twelve = CODEC_MS[b]
+        one, twelve = table[b]
         return one + (twelve - one) * (frames - 1) / 11
     pieces = math.ceil(batch / 32)  # the runner splits batches above its largest bucket
     b = min(batch, 32)
@@ -108,6 +111,7 @@ class Sim:
     early_audio: bool = True  # the engine's early first audio (commits before c460b4c had none)
     run10_costs: bool = False  # the frame step and its codes half by bucket as run 10 measured them
     codec_scale: float = 1.0  # what-if: every codec call this fraction of the cost table's
+    codec_table: dict[int, tuple[float, float]] = field(default_factory=lambda: CODEC_MS)
 
     def run(self) -> dict:
         rng = random.Random(self.seed)
@@ -185,7 +189,7 @@ class Sim:
         return (RUN10_CODES_HALF_MS[bucket] if self.run10_costs else CODES_HALF_MS) - self.code_predictor_cut_ms
 
     def _codec_ms(self, batch) -> float:
-        return codec_ms(batch.num_frames, len(batch.chunks)) * self.codec_scale
+        return codec_ms(batch.num_frames, len(batch.chunks), self.codec_table) * self.codec_scale
 
     def _prefill_ms(self) -> float:
         return RUN10_PREFILL_MS if self.run10_costs else PREFILL_MS
@@ -246,9 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="first audio at the end of its step, as the engine did before early first audio")
     p.add_argument("--lookahead-buffer-s", type=float, default=SchedulerConfig.lookahead_buffer_s,
                    help="SchedulerConfig.lookahead_buffer_s (see --always-lookahead)")
-    p.add_argument("--costs", choices=["run7", "run10"], default="run7",
-                   help="the device's cost table: runs 5-7 (the code predictor 3.45 ms at every batch) or run 10's "
-                        "defaults by batch bucket (a batch-1 frame step 3.30 ms)")
+    p.add_argument("--costs", choices=["run7", "run10", "run11"], default="run7",
+                   help="the device's cost table: runs 5-7 (the code predictor 3.45 ms at every batch), run 10's "
+                        "defaults by batch bucket (a batch-1 frame step 3.30 ms), or run 11's (run 10's frame steps, "
+                        "the codec's bf16 fast path)")
     p.add_argument("--codec-scale", type=float, default=1.0,
                    help="what-if: every codec call this fraction of the cost table's (e.g. 0.5: twice as fast)")
     p.add_argument("--always-lookahead", action="store_true",
@@ -260,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     for rate in (float(r) for r in args.rates.split(",")):
         out = Sim(rate, args.duration, args.seed, args.plan_ms, args.plan_ms_per_row,
                   CODE_PREDICTOR_MS - args.code_predictor_ms, config, schedule, not args.no_early_audio,
-                  args.costs == "run10", args.codec_scale).run()
+                  args.costs in ("run10", "run11"), args.codec_scale,
+                  RUN11_CODEC_MS if args.costs == "run11" else CODEC_MS).run()
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}), flush=True)
     return 0
 
