@@ -269,11 +269,12 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12)) -> dict:
     with torch.inference_mode():
         with cuda_numerics(False):
             ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
-        for name in ("fp32", "tf32", "tf32+fused", "bf16+fused"):
+        # "+cudnn-convT": the fast path with the transposed convs left to cuDNN (run 11's fast path).
+        for name in ("fp32", "tf32", "tf32+fused", "bf16+fused", "bf16+fused+cudnn-convT"):
             model = copy.deepcopy(codec)
             if name.startswith("bf16"):
                 model = model.to(torch.bfloat16)
-            model.use_fused_kernels("fused" in name)
+            model.use_fused_kernels("fused" in name, transposed_as_gemm="cudnn-convT" not in name)
             row = {}
             with cuda_numerics(name.startswith("tf32")):
                 pcm = model.decode_chunk(probe, model.new_state(1))[0].float()
@@ -288,17 +289,20 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12)) -> dict:
     return out
 
 
-def codec_profile(codec, b: int = 8, t: int = 12, tf32: bool = True) -> list[dict]:
-    """Top CUDA kernels of one incremental chunk (b streams x t frames, SnakeBeta fused, as served),
-    from the torch profiler."""
+def codec_profile(codec, b: int = 8, t: int = 12, precision: str = "bf16") -> list[dict]:
+    """Top CUDA kernels of one incremental chunk (b streams x t frames, the fast path; bf16 as served
+    by default, or tf32), from the torch profiler."""
     import copy
 
     from torch.profiler import ProfilerActivity, profile
 
     from tts_engine.runtime.codec_runner import cuda_numerics
 
-    codec = copy.deepcopy(codec).use_fused_kernels()
-    with torch.inference_mode(), cuda_numerics(tf32):
+    codec = copy.deepcopy(codec)
+    if precision == "bf16":
+        codec = codec.to(torch.bfloat16)
+    codec.use_fused_kernels()
+    with torch.inference_mode(), cuda_numerics(precision == "tf32"):
         state = codec.new_state(b)
         codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
         for _ in range(3):
@@ -424,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         # The calls a loaded server makes: the codec tick's 2-frame chunks of many streams, and first
         # chunks of one frame; 12 frames as run 7 profiled them.
         for b, t in ((8, 2), (1, 1), (8, 12)):
-            key = f"codec_profile_b{b}_{t}f_tf32_fused"
+            key = f"codec_profile_b{b}_{t}f_bf16_fused"
             result[key] = codec_profile(codec, b, t)
             print(key, json.dumps(result[key][:12], indent=1), flush=True)
         del codec

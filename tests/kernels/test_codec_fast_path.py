@@ -93,3 +93,44 @@ def test_a_changed_weight_changes_the_fused_output(device):
         after = fused(codes)
         assert not torch.allclose(after, before, atol=1e-4)
         assert torch.allclose(after, copy.deepcopy(fused).use_fused_kernels(False)(codes), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("c_in,c_out,kernel,stride", [(6, 4, 2, 2), (6, 4, 16, 8), (5, 3, 6, 3), (4, 3, 5, 2)],
+                         ids=["k=s", "k=2s", "k=2s-3", "k=5,s=2"])
+@torch.inference_mode()
+def test_transposed_conv_as_gemm_equals_the_conv(c_in, c_out, kernel, stride):
+    """The GEMM form of the causal transposed conv, streamed in chunks (its history) and whole, equals
+    torch's ConvTranspose1d; kernel 5 at stride 2 needs two frames of history."""
+    from tts_engine.model.codec_blocks import CausalConvTranspose1d, ConvCache
+
+    torch.manual_seed(0)
+    ref = CausalConvTranspose1d(c_in, c_out, kernel, stride).eval()
+    gemm = copy.deepcopy(ref)
+    gemm.fuse()
+    assert gemm.gemm_weight.shape == (c_out * stride, (ref.history_len + 1) * c_in)
+    ref.slot = gemm.slot = 0
+    x = torch.randn(2, c_in, 9)
+    whole = ref(x)
+    assert torch.allclose(gemm(x), whole, atol=1e-5)
+    cache_ref = ConvCache([torch.zeros(2, c_in, ref.history_len)])
+    cache_gemm = ConvCache([torch.zeros(2, c_in, ref.history_len)])
+    pieces = []
+    for a, b in ((0, 1), (1, 3), (3, 9)):
+        want = ref(x[:, :, a:b], cache_ref)
+        got = gemm(x[:, :, a:b], cache_gemm)
+        assert got.is_contiguous() and torch.allclose(got, want, atol=1e-5)
+        pieces.append(got)
+    assert torch.allclose(torch.cat(pieces, dim=-1), whole, atol=1e-5)
+    assert torch.equal(cache_gemm.history[0], cache_ref.history[0])
+    gemm.fuse(False)
+    assert gemm.gemm_weight is None and torch.equal(gemm(x), whole)
+
+
+def test_transposed_convs_can_stay_with_cudnn():
+    from tts_engine.model.codec_blocks import CausalConvTranspose1d
+
+    _, _, fused = _pair("tiny-speech_tokenizer", torch.device("cpu"))
+    convs = [m for m in fused.modules() if isinstance(m, CausalConvTranspose1d)]
+    assert convs and all(m.gemm_weight is not None for m in convs)
+    fused.use_fused_kernels(transposed_as_gemm=False)
+    assert all(m.gemm_weight is None for m in convs) and fused.quantizer.table is not None
