@@ -269,12 +269,12 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12)) -> dict:
     with torch.inference_mode():
         with cuda_numerics(False):
             ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
-        # "+cudnn-convT": the fast path with the transposed convs left to cuDNN (run 11's fast path).
-        for name in ("fp32", "tf32", "tf32+fused", "bf16+fused", "bf16+fused+cudnn-convT"):
+        # "+cudnn-convs": the fast path with the transposed and pointwise convs left to cuDNN (run 11's).
+        for name in ("fp32", "tf32", "tf32+fused", "bf16+fused", "bf16+fused+cudnn-convs"):
             model = copy.deepcopy(codec)
             if name.startswith("bf16"):
                 model = model.to(torch.bfloat16)
-            model.use_fused_kernels("fused" in name, transposed_as_gemm="cudnn-convT" not in name)
+            model.use_fused_kernels("fused" in name, gemm_convs="cudnn-convs" not in name)
             row = {}
             with cuda_numerics(name.startswith("tf32")):
                 pcm = model.decode_chunk(probe, model.new_state(1))[0].float()

@@ -126,11 +126,28 @@ def test_transposed_conv_as_gemm_equals_the_conv(c_in, c_out, kernel, stride):
     assert gemm.gemm_weight is None and torch.equal(gemm(x), whole)
 
 
-def test_transposed_convs_can_stay_with_cudnn():
-    from tts_engine.model.codec_blocks import CausalConvTranspose1d
+@pytest.mark.parametrize("bias", [True, False])
+@torch.inference_mode()
+def test_pointwise_conv_as_gemm_equals_the_conv(bias):
+    from tts_engine.model.codec_blocks import CausalConv1d
+
+    torch.manual_seed(0)
+    ref = CausalConv1d(6, 5, 1).eval()
+    gemm = copy.deepcopy(ref)
+    gemm.as_gemm = True
+    x = torch.randn(3, 6, 11)
+    got = gemm(x, bias=bias)
+    assert got.is_contiguous() and torch.allclose(got, ref(x, bias=bias), atol=1e-6)
+    assert not torch.allclose(ref(x, bias=True), ref(x, bias=False))  # the bias is really there
+
+
+def test_gemm_convs_can_stay_with_cudnn():
+    from tts_engine.model.codec_blocks import CausalConv1d, CausalConvTranspose1d
 
     _, _, fused = _pair("tiny-speech_tokenizer", torch.device("cpu"))
-    convs = [m for m in fused.modules() if isinstance(m, CausalConvTranspose1d)]
-    assert convs and all(m.gemm_weight is not None for m in convs)
-    fused.use_fused_kernels(transposed_as_gemm=False)
-    assert all(m.gemm_weight is None for m in convs) and fused.quantizer.table is not None
+    transposed = [m for m in fused.modules() if isinstance(m, CausalConvTranspose1d)]
+    convs = [m for m in fused.modules() if isinstance(m, CausalConv1d)]
+    assert transposed and all(m.gemm_weight is not None for m in transposed) and all(m.as_gemm for m in convs)
+    fused.use_fused_kernels(gemm_convs=False)
+    assert all(m.gemm_weight is None for m in transposed) and not any(m.as_gemm for m in convs)
+    assert fused.quantizer.table is not None

@@ -277,17 +277,19 @@ class CodecDecoder(nn.Module):
                 module.slot = len(self._history_shapes)
                 self._history_shapes.append((module.conv.in_channels, module.history_len))
 
-    def use_fused_kernels(self, on: bool = True, *, transposed_as_gemm: bool = True) -> CodecDecoder:
+    def use_fused_kernels(self, on: bool = True, *, gemm_convs: bool = True) -> CodecDecoder:
         """The fast path, after the weights are loaded and cast: SnakeBeta as one Triton kernel
         (kernels/snake.py) where Triton runs on the weights' device, the quantizer's projected table,
-        the transformer's packed layers and the transposed convs as GEMMs (their `fuse`;
-        `transposed_as_gemm=False` leaves those to cuDNN, for comparison). Off, every op is the torch
+        the transformer's packed layers, and the transposed and pointwise convs as GEMMs
+        (`gemm_convs=False` leaves those to cuDNN, for comparison). Off, every op is the torch
         reference."""
         for module in self.modules():
             if isinstance(module, SnakeBeta):
                 module.fused = on
             elif isinstance(module, CausalConvTranspose1d):
-                module.fuse(on and transposed_as_gemm)
+                module.fuse(on and gemm_convs)
+            elif isinstance(module, CausalConv1d):
+                module.as_gemm = on and gemm_convs
         self.quantizer.fuse(on)
         self.pre_transformer.fuse(on)
         return self

@@ -37,17 +37,23 @@ class CausalConv1d(nn.Module):
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.history_len = (kernel_size - 1) * dilation
         self.slot = -1  # assigned by the owning decoder when history_len > 0
+        # Fast path (CodecDecoder.use_fused_kernels): a pointwise conv as one batched GEMM on the
+        # channels-first activations, where cuDNN converted each input to NHWC first.
+        self.as_gemm = False
 
     def forward(self, x: torch.Tensor, cache: ConvCache | None = None, bias: bool = True) -> torch.Tensor:
         """bias False: the conv without its bias, for a caller that adds it in its next kernel."""
         n = self.history_len
+        c = self.conv
+        if self.as_gemm and c.kernel_size[0] == 1 and c.groups == 1:
+            y = torch.matmul(c.weight[:, :, 0], x)  # [C_out, C_in] @ [B, C_in, t] -> [B, C_out, t]
+            return y + c.bias[:, None] if bias else y
         if n > 0 and cache is None:
             x = F.pad(x, (n, 0))
         elif n > 0:
             history = cache.history[self.slot]
             x = torch.cat([history, x], dim=-1)  # [B, C, n + t]
             history.copy_(x[..., -n:])  # in place: state buffers keep their addresses (CUDA graphs)
-        c = self.conv
         return F.conv1d(x, c.weight, c.bias if bias else None, c.stride, c.padding, c.dilation, c.groups)
 
 
