@@ -45,7 +45,7 @@ part_gemvsweep() {  # the fused GEMV's launch configurations against cuBLAS
 }
 
 part_codec() {
-  limit=$(left 5); limit=$(( limit < ${CODEC_LIMIT:-150} ? limit : ${CODEC_LIMIT:-150} ))
+  limit=$(left 5); limit=$(( limit < ${CODEC_LIMIT:-200} ? limit : ${CODEC_LIMIT:-200} ))
   timeout $limit python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
     --skip-codec-eager > $W/codec.log 2>&1
   echo "codec rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec.log | cut -c1-700
