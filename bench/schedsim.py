@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedule", default=",".join(map(str, DEFAULT_CHUNK_SCHEDULE)), help="chunk schedule")
     p.add_argument("--codec-tick", type=int, default=CODEC_TICK_CUDA, help="SchedulerConfig.codec_tick_steps (0: off)")
     p.add_argument("--tick-urgent-s", type=float, default=SchedulerConfig.codec_tick_urgent_s)
+    p.add_argument("--tick-yields-to-prefill", action="store_true",
+                   help="SchedulerConfig.codec_tick_yields_to_prefill (a tick step with a prefill moves on a step)")
     p.add_argument("--no-early-audio", action="store_true",
                    help="first audio at the end of its step, as the engine did before early first audio")
     p.add_argument("--lookahead-buffer-s", type=float, default=SchedulerConfig.lookahead_buffer_s,
@@ -261,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     schedule = tuple(int(x) for x in args.schedule.split(","))
     config = SchedulerConfig(codec_tick_steps=args.codec_tick, codec_tick_urgent_s=args.tick_urgent_s,
+                             codec_tick_yields_to_prefill=args.tick_yields_to_prefill,
                              lookahead_buffer_s=None if args.always_lookahead else args.lookahead_buffer_s).validate()
     for rate in (float(r) for r in args.rates.split(",")):
         out = Sim(rate, args.duration, args.seed, args.plan_ms, args.plan_ms_per_row,

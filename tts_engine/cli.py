@@ -84,6 +84,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-precision", choices=["fp32", "tf32", "bf16"], default=None,
                    help="codec numerics: fp32 exact, tf32 (fp32 weights, tensor-core convs) or bf16 "
                         "(default: bf16 on CUDA, as the official package runs it in bf16; fp32 on CPU)")
+    p.add_argument("--codec-tick-yields-to-prefill", action="store_true",
+                   help="a codec tick step that would hold a prefill moves to the next step, so the new stream's "
+                        "first frames are not queued behind the tick's codec calls (simulated, not yet measured)")
     p.add_argument("--codec-tick", type=int, default=None,
                    help="after a stream's first chunk, decode its audio every N engine steps so that streams "
                         "share codec calls (0: each stream on its own chunk schedule; default 2 on CUDA, 0 on CPU)")
@@ -174,6 +177,7 @@ def _serve(args) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     policy = {k: getattr(args, k) for k in ("realtime_margin", "yield_buffer_s") if getattr(args, k) is not None}
     policy["codec_tick_steps"] = args.codec_tick
+    policy["codec_tick_yields_to_prefill"] = args.codec_tick_yields_to_prefill
     if args.always_lookahead:
         policy["lookahead_buffer_s"] = None
     elif args.lookahead_buffer_s is not None:

@@ -182,3 +182,56 @@ def test_streaming_text_gates_frames():
     s.input_ended = True
     assert s.step_text(2, EOS, PAD) == EOS and s.step_text(3, EOS, PAD) == PAD
     assert stream("n").step_text(7, EOS, PAD) == PAD  # non-streaming: always pad
+
+
+def test_a_tick_step_with_a_prefill_moves_the_tick_to_the_next_step():
+    """codec_tick_yields_to_prefill: the new stream's next frame waits for the prefill step's talker
+    half, which that step's tick calls would precede; one step later its first chunk goes ahead of
+    them. A tick moves at most one step, and an off-tick step is left alone."""
+    from tests.scheduler.fake_runner import FakeLoop
+
+    def tick_chunks(plan) -> int:  # chunks of the streams already audible ("a")
+        return sum(1 for b in plan.chunks for c in b.chunks if c.stream_id == "a")
+
+    def run(yields: bool, opens_on_tick: bool) -> tuple[list, FakeLoop]:
+        loop = FakeLoop(SchedulerConfig(codec_tick_steps=2, codec_tick_yields_to_prefill=yields), depth=1)
+        loop.open("a", forced=60, schedule=(1, 2))
+        for _ in range(8):
+            loop.step()
+        if ((loop.sched._next_step + 1) % 2 == 0) != opens_on_tick:
+            loop.step()  # so that the next plan is (not) a tick step
+        loop.open("b", forced=60, schedule=(1, 2))
+        plans = [loop.step() for _ in range(4)]
+        assert plans[0].prefills and plans[0].prefills[0].stream_id == "b"
+        return plans, loop
+
+    plans, loop = run(yields=False, opens_on_tick=True)
+    assert [tick_chunks(p) > 0 for p in plans] == [True, False, True, False]
+    plans, loop = run(yields=True, opens_on_tick=True)
+    assert [tick_chunks(p) > 0 for p in plans] == [False, True, False, True]
+    assert loop.sched.stats["ticks_postponed"] == 1
+    plans, loop = run(yields=True, opens_on_tick=False)  # its prefill is not on a tick: nothing moves
+    assert [tick_chunks(p) > 0 for p in plans] == [False, True, False, True]
+    assert loop.sched.stats["ticks_postponed"] == 0
+    loop.run()
+    assert all(lis.done for lis in loop.listeners.values())
+
+
+def test_a_tick_is_not_postponed_twice_in_a_row():
+    from tests.scheduler.fake_runner import FakeLoop
+
+    loop = FakeLoop(SchedulerConfig(codec_tick_steps=2, codec_tick_yields_to_prefill=True), depth=1)
+    loop.open("a", forced=60, schedule=(1, 2))
+    for _ in range(8):
+        loop.step()
+    if (loop.sched._next_step + 1) % 2 != 0:
+        loop.step()  # the next plan is a tick step
+    for i in range(3):  # a new stream on each of the next steps: every one of them prefills
+        loop.open(f"n{i}", forced=20, schedule=(1, 2))
+        plan = loop.step()
+        assert plan.prefills
+        a_chunks = sum(1 for b in plan.chunks for c in b.chunks if c.stream_id == "a")
+        assert (a_chunks > 0) == (i == 1), i  # postponed once, then held although a prefill is there
+    assert loop.sched.stats["ticks_postponed"] == 1
+    loop.run()
+    assert all(lis.done for lis in loop.listeners.values())

@@ -59,6 +59,8 @@ class Scheduler:
         self.streams: dict[str, StreamState] = {}
         self.in_flight: dict[int, StepPlan] = {}  # launched, results not yet processed; launch order
         self._next_step = 0
+        self._tick_shift = 0  # codec tick steps postponed so far (SchedulerConfig.codec_tick_yields_to_prefill)
+        self._tick_postponed = False  # the last tick step was postponed: the next one is not
         self._observed = 0
         self.stats: Counter[str] = Counter()
         self.publish_capacity()
@@ -123,7 +125,8 @@ class Scheduler:
         prefills = self._plan_prefills(decoding, now)
         decoding += [self.streams[p.stream_id] for p in prefills]
         frames = self._plan_frames(decoding, now)
-        chunks = self._plan_chunks(decoding, now)
+        on_tick = self._on_tick(bool(prefills))
+        chunks = self._plan_chunks(decoding, now, on_tick)
         plan = StepPlan(step_id, tuple(prefills), frames, chunks)
         if not plan.empty:
             self.in_flight[step_id] = plan
@@ -202,12 +205,28 @@ class Scheduler:
             s.frames_launched += 1
         return FrameBatch(tuple(rows), self.cost.bucket_for(len(rows)))
 
-    def _plan_chunks(self, decoding: list[StreamState], now: float) -> tuple[ChunkBatch, ...]:
+    def _on_tick(self, prefilling: bool) -> bool | None:
+        """Whether this step is a codec tick step (None: no tick). With `codec_tick_yields_to_prefill`
+        a tick that falls on a step with a prefill moves to the next step (not twice in a row): the
+        new stream's next frame waits for this step's talker half, which the tick's calls would
+        precede, while in the next step its first chunk goes ahead of them."""
+        tick = self.cfg.codec_tick_steps or 0
+        if not tick:
+            return None
+        on_tick = (self._next_step - self._tick_shift) % tick == 0
+        if on_tick and prefilling and self.cfg.codec_tick_yields_to_prefill and not self._tick_postponed:
+            self._tick_shift += 1
+            self._tick_postponed = True
+            self.stats["ticks_postponed"] += 1
+            return False
+        if on_tick:
+            self._tick_postponed = False
+        return on_tick
+
+    def _plan_chunks(self, decoding: list[StreamState], now: float, on_tick: bool | None) -> tuple[ChunkBatch, ...]:
         short = self.capacity_short(0, len(decoding))
         per_stream: list[list[Chunk]] = []
         last: set[tuple[str, int]] = set()  # (stream, first frame) of each stream's final chunk
-        tick = self.cfg.codec_tick_steps or 0
-        on_tick = None if not tick else self._next_step % tick == 0
         for s in sorted(decoding, key=lambda s: s.arrival):
             due = due_chunks(s, on_tick, urgent=s.audible and s.buffered_s(now) < self.cfg.codec_tick_urgent_s)
             if not due:
