@@ -67,3 +67,21 @@ def test_a_faster_codec_is_charged_less_on_every_call():
     now, faster = (Sim(10, 10, seed=5, config=cfg, run10_costs=True, codec_scale=f).run() for f in (1.0, 0.5))
     assert faster["requests"] == now["requests"] > 60
     assert faster["ttfa_ms_p50"] < now["ttfa_ms_p50"] and faster["underrun_requests"] == 0
+
+
+def test_run11_codec_costs_and_the_tick_yielding_to_a_prefill():
+    """Run 11's codec table, and the what-if `codec_tick_yields_to_prefill` chose for the next GPU A/B:
+    at 10 req/s first audio comes sooner, with no underrun."""
+    from bench.schedsim import RUN11_CODEC_MS
+
+    assert codec_ms(1, 1, RUN11_CODEC_MS) == 1.61 and abs(codec_ms(12, 32, RUN11_CODEC_MS) - 17.83) < 1e-9
+    assert codec_ms(2, 8, RUN11_CODEC_MS) < codec_ms(2, 8)  # cheaper than runs 5-7's codec
+
+    def run(yields: bool) -> dict:
+        return Sim(10, 20, seed=1, plan_ms=1.2, plan_ms_per_row=0.08, run10_costs=True, codec_table=RUN11_CODEC_MS,
+                   config=SchedulerConfig(codec_tick_steps=CODEC_TICK_CUDA, codec_tick_yields_to_prefill=yields)).run()
+
+    base, yielded = run(False), run(True)
+    assert yielded["requests"] == base["requests"] > 150
+    assert yielded["ttfa_ms_p50"] < base["ttfa_ms_p50"] - 1 and yielded["ttfa_ms_p95"] < base["ttfa_ms_p95"] - 1
+    assert yielded["underrun_requests"] == base["underrun_requests"] == 0 and yielded["rejected"] == 0
