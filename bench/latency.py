@@ -28,38 +28,11 @@ from pathlib import Path
 
 import torch
 
+from bench.codec_stages import codec_precision_times, codec_profile, codec_times
+from bench.cuda_timing import cuda_time_ms, graph_of
 from bench.socket_latency import corpus, socket_first_pcm, socket_requests
 
 BATCHES = (1, 8, 16, 32, 64)
-
-
-def cuda_time_ms(fn, warmup: int = 10, reps: int = 50) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def graph_of(fn):
-    """Capture fn() in a CUDA graph (after warm-up on a side stream); returns graph.replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 def bandwidth_tbs(gib: int = 4) -> float:
@@ -212,109 +185,6 @@ def host_times(runner, reps: int = 50) -> dict:
                                                                           [0] * len(b8)))}
     print(f"host: {out}", flush=True)
     return out
-
-
-def incremental_chunk(codec, b: int, t: int):
-    """A callable that decodes b streams x t frames continuing 30 frames of state (restored before
-    every call, so each replay does the same work); call under inference mode."""
-    codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
-    warm = codec.new_state(b)
-    codec.decode_chunk(torch.randint(0, 2048, (b, 16, 30), device="cuda"), warm)
-    keep = [x.clone() for x in warm.tensors()]
-
-    def incremental():
-        for dst, src in zip(warm.tensors(), keep):
-            dst.copy_(src)
-        codec.decode_chunk(codes, warm)
-
-    return incremental
-
-
-def codec_times(codec, batches) -> dict:
-    out = {}
-    with torch.inference_mode():
-        for b in batches:
-            row = {}
-            for t in (1, 2, 4, 8, 12):
-                codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
-                fresh = codec.new_state(b)
-                incremental = incremental_chunk(codec, b, t)
-
-                def first(_codes=codes, _fresh=fresh):
-                    for x in _fresh.tensors():
-                        x.zero_()
-                    codec.decode_chunk(_codes, _fresh)
-
-                row[f"eager_first_{t}f_ms"] = cuda_time_ms(first, 3, 10)
-                row[f"eager_incremental_{t}f_ms"] = cuda_time_ms(incremental, 3, 10)
-                row[f"graph_first_{t}f_ms"] = cuda_time_ms(graph_of(first))
-                row[f"graph_incremental_{t}f_ms"] = cuda_time_ms(graph_of(incremental))
-            out[b] = row
-            print(f"codec batch {b}: {row}", flush=True)
-    return out
-
-
-def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12)) -> dict:
-    """The incremental chunk as a CUDA graph at each codec precision (fp32 exact, TF32 convs and
-    matmuls, bf16 weights and activations; cuDNN's timed algorithm choice, as the server runs it;
-    `+fused`: the codec's fast path as the server runs it on CUDA, `use_fused_kernels`), and each
-    one's PCM error against exact all-torch fp32 on one 24-frame decode (SNR in dB)."""
-    import copy
-
-    from tts_engine.runtime.codec_runner import cuda_numerics
-
-    gen = torch.Generator().manual_seed(0)
-    probe = torch.randint(0, 2048, (1, 16, 24), generator=gen).cuda()
-    out = {}
-    with torch.inference_mode():
-        with cuda_numerics(False):
-            ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
-        # "+cudnn-convs": the fast path with the transposed and pointwise convs left to cuDNN (run 11's).
-        for name in ("fp32", "tf32", "tf32+fused", "bf16+fused", "bf16+fused+cudnn-convs"):
-            model = copy.deepcopy(codec)
-            if name.startswith("bf16"):
-                model = model.to(torch.bfloat16)
-            model.use_fused_kernels("fused" in name, gemm_convs="cudnn-convs" not in name)
-            row = {}
-            with cuda_numerics(name.startswith("tf32")):
-                pcm = model.decode_chunk(probe, model.new_state(1))[0].float()
-                err = (pcm - ref).pow(2).mean()
-                row["snr_db_vs_fp32"] = float("inf") if err == 0 else float(10 * torch.log10(ref.pow(2).mean() / err))
-                for b in batches:
-                    for t in frames:
-                        row[f"b{b}_{t}f_ms"] = cuda_time_ms(graph_of(incremental_chunk(model, b, t)))
-            out[name] = row
-            print(f"codec {name}: {row}", flush=True)
-            del model
-    return out
-
-
-def codec_profile(codec, b: int = 8, t: int = 12, precision: str = "bf16") -> list[dict]:
-    """Top CUDA kernels of one incremental chunk (b streams x t frames, the fast path; bf16 as served
-    by default, or tf32), from the torch profiler."""
-    import copy
-
-    from torch.profiler import ProfilerActivity, profile
-
-    from tts_engine.runtime.codec_runner import cuda_numerics
-
-    codec = copy.deepcopy(codec)
-    if precision == "bf16":
-        codec = codec.to(torch.bfloat16)
-    codec.use_fused_kernels()
-    with torch.inference_mode(), cuda_numerics(precision == "tf32"):
-        state = codec.new_state(b)
-        codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
-        for _ in range(3):
-            codec.decode_chunk(codes, state)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            codec.decode_chunk(codes, state)
-            torch.cuda.synchronize()
-    rows = [{"kernel": e.key[:120], "count": e.count, "cuda_ms": e.device_time_total / 1e3}
-            for e in prof.key_averages()]
-    rows.sort(key=lambda r: -r["cuda_ms"])
-    return rows[:25]
 
 
 def reference_loop_ms_per_frame(model, cfg, frames: int = 8) -> float:
