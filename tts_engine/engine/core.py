@@ -2,16 +2,16 @@
 
 Data flow of one stream:
   open_stream()  -> validate, admit (or AdmissionError) before any work, command "open"
-  engine step    -> commands: text is tokenised incrementally (stable BPE tokens only); once the
-                    prompt is known the stream queues for a slot          (scheduler: QUEUED)
+  engine step    -> commands (commands.py): text is tokenised incrementally (stable BPE tokens only);
+                    once the prompt is known the stream queues for a slot (scheduler: QUEUED)
                  -> plan = Scheduler.schedule(now): prefills, one frame batch, codec chunks
                  -> StepExecutor.launch(plan): runs it on the runners without waiting for the GPU
                  -> completed steps (StepPipeline: depth 2 on CUDA, 1 on CPU) -> their codebook 0
                     and PCM -> Scheduler.postprocess -> audio events (onset trimming, word timings),
                     flush-done, done                                       (scheduler: FINISHED)
-Every decision comes from the scheduler (`tts_engine/scheduler`, no torch); this file moves
-text in and runs the loop, `delivery.py` turns the scheduler's outputs into events, and
-`executor.py` touches the tensors.
+Every decision comes from the scheduler (`tts_engine/scheduler`, no torch); this file admits
+streams and runs the loop, `commands.py` moves their text in, `delivery.py` turns the scheduler's
+outputs into events, and `executor.py` touches the tensors.
 """
 
 from __future__ import annotations
@@ -30,29 +30,28 @@ from pathlib import Path
 import torch
 
 from ..loading import load_checkpoint
-from ..prompt import Layout, resolve_voice
+from ..prompt import resolve_voice
 from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
 from ..runtime.options import FastPathOptions
 from ..runtime.runner import ModelRunner
 from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
 from ..scheduler.request import Phase
 from ..scheduler.scheduler import Scheduler
-from ..text_stream import StreamingTokenizer
 from .api import (
     AdmissionError,
     EngineUnavailable,
     ErrorEvent,
     StreamOptions,
 )
+from .commands import Commands
 from .delivery import Delivery
-from .entry import TTFA_PARTS, FirstAudioTrace, StreamEntry
+from .entry import TTFA_PARTS, StreamEntry
 from .executor import LaunchedStep, StepExecutor
 from .gcpause import GcPauses, freeze_heap
 from .intake import TextIntake
 from .pipeline import StepPipeline
 from .profile import EngineProfile
 from .stream import Stream
-from .streamout import StreamOutput
 from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -135,6 +134,8 @@ class StreamingEngine:
                       **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_launch_cpu_s": 0.0, "host_cpu_s": 0.0,
                       "host_iterations": 0}
         self.delivery = Delivery(self.scheduler, self._entries, self.stats)  # events out to the streams
+        self.commands = Commands(self._commands, self.intake, self.tokenizer, self.scheduler, self.delivery,
+                                 self._entries)  # and commands in
         self.freeze_gc = freeze_gc
         self.profile = profile
         self.gc_pauses = GcPauses()
@@ -281,7 +282,7 @@ class StreamingEngine:
         shows where the engine thread's time goes under load."""
         clock, cpu = time.perf_counter, time.thread_time
         t0, c0 = clock(), cpu()
-        did = self._drain_commands()
+        did = self.commands.drain()
         t1 = clock()
         did |= self.delivery.act(self.scheduler.reap())
         now = time.monotonic()
@@ -345,78 +346,6 @@ class StreamingEngine:
     def _deliver_early(self, launched: LaunchedStep) -> None:
         """Early first audio (Delivery.early); pipeline.completed's before_wait."""
         self.delivery.early(launched, self._eos_id)
-
-    # -- commands and text -------------------------------------------------------------------------
-    def _drain_commands(self) -> bool:
-        did = False
-        while True:
-            try:
-                kind, sid, payload = self._commands.get_nowait()
-            except queue.Empty:
-                return did
-            did = True
-            if kind == "open":
-                self._open(*payload)
-                continue
-            entry = self._entries.get(sid)
-            if entry is None:
-                continue
-            if kind == "append":
-                if entry.tokenizer is not None and not entry.state.content_ids and not entry.tokenizer.pending_text:
-                    payload = payload.lstrip()  # as at open: leading whitespace is not text to speak
-                self._add_text(entry, entry.tokenizer.push(payload) if entry.tokenizer else [])
-            elif kind == "flush":
-                if entry.tokenizer is not None:
-                    self._add_text(entry, entry.tokenizer.finish())
-                    entry.tokenizer = StreamingTokenizer(self.tokenizer)
-                if sid in self._entries:
-                    self.scheduler.flush(sid)
-            elif kind == "end":
-                entry.state.input_ended = True
-                self._add_text(entry, entry.tokenizer.finish() if entry.tokenizer is not None else [])
-                if sid in self._entries and not entry.state.content_ids:
-                    self.delivery.finish(entry, error="text is empty")
-            elif kind == "cancel":
-                self.delivery.finish(entry, cancelled=True)
-            elif kind == "playout":
-                self.scheduler.playout(sid, *payload)
-
-    def _open(self, handle: Stream, options: StreamOptions, text: str, end_input: bool) -> None:
-        state = self.intake.new_state(handle.id, options, text, end_input)
-        entry = StreamEntry(state, handle, options, None, StreamOutput(handle.id, options.silence_threshold_dbfs),
-                            trace=FirstAudioTrace(handle.opened_at, drained=time.monotonic()))
-        # Token-to-frame timing exists only in the streaming layout.
-        entry.out.timings_enabled = state.layout is Layout.STREAMING
-        self.scheduler.add(state)
-        self._entries[handle.id] = entry
-        if state.layout is Layout.NON_STREAMING:
-            if not end_input:
-                self.delivery.finish(entry, error="the non-streaming layout needs the whole text at open")
-                return
-            state.input_ended = True
-            self._add_text(entry, self.intake.content_ids(text))
-        else:
-            entry.tokenizer = StreamingTokenizer(self.tokenizer)
-            self._add_text(entry, entry.tokenizer.push(text.lstrip()))
-            if end_input:
-                state.input_ended = True
-                self._add_text(entry, entry.tokenizer.finish())
-        if handle.id in self._entries and state.input_ended and not state.content_ids:
-            self.delivery.finish(entry, error="text is empty")
-
-    def _add_text(self, entry: StreamEntry, ids: list[int]) -> None:
-        state = entry.state
-        state.content_ids.extend(ids)
-        entry.out.add_tokens(ids, self.tokenizer)
-        if state.forced_frames is None and state.input_ended:
-            state.forced_frames = self.intake.forced_frames(state.content_ids)
-        if state.phase is Phase.WAITING_TEXT and state.ready_for_prefill():
-            try:
-                entry.prompt = self.intake.prompt(state, entry.options)
-            except ValueError as exc:  # this stream's input cannot run (e.g. longer than the context)
-                self.delivery.finish(entry, error=str(exc))
-                return
-            self.scheduler.enqueue(state.id, len(entry.prompt))
 
     # -- health --------------------------------------------------------------------------------------
     def _busy(self) -> bool:
