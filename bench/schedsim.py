@@ -246,8 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedule", default=",".join(map(str, DEFAULT_CHUNK_SCHEDULE)), help="chunk schedule")
     p.add_argument("--codec-tick", type=int, default=CODEC_TICK_CUDA, help="SchedulerConfig.codec_tick_steps (0: off)")
     p.add_argument("--tick-urgent-s", type=float, default=SchedulerConfig.codec_tick_urgent_s)
-    p.add_argument("--tick-yields-to-prefill", action="store_true",
-                   help="SchedulerConfig.codec_tick_yields_to_prefill (a tick step with a prefill moves on a step)")
+    p.add_argument("--tick-yields-to-prefill", action=argparse.BooleanOptionalAction,
+                   default=SchedulerConfig.codec_tick_yields_to_prefill,
+                   help="SchedulerConfig.codec_tick_yields_to_prefill (a tick step with a prefill moves on a step; "
+                        "on by default, as in the engine)")
     p.add_argument("--no-early-audio", action="store_true",
                    help="first audio at the end of its step, as the engine did before early first audio")
     p.add_argument("--lookahead-buffer-s", type=float, default=SchedulerConfig.lookahead_buffer_s,

@@ -84,9 +84,10 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-precision", choices=["fp32", "tf32", "bf16"], default=None,
                    help="codec numerics: fp32 exact, tf32 (fp32 weights, tensor-core convs) or bf16 "
                         "(default: bf16 on CUDA, as the official package runs it in bf16; fp32 on CPU)")
-    p.add_argument("--codec-tick-yields-to-prefill", action="store_true",
+    p.add_argument("--codec-tick-yields-to-prefill", action=argparse.BooleanOptionalAction, default=True,
                    help="a codec tick step that would hold a prefill moves to the next step, so the new stream's "
-                        "first frames are not queued behind the tick's codec calls (simulated, not yet measured)")
+                        "first frames are not queued behind the tick's codec calls (default on: run 12 measured "
+                        "p95 first audio -1.5 / -5.3 ms at 10 / 40 req/s)")
     p.add_argument("--codec-tick", type=int, default=None,
                    help="after a stream's first chunk, decode its audio every N engine steps so that streams "
                         "share codec calls (0: each stream on its own chunk schedule; default 2 on CUDA, 0 on CPU)")

@@ -11,6 +11,7 @@
 #                                                               SOCKET=N: N sequential requests first
 #   PART=peers ... bash bench/gpu/run3.sh                       the peers (run2_peers.sh)
 #   PART=gputest ... bash bench/gpu/run3.sh                     GPU_TESTS (default tests/gpu/test_engine_gpu.py)
+#   PART=lanes ... bash bench/gpu/run3.sh                       bench.lanes (a newcomer's work on a stream of its own)
 #   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
 #                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
@@ -110,6 +111,12 @@ part_load() {
     grep -E "^cadence_engine_(ttfa|steps |frames |scheduler_steps|cost_|codec_graphs|host_|gc_)" $W/$name/metrics.txt | cut -c1-120
     kill $server; wait $server 2>/dev/null
   done
+}
+
+part_lanes() {  # bench.lanes: a newcomer's work on a stream of its own beside loaded steps
+  limit=$(left 5); limit=$(( limit < ${LANES_LIMIT:-150} ? limit : ${LANES_LIMIT:-150} ))
+  timeout $limit python3 -m bench.lanes --model /tmp/ckpt --out $W/lanes.json > $W/lanes.log 2>&1
+  echo "lanes rc=$? $((SECONDS - t0)) s"; grep -E "^lanes|Error" $W/lanes.log | cut -c1-1500
 }
 
 part_peers() {

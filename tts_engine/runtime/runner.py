@@ -238,8 +238,10 @@ class ModelRunner:
         self.logits.index_copy_(0, slot, F.linear(out, self.codec_head).float())
 
     @torch.inference_mode()
-    def capture_prefill_graphs(self, buckets: tuple[int, ...] = PREFILL_BUCKETS) -> None:
-        """One prefill graph per prompt-length bucket; the warm-up and capture write the scratch slot."""
+    def capture_prefill_graphs(self, buckets: tuple[int, ...] = PREFILL_BUCKETS,
+                               capture_stream: torch.cuda.Stream | None = None) -> None:
+        """One prefill graph per prompt-length bucket; the warm-up and capture write the scratch slot.
+        capture_stream: see `capture_graphs`."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         i = dict(device=self.device, dtype=torch.long)
@@ -253,7 +255,7 @@ class ModelRunner:
                     self._prefill(*inputs)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            with torch.cuda.graph(graph, pool=self._pool, stream=capture_stream):
                 self._prefill(*inputs)
             self.prefill_graphs[bucket] = (graph, inputs)
         torch.cuda.synchronize()
@@ -380,9 +382,13 @@ class ModelRunner:
         return self._ring_pos
 
     @torch.inference_mode()
-    def capture_graphs(self) -> None:
+    def capture_graphs(self, capture_stream: torch.cuda.Stream | None = None) -> None:
         """Capture two graphs per (bucket, sampler variant), largest first, sharing one memory pool:
-        the codes half and the talker half of a frame step."""
+        the codes half and the talker half of a frame step.
+
+        capture_stream: the stream to capture on (default: torch's one capture stream). Graphs captured
+        on one stream share its cuBLAS workspace, so graphs that may replay at the same time on two
+        streams (another runner's) must be captured on different ones."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         pool = self._pool = torch.cuda.graph_pool_handle()
@@ -404,10 +410,10 @@ class ModelRunner:
                     self._frame_step(slots, frames, positions, text, variant)
             torch.cuda.current_stream().wait_stream(stream)
             codes_graph, feed_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            with torch.cuda.graph(codes_graph, pool=pool):
+            with torch.cuda.graph(codes_graph, pool=pool, stream=capture_stream):
                 out = self._frame_codes(slots, frames, variant)
-            with torch.cuda.graph(feed_graph, pool=pool):
+            with torch.cuda.graph(feed_graph, pool=pool, stream=capture_stream):
                 self._frame_feed(slots, positions, text, out)
             self.graphs[(bucket, variant)] = (codes_graph, feed_graph, inputs, out)
         torch.cuda.synchronize()
-        self.capture_prefill_graphs()
+        self.capture_prefill_graphs(capture_stream=capture_stream)
