@@ -70,6 +70,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-stream", action="store_true",
                    help="decode codec chunks on a CUDA stream of their own, beside the frame steps "
                         "(experimental; CUDA only)")
+    p.add_argument("--prefill-stream", action="store_true",
+                   help="run new streams' prefills on a high-priority CUDA stream of their own, beside the "
+                        "steps in flight (experimental; CUDA only)")
     p.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
                    help="after warm-up, exempt everything then alive from Python's cyclic garbage collector, "
                         "whose full collections otherwise pause the engine for ~0.1-0.2 s (engine/gcpause.py)")
@@ -198,6 +201,8 @@ def _serve(args) -> int:
         raise ValueError(message)
     if fast_path.cp_pdl and not str(args.device).startswith("cuda"):
         raise ValueError(f"--cp-pdl needs a CUDA device (sm90+), not {args.device}")
+    if args.prefill_stream and not str(args.device).startswith("cuda"):
+        raise ValueError(f"--prefill-stream needs a CUDA device, not {args.device}")
     from .engine.profile import EngineProfile
 
     profile = EngineProfile(args.profile_engine, args.profile_seconds) if args.profile_engine else None
@@ -209,7 +214,7 @@ def _serve(args) -> int:
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
                              codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, profile=profile,
-                             fast_path=fast_path, **caps)
+                             fast_path=fast_path, prefill_stream=args.prefill_stream, **caps)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
     # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.

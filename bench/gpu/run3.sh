@@ -11,6 +11,7 @@
 #                                                               SOCKET=N: N sequential requests first
 #   PART=peers ... bash bench/gpu/run3.sh                       the peers (run2_peers.sh)
 #   PART=gputest ... bash bench/gpu/run3.sh                     GPU_TESTS (default tests/gpu/test_engine_gpu.py)
+#   PART=trace ... bash bench/gpu/run3.sh                       bench.first_audio_trace (an idle request's GPU timeline)
 #   PART=lanes ... bash bench/gpu/run3.sh                       bench.lanes (a newcomer's work on a stream of its own)
 #   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
 #                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
@@ -117,6 +118,13 @@ part_lanes() {  # bench.lanes: a newcomer's work on a stream of its own beside l
   limit=$(left 5); limit=$(( limit < ${LANES_LIMIT:-150} ? limit : ${LANES_LIMIT:-150} ))
   timeout $limit python3 -m bench.lanes --model /tmp/ckpt --out $W/lanes.json > $W/lanes.log 2>&1
   echo "lanes rc=$? $((SECONDS - t0)) s"; grep -E "^lanes|Error" $W/lanes.log | cut -c1-1500
+}
+
+part_trace() {  # bench.first_audio_trace: an idle engine's GPU timeline from open to first audio
+  limit=$(left 5); limit=$(( limit < ${TRACE_LIMIT:-150} ? limit : ${TRACE_LIMIT:-150} ))
+  timeout $limit python3 -m bench.first_audio_trace --model /tmp/ckpt --out $W/first-audio-trace.json \
+    > $W/trace.log 2>&1
+  echo "trace rc=$? $((SECONDS - t0)) s"; grep -E "^first audio trace|Error" $W/trace.log | cut -c1-1200
 }
 
 part_peers() {

@@ -31,15 +31,16 @@ def cpu_reference(synth: Synthesizer, text: str, layout: Layout, seed: int):
     return np.frombuffer(to_s16le(pcm), dtype="<i2"), len(codes)
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["codec-default-stream", "codec-own-stream"])
+@pytest.fixture(scope="module", params=[(False, False), (True, False), (False, True)],
+                ids=["codec-default-stream", "codec-own-stream", "prefill-stream"])
 def cuda_engine(request, cuda, tiny_checkpoint):
     cfg = SchedulerConfig(raise_on_invariant_violation=True)
     # Exact fp32 codec: the comparison with the CPU reference is to 1 LSB; the served default (TF32)
     # is measured against fp32 by bench.latency (51 dB SNR on the H200). The codec tick, early first
     # audio and the fused SnakeBeta run as served.
     engine = StreamingEngine(tiny_checkpoint, device="cuda", dtype=torch.float32, max_context=512,
-                             max_active_streams=8, scheduler=cfg, codec_stream=request.param,
-                             codec_precision="fp32")
+                             max_active_streams=8, scheduler=cfg, codec_stream=request.param[0],
+                             prefill_stream=request.param[1], codec_precision="fp32")
     asyncio.run(engine.start())
     assert engine.pipeline.depth == 2 and engine.runner.use_graphs and engine.runner.use_triton
     yield engine

@@ -70,12 +70,15 @@ class StreamingEngine:
                  max_context: int = 2048, max_text_chars: int = 20_000, use_graphs: bool | None = None,
                  use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
                  codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False,
-                 profile: EngineProfile | None = None, fast_path: FastPathOptions | None = None):
+                 profile: EngineProfile | None = None, fast_path: FastPathOptions | None = None,
+                 prefill_stream: bool = False):
         """max_active_streams / max_queued_streams override the scheduler config's caps.
         freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so
         off by default for an embedded engine, on in `cadence serve`).
         profile: a cProfile window over the engine thread (engine/profile.py).
         fast_path: which kernels the runner uses where several compute the same step (runtime/options.py).
+        prefill_stream (CUDA): prefills on a high-priority CUDA stream of their own, beside the steps in
+        flight (ModelRunner's prefill_stream; StepExecutor orders it).
         codec_precision: fp32 (exact), tf32 (fp32 weights, convs and matmuls on TF32 tensor cores)
         or bf16 (weights and activations: what the official package computes when loaded in bf16, its
         documented use, since it loads the speech tokenizer with the model's dtype). None: bf16 on
@@ -101,7 +104,8 @@ class StreamingEngine:
         if on_cuda:  # SnakeBeta as one kernel (kernels/snake.py); the CPU engine stays all-torch
             self.codec.use_fused_kernels()
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,
-                                  use_graphs=use_graphs, use_triton=use_triton, options=fast_path)
+                                  use_graphs=use_graphs, use_triton=use_triton, options=fast_path,
+                                  prefill_stream=prefill_stream)
         # The codec state of a stream lives in the codec runner's row of its engine slot.
         # codec_stream: codec chunks on a CUDA stream of their own, overlapping frame steps (runtime/codec_runner.py).
         self.codec_runner = CodecRunner(self.codec, cfg.max_active_streams, use_graphs=use_graphs,

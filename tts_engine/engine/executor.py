@@ -1,7 +1,10 @@
 """StepExecutor: runs one scheduler `StepPlan` on the runners without waiting for the device.
 
 Launch order (the default CUDA stream runs them in this order):
-  prefills    ModelRunner.prefill, then the sampling row and the codec state reset, per stream
+  prefills    ModelRunner.prefill, then the sampling row and the codec state reset, per stream. With
+              the runner's prefill stream the prompt's embedding and the prefill go there instead,
+              after the slot's previous work (`SlotFences`), and the default stream waits for them
+              before the frame step: a new stream's prefill runs beside the steps in flight
   codes half  ModelRunner.frame_step_async -> StepCodes: codes [B, 16] on the device (with CUDA
               graphs a view of the graph's static output, which the next replay overwrites: it
               is cloned on the device at once, stream-ordered, so before any later replay) and
@@ -58,6 +61,28 @@ class _Timer:
         if self.cuda:
             return [a.elapsed_time(b) / 1e3 for k, a, b in self.parts if k == kind]
         return [b - a for k, a, b in self.parts if k == kind]
+
+
+class SlotFences:
+    """The end of the last launched step that touched each slot (its frame rows or chunks), as the
+    CUDA events to wait for before work on another stream writes that slot again: a slot freed while
+    its stream's steps are in flight can be given to a new stream at once, whose prefill on the
+    prefill stream would otherwise race them. Events that have fired cost nothing to wait for."""
+
+    def __init__(self):
+        self._last: dict[int, tuple[object, ...]] = {}
+
+    def record(self, plan: StepPlan, events: tuple[object, ...]) -> None:
+        slots = {c.slot for b in plan.chunks for c in b.chunks}
+        if plan.frames is not None:
+            slots |= {r.slot for r in plan.frames.rows}
+        for slot in slots:
+            self._last[slot] = events
+
+    def take(self, slot: int) -> tuple[object, ...]:
+        """The events a new stream's work in `slot` must wait for (forgotten once taken: the new
+        stream's own steps come after them)."""
+        return self._last.pop(slot, ())
 
 
 @dataclass
@@ -131,14 +156,12 @@ class StepExecutor:
         self.cuda = runner.device.type == "cuda"
         self.eos_allowed = eos_allowed
         self.max_code = codec_runner.codec.cfg.codebook_size - 1
+        self.fences = SlotFences()
 
     @torch.inference_mode()
     def launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
         step = LaunchedStep(plan, _Timer(self.cuda))
-        for p in plan.prefills:
-            t0 = step.timer.start()
-            self._prefill(p.slot, entries[p.stream_id])
-            step.timer.stop("prefill", t0)
+        self._prefills(plan, entries, step)
         # Chunks after the codes half of the frame step (they may hold its frames) and before its
         # talker half, which no chunk needs: first audio comes a talker step sooner. With a codec
         # stream of their own they run beside the talker half and the next step's frame step, and
@@ -150,8 +173,33 @@ class StepExecutor:
         if self.cuda:
             step.event = torch.cuda.Event()
             step.event.record()
+            self.fences.record(plan, tuple(e for e in (step.event, step.codec_event) if e is not None))
         _mark_launched(plan, entries, time.monotonic())
         return step
+
+    def _prefills(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> None:
+        side = self.runner.prefill_stream
+        if side is None:
+            for p in plan.prefills:
+                t0 = step.timer.start()
+                self._prefill(p.slot, entries[p.stream_id])
+                step.timer.stop("prefill", t0)
+            return
+        if not plan.prefills:
+            return
+        with torch.cuda.stream(side):  # the prompts' embedding too: on the default stream it would queue
+            for p in plan.prefills:
+                for event in self.fences.take(p.slot):
+                    side.wait_event(event)
+                t0 = step.timer.start()
+                prompt = entries[p.stream_id].prompt
+                self.runner.prefill(p.slot, self.runner.embed_prompt(list(prompt.text_ids), list(prompt.codec_ids)))
+                step.timer.stop("prefill", t0)
+            done = torch.cuda.Event()
+            done.record()
+        torch.cuda.current_stream().wait_event(done)  # before this step's frame rows read the slots
+        for p in plan.prefills:
+            self._start_slot(p.slot, entries[p.stream_id])
 
     def _launch_chunks(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> None:
         calls = []
@@ -193,11 +241,14 @@ class StepExecutor:
                 step.codec_event.record()
 
     def _prefill(self, slot: int, entry: StreamEntry) -> None:
-        state, prompt = entry.state, entry.prompt
+        prompt = entry.prompt
         # The prefill first: on an idle GPU it starts while the host still queues the rest.
         self.runner.prefill(slot, self.runner.embed_prompt(list(prompt.text_ids), list(prompt.codec_ids)))
-        self.runner.start_slot(slot, entry.options.params, state.seed, eos_allowed=self.eos_allowed)
-        self.codec_runner.reset(slot)  # a new stream decodes from scratch (~30 small zeroing kernels)
+        self._start_slot(slot, entry)
+
+    def _start_slot(self, slot: int, entry: StreamEntry) -> None:
+        self.runner.start_slot(slot, entry.options.params, entry.state.seed, eos_allowed=self.eos_allowed)
+        self.codec_runner.reset(slot)  # a new stream decodes from scratch (2 zeroing kernels)
 
     def _frame_step(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> torch.Tensor:
         rows, timer = plan.frames.rows, step.timer

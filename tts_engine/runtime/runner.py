@@ -62,6 +62,8 @@ from .sampler import (
 )
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# The prefill stream's CUDA priority (lower = higher): see ModelRunner's prefill_stream.
+PREFILL_PRIORITY = -1
 STEP_RING = 4  # frame steps that may be queued on the device at once (pinned staging buffers)
 # Prompt lengths with a captured prefill graph (rows padded up to the bucket). A CustomVoice
 # prompt is ~10 rows + the text's tokens in the non-streaming layout, ~11 in the streaming one.
@@ -96,7 +98,13 @@ class StepCodes:
 class ModelRunner:
     def __init__(self, model: Qwen3TTS, *, max_slots: int = 64, max_context: int = 2048,
                  use_triton: bool | None = None, use_graphs: bool | None = None,
-                 buckets: tuple[int, ...] = BUCKETS, options: FastPathOptions | None = None):
+                 buckets: tuple[int, ...] = BUCKETS, options: FastPathOptions | None = None,
+                 prefill_stream: bool = False):
+        """prefill_stream (CUDA): prefills are queued on a high-priority CUDA stream of their own
+        (`self.prefill_stream`, None when off), captured on their own capture stream and memory pool,
+        so that a new stream's prefill runs beside the frame steps in flight instead of after them.
+        The caller orders it: the prefill stream waits for the slot's previous work, and the frame
+        step that reads the slot's hidden state and logits waits for the prefill (StepExecutor)."""
         talker = model.talker
         self.cfg = talker.cfg
         p = talker.codec_head.weight
@@ -107,6 +115,10 @@ class ModelRunner:
             raise ValueError(f"use_triton: the Triton kernels cannot run on {self.device} here (no triton, or "
                              "a CPU without TRITON_INTERPRET=1 set before triton was imported)")
         self.use_graphs = on_cuda if use_graphs is None else use_graphs
+        if prefill_stream and not on_cuda:
+            raise ValueError(f"prefill_stream: a CUDA stream of its own needs a CUDA device, not {self.device}")
+        self.prefill_stream = torch.cuda.Stream(self.device, priority=PREFILL_PRIORITY) if prefill_stream else None
+        self._prefill_capture = torch.cuda.Stream(self.device) if prefill_stream else None
         self.options = opts = (options or FastPathOptions()).validate()
         pdl_here = self.use_triton and pdl_supported(self.device)
         if opts.cp_pdl and not pdl_here:
@@ -241,9 +253,13 @@ class ModelRunner:
     def capture_prefill_graphs(self, buckets: tuple[int, ...] = PREFILL_BUCKETS,
                                capture_stream: torch.cuda.Stream | None = None) -> None:
         """One prefill graph per prompt-length bucket; the warm-up and capture write the scratch slot.
-        capture_stream: see `capture_graphs`."""
+        capture_stream: see `capture_graphs`. With the prefill stream, its own capture stream and memory
+        pool: its graphs replay beside the frame steps' (one pool assumes graphs replay one at a time)."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
+        pool = self._pool
+        if self.prefill_stream is not None:
+            capture_stream, pool = self._prefill_capture, torch.cuda.graph_pool_handle()
         i = dict(device=self.device, dtype=torch.long)
         for bucket in (b for b in sorted(buckets, reverse=True) if b < self.max_context):
             inputs = (torch.zeros(bucket, self.cfg.hidden_size, device=self.device, dtype=self.dtype),
@@ -255,7 +271,7 @@ class ModelRunner:
                     self._prefill(*inputs)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, stream=capture_stream):
+            with torch.cuda.graph(graph, pool=pool, stream=capture_stream):
                 self._prefill(*inputs)
             self.prefill_graphs[bucket] = (graph, inputs)
         torch.cuda.synchronize()
