@@ -18,6 +18,7 @@ def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
         ws_ping_interval=cfg.ws_ping_interval_s, ws_ping_timeout=cfg.ws_ping_timeout_s,
         # Audio is incompressible; deflate would only cost CPU on the event loop.
         ws_per_message_deflate=False, timeout_graceful_shutdown=5, server_header=False,
+        timeout_keep_alive=cfg.keep_alive_s,
     )
     options.update(overrides)
     return uvicorn.Config(app, **options)
