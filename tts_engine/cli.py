@@ -70,6 +70,10 @@ def _add_serve(sub) -> None:
     p.add_argument("--codec-stream", action="store_true",
                    help="decode codec chunks on a CUDA stream of their own, beside the frame steps "
                         "(experimental; CUDA only)")
+    p.add_argument("--newcomer-lane", action="store_true",
+                   help="a stream that arrives while others decode runs its prefill, first frames and first chunk "
+                        "on a high-priority CUDA stream of its own with batch-1 graphs, beside the steps in flight "
+                        "(experimental)")
     p.add_argument("--prefill-stream", action="store_true",
                    help="run new streams' prefills on a high-priority CUDA stream of their own, beside the "
                         "steps in flight (experimental; CUDA only)")
@@ -182,6 +186,7 @@ def _serve(args) -> int:
     policy = {k: getattr(args, k) for k in ("realtime_margin", "yield_buffer_s") if getattr(args, k) is not None}
     policy["codec_tick_steps"] = args.codec_tick
     policy["codec_tick_yields_to_prefill"] = args.codec_tick_yields_to_prefill
+    policy["newcomer_lane"] = args.newcomer_lane
     if args.always_lookahead:
         policy["lookahead_buffer_s"] = None
     elif args.lookahead_buffer_s is not None:

@@ -32,10 +32,11 @@ ensure_checkpoint; echo "checkpoint $((SECONDS - t0)) s"
 finish() { tar -czf "$OUT/run3-$TAG.tgz" -C $W . ; ls -la $W | tail -n +2 | wc -l; }
 trap finish EXIT
 
-part_gputest() {  # GPU_TESTS (default: the engine's)
+part_gputest() {  # GPU_TESTS (default: the engine's), GPU_TESTS_K: a pytest -k expression
+  limit=$(left 5); limit=$(( limit < ${TEST_LIMIT:-200} ? limit : ${TEST_LIMIT:-200} ))
   # shellcheck disable=SC2086  # GPU_TESTS splits into test paths
-  timeout ${TEST_LIMIT:-200} python3 -m pytest -q -m gpu ${GPU_TESTS:-tests/gpu/test_engine_gpu.py} -p no:cacheprovider \
-    > $W/gpu-tests.log 2>&1
+  timeout $limit python3 -m pytest -q -m gpu ${GPU_TESTS:-tests/gpu/test_engine_gpu.py} ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} \
+    -p no:cacheprovider > $W/gpu-tests.log 2>&1
   echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
 }
 

@@ -18,22 +18,25 @@ def _plan(step_id, frame_slots=(), chunk_slots=(), prefill_slots=()):
                     FrameBatch(rows, len(rows)) if rows else None, chunks)
 
 
-def test_a_slot_waits_for_the_last_step_that_touched_it_and_only_once():
+def test_work_on_another_stream_waits_for_a_slots_last_step_once():
     fences = SlotFences()
-    fences.record(_plan(0, frame_slots=(0, 1), chunk_slots=(2,)), ("e0",))
-    fences.record(_plan(1, frame_slots=(1,)), ("e1", "codec1"))
-    assert fences.take(0) == ("e0",)  # frame rows
-    assert fences.take(2) == ("e0",)  # chunks: the codec state is written there
-    assert fences.take(1) == ("e1", "codec1")  # the latest step, with its codec stream's event
-    assert fences.take(1) == ()  # taken: the new stream's own steps follow those
-    assert fences.take(5) == ()  # never used
+    fences.record(_plan(0, frame_slots=(0, 1), chunk_slots=(2,)), "main", ("e0",))
+    fences.record(_plan(1, frame_slots=(1,)), "main", ("e1", "codec1"))
+    assert fences.foreign(0, "main") == ()  # the same stream: its order does it
+    assert fences.foreign(0, "lane") == ("e0",)  # frame rows
+    assert fences.foreign(2, "prefill") == ("e0",)  # chunks: the codec state is written there
+    assert fences.foreign(1, "lane") == ("e1", "codec1")  # the latest step, with its codec stream's event
+    assert fences.foreign(1, "lane") == ()  # taken: the new work, and what follows it there, comes after
+    assert fences.foreign(5, "lane") == ()  # never used
 
 
-def test_prefills_alone_leave_no_fence():
-    """A prefill runs on the prefill stream itself, in order with the next one in that slot."""
+def test_a_lane_steps_slot_fences_the_main_stream():
+    """A stream cancelled in the newcomer lane frees its slot while its lane steps may be in flight:
+    the next owner's work on the main stream waits for them, prefills included."""
     fences = SlotFences()
-    fences.record(_plan(0, prefill_slots=(3,)), ("e0",))
-    assert fences.take(3) == ()
+    fences.record(_plan(0, prefill_slots=(3,), frame_slots=(3,)), "lane", ("lane0",))
+    assert fences.foreign(3, "lane") == ()
+    assert fences.foreign(3, "main") == ("lane0",)
 
 
 def test_the_prefill_stream_needs_cuda(tiny_checkpoint):

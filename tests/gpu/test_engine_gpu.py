@@ -1,7 +1,8 @@
 """The whole engine on CUDA (tiny checkpoint, fp32, CUDA graphs, Triton kernels, fused sampler,
-pipeline depth 2), with the codec on the default stream and on its own stream: concurrent streams'
-audio equals the CPU reference loop decoded in one piece. Exercises what CPU runs cannot: steps in
-flight on the device, pinned host copies, codec chunks overlapping the next frame step."""
+pipeline depth 2), with the codec on the default stream, on its own stream, and with prefills on a
+stream of their own and the newcomer lane: concurrent streams' audio equals the CPU reference loop
+decoded in one piece. Exercises what CPU runs cannot: steps in flight on the device, pinned host
+copies, codec chunks overlapping the next frame step, lane steps beside the main ones."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine.helpers import SHORT, VOICE, assert_pcm_close, collect, options, pcm_of
-from tts_engine.engine.api import DoneEvent
+from tests.engine.helpers import LONG, SHORT, VOICE, assert_pcm_close, collect, next_event, options, pcm_of
+from tts_engine.engine.api import AudioEvent, DoneEvent
 from tts_engine.engine.audio import to_s16le
 from tts_engine.engine.core import StreamingEngine
 from tts_engine.prompt import Layout
@@ -32,9 +33,10 @@ def cpu_reference(synth: Synthesizer, text: str, layout: Layout, seed: int):
 
 
 @pytest.fixture(scope="module", params=[(False, False), (True, False), (False, True)],
-                ids=["codec-default-stream", "codec-own-stream", "prefill-stream"])
+                ids=["codec_default_stream", "codec_own_stream", "prefill_stream_newcomer_lane"])
 def cuda_engine(request, cuda, tiny_checkpoint):
-    cfg = SchedulerConfig(raise_on_invariant_violation=True)
+    # The third engine: prefills on their own stream and the newcomer lane (its own stream and graphs).
+    cfg = SchedulerConfig(raise_on_invariant_violation=True, newcomer_lane=request.param[1])
     # Exact fp32 codec: the comparison with the CPU reference is to 1 LSB; the served default (TF32)
     # is measured against fp32 by bench.latency (51 dB SNR on the H200). The codec tick, early first
     # audio and the fused SnakeBeta run as served.
@@ -63,6 +65,34 @@ def test_concurrent_streams_on_cuda_equal_the_cpu_reference(cuda_engine, tiny_ch
         assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos"
         assert events[-1].frames == frames - 1
         assert_pcm_close(pcm_of(events), ref_s16)
+    assert cuda_engine.scheduler.violations(idle=True) == []
+
+
+def test_newcomers_beside_a_decoding_stream_equal_the_cpu_reference(cuda_engine, tiny_checkpoint):
+    """Streams that arrive while another decodes: with the newcomer lane their prefill, first frames
+    and first chunk run on the lane's stream beside the other's steps, then join them; the audio is
+    the reference's either way."""
+    synth = Synthesizer(tiny_checkpoint)
+    texts = ["A second voice joins in.", "Three is a crowd, and four is more."]
+    refs = [cpu_reference(synth, t, Layout.NON_STREAMING, seed=70 + i) for i, t in enumerate(texts)]
+    lanes_before = cuda_engine.scheduler.stats["lane_streams"]
+
+    async def run():
+        first = cuda_engine.open_stream(options(seed=69), LONG, end_input=True)
+        assert isinstance(await next_event(first), AudioEvent)
+        streams = [cuda_engine.open_stream(options(seed=70 + i, silence_threshold_dbfs=None), t, end_input=True)
+                   for i, t in enumerate(texts)]
+        results = await asyncio.gather(*(collect(s) for s in streams))
+        first.cancel()
+        await collect(first)
+        return results
+
+    for events, (ref_s16, frames) in zip(asyncio.run(run()), refs):
+        assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos"
+        assert events[-1].frames == frames - 1
+        assert_pcm_close(pcm_of(events), ref_s16)
+    if cuda_engine.lane is not None:
+        assert cuda_engine.scheduler.stats["lane_streams"] > lanes_before
     assert cuda_engine.scheduler.violations(idle=True) == []
 
 

@@ -35,6 +35,7 @@ from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
 from ..runtime.options import FastPathOptions
 from ..runtime.runner import ModelRunner
 from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
+from ..scheduler.plan import StepPlan
 from ..scheduler.request import Phase
 from ..scheduler.scheduler import Scheduler
 from .api import (
@@ -49,6 +50,7 @@ from .entry import TTFA_PARTS, StreamEntry
 from .executor import LaunchedStep, StepExecutor
 from .gcpause import GcPauses, freeze_heap
 from .intake import TextIntake
+from .lane import NewcomerLane
 from .pipeline import StepPipeline
 from .profile import EngineProfile
 from .stream import Stream
@@ -119,6 +121,8 @@ class StreamingEngine:
                                    reject_predicted_underrun=reject)
         # Random weights never stop on EOS: their length comes from the text (forced_frames).
         self.executor = StepExecutor(self.runner, self.codec_runner, eos_allowed=not mc.is_random)
+        self.lane = NewcomerLane(self.runner, self.codec_runner, self.executor.fences, eos_allowed=not mc.is_random,
+                                 max_first_chunk=cfg.newcomer_lane_max_first_chunk) if cfg.newcomer_lane else None
         self._eos_id = None if mc.is_random else mc.talker.codec_eos_token_id
         self.pipeline = StepPipeline(cfg.pipeline_depth or (2 if on_cuda else 1))
         self.intake = TextIntake(self.tokenizer, self.model_config, self.defaults, self.runner.max_context)
@@ -277,6 +281,8 @@ class StreamingEngine:
             log.log(level, "codec graphs: %d captured, skipped %s, mismatched %s, max error %.2e, %.0f s",
                     len(report["captured"]), report["skipped"], report["mismatched"], report["max_error"],
                     report["seconds"])
+        if self.lane is not None:
+            self.lane.capture()
         self.codec_runner.decode([0], torch.zeros(1, 16, 2, dtype=torch.long))
         self.codec_runner.reset(0)
 
@@ -290,21 +296,29 @@ class StreamingEngine:
         t1 = clock()
         did |= self.delivery.act(self.scheduler.reap())
         now = time.monotonic()
+        lane_plans = self._plan_lane(now)
         plan = self.scheduler.schedule(now)
         t2, c2 = clock(), cpu()
+        for lane_plan in lane_plans:  # first: its prefill starts at once
+            self.lane.launch(lane_plan, self._entries)
+            did = True
         if not plan.empty:
             self.pipeline.push(self.executor.launch(plan, self._entries))
             did = True
         t3, c3 = clock(), cpu()
+        did |= self._service_lane()
         depth = None if self.scheduler.wants_lookahead(now) else 1
         read_s = 0.0
         self._interrupted = False
         for launched in self.pipeline.completed(must_wait=plan.empty, before_wait=self._deliver_early, depth=depth,
-                                                wait=self._await_step):
+                                                wait=self._await_step,
+                                                full_wait=self._await_full if self.lane is not None else None):
             r0 = clock()
             self._read(launched)
             read_s += clock() - r0
             did = True
+        if self.lane is not None and len(self.lane) and plan.empty and not len(self.pipeline):
+            did |= self._await_lane()
         self.delivery.flush()
         self.step_count += 1
         did |= self._interrupted
@@ -319,6 +333,17 @@ class StreamingEngine:
             self.stats["host_cpu_s"] += cpu() - c0
             self.stats["host_iterations"] += 1
         return did
+
+    def _plan_lane(self, now: float) -> list[StepPlan]:
+        """The newcomer lane's steps, all that can be planned now (back to back on its stream: its
+        prefill + frame 0, then frame 1 + its first chunk)."""
+        plans = []
+        while self.lane is not None:
+            plan = self.scheduler.schedule_lane(now)
+            if plan.empty:
+                break
+            plans.append(plan)
+        return plans
 
     def _read(self, launched: LaunchedStep) -> None:
         result = launched.result(self._eos_id)
@@ -339,6 +364,7 @@ class StreamingEngine:
         while True:
             if not launched.early_delivered and launched.early_ready():
                 self._deliver_early(launched)
+            self._service_lane()
             if launched.early_delivered and launched.ready():
                 return True
             if not self._commands.empty():
@@ -347,18 +373,43 @@ class StreamingEngine:
             self._wake.wait(AWAIT_POLL_S)
             self._wake.clear()
 
+    def _await_full(self, launched: LaunchedStep) -> None:
+        """With the newcomer lane, the wait for a step when no other may be launched beside it: the
+        lane's first audio and steps are served meanwhile (a blocking wait would hold them)."""
+        while True:
+            if not launched.early_delivered and launched.early_ready():
+                self._deliver_early(launched)
+            self._service_lane()
+            if launched.early_delivered and launched.ready():
+                return
+            self._wake.wait(AWAIT_POLL_S)
+            self._wake.clear()
+
+    def _await_lane(self) -> bool:
+        """Nothing on the main stream: wait for the lane's oldest step to be read, or a command."""
+        while len(self.lane):
+            if self._service_lane() or not self._commands.empty():
+                break
+            self._wake.wait(AWAIT_POLL_S)
+            self._wake.clear()
+        return True
+
+    def _service_lane(self) -> bool:
+        return self.lane is not None and self.lane.service(self._deliver_early, self._read)
+
     def _deliver_early(self, launched: LaunchedStep) -> None:
         """Early first audio (Delivery.early); pipeline.completed's before_wait."""
         self.delivery.early(launched, self._eos_id)
 
     # -- health --------------------------------------------------------------------------------------
     def _busy(self) -> bool:
-        return self.scheduler.has_work() or not self._commands.empty() or len(self.pipeline) > 0
+        return (self.scheduler.has_work() or not self._commands.empty() or len(self.pipeline) > 0
+                or (self.lane is not None and len(self.lane) > 0))
 
     def check_invariants(self) -> list[str]:
         """Invariants that hold between steps when nothing is in flight (engine thread, or a
         stopped engine)."""
-        out = self.scheduler.violations(idle=len(self.pipeline) == 0)
+        out = self.scheduler.violations(idle=self._nothing_in_flight())
         adm = self.scheduler.admission
         with adm.lock:
             if self._commands.empty() and adm.admitted != len(self.scheduler.streams):
@@ -367,8 +418,11 @@ class StreamingEngine:
             out.append(f"engine entries {sorted(self._entries)} != scheduler streams {sorted(self.scheduler.streams)}")
         return out
 
+    def _nothing_in_flight(self) -> bool:
+        return len(self.pipeline) == 0 and (self.lane is None or len(self.lane) == 0)
+
     def _check_invariants(self) -> None:
-        if len(self.pipeline):
+        if not self._nothing_in_flight():
             return
         violations = self.check_invariants()
         if not violations:

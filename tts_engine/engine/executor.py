@@ -64,25 +64,34 @@ class _Timer:
 
 
 class SlotFences:
-    """The end of the last launched step that touched each slot (its frame rows or chunks), as the
-    CUDA events to wait for before work on another stream writes that slot again: a slot freed while
-    its stream's steps are in flight can be given to a new stream at once, whose prefill on the
-    prefill stream would otherwise race them. Events that have fired cost nothing to wait for."""
+    """Per slot, the end of the last launched step that touched it (its prefill, frame rows or chunks)
+    and which CUDA stream ran it: work for that slot on another stream waits for those events first.
+    A slot freed while its stream's steps are in flight can be given to a new stream at once, whose
+    work on the newcomer lane or the prefill stream would otherwise race them (on one stream, order
+    does it). One instance is shared by the executors of all streams. Fired events cost nothing."""
 
     def __init__(self):
-        self._last: dict[int, tuple[object, ...]] = {}
+        self._last: dict[int, tuple[str, tuple[object, ...]]] = {}
 
-    def record(self, plan: StepPlan, events: tuple[object, ...]) -> None:
-        slots = {c.slot for b in plan.chunks for c in b.chunks}
-        if plan.frames is not None:
-            slots |= {r.slot for r in plan.frames.rows}
-        for slot in slots:
-            self._last[slot] = events
+    def record(self, plan: StepPlan, key: str, events: tuple[object, ...]) -> None:
+        for slot in plan_slots(plan):
+            self._last[slot] = (key, events)
 
-    def take(self, slot: int) -> tuple[object, ...]:
-        """The events a new stream's work in `slot` must wait for (forgotten once taken: the new
-        stream's own steps come after them)."""
-        return self._last.pop(slot, ())
+    def foreign(self, slot: int, key: str) -> tuple[object, ...]:
+        """The events that work for `slot` on stream `key` must wait for: the last step's if another
+        stream ran it (then forgotten: the new work, and whatever follows it there, comes after)."""
+        last = self._last.get(slot)
+        if last is None or last[0] == key:
+            return ()
+        del self._last[slot]
+        return last[1]
+
+
+def plan_slots(plan: StepPlan) -> set[int]:
+    slots = {p.slot for p in plan.prefills} | {c.slot for b in plan.chunks for c in b.chunks}
+    if plan.frames is not None:
+        slots |= {r.slot for r in plan.frames.rows}
+    return slots
 
 
 @dataclass
@@ -151,16 +160,35 @@ def _mark_launched(plan: StepPlan, entries: dict[str, StreamEntry], now: float) 
 
 
 class StepExecutor:
-    def __init__(self, runner: ModelRunner, codec_runner: CodecRunner, *, eos_allowed: bool):
+    def __init__(self, runner: ModelRunner, codec_runner: CodecRunner, *, eos_allowed: bool,
+                 stream: torch.cuda.Stream | None = None, fences: SlotFences | None = None):
+        """stream: the CUDA stream this executor's steps run on (None: the current one; the newcomer
+        lane's executor has its own). fences: shared by the executors of every stream."""
         self.runner, self.codec_runner = runner, codec_runner
+        self.stream = stream
+        self.key = "main" if stream is None else f"stream{id(stream)}"
         self.cuda = runner.device.type == "cuda"
         self.eos_allowed = eos_allowed
         self.max_code = codec_runner.codec.cfg.codebook_size - 1
-        self.fences = SlotFences()
+        self.fences = fences or SlotFences()
 
     @torch.inference_mode()
     def launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
+        if self.stream is None:
+            return self._launch(plan, entries)
+        with torch.cuda.stream(self.stream):
+            return self._launch(plan, entries)
+
+    def _launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
         step = LaunchedStep(plan, _Timer(self.cuda))
+        if self.cuda:
+            current = torch.cuda.current_stream()
+            slots = plan_slots(plan)
+            if self.runner.prefill_stream is not None:  # fenced there (_prefills); this stream waits for it
+                slots -= {p.slot for p in plan.prefills}
+            for slot in slots:
+                for event in self.fences.foreign(slot, self.key):
+                    current.wait_event(event)
         self._prefills(plan, entries, step)
         # Chunks after the codes half of the frame step (they may hold its frames) and before its
         # talker half, which no chunk needs: first audio comes a talker step sooner. With a codec
@@ -173,7 +201,7 @@ class StepExecutor:
         if self.cuda:
             step.event = torch.cuda.Event()
             step.event.record()
-            self.fences.record(plan, tuple(e for e in (step.event, step.codec_event) if e is not None))
+            self.fences.record(plan, self.key, tuple(e for e in (step.event, step.codec_event) if e is not None))
         _mark_launched(plan, entries, time.monotonic())
         return step
 
@@ -189,7 +217,7 @@ class StepExecutor:
             return
         with torch.cuda.stream(side):  # the prompts' embedding too: on the default stream it would queue
             for p in plan.prefills:
-                for event in self.fences.take(p.slot):
+                for event in self.fences.foreign(p.slot, "prefill"):
                     side.wait_event(event)
                 t0 = step.timer.start()
                 prompt = entries[p.stream_id].prompt

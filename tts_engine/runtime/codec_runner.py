@@ -25,6 +25,7 @@ replays every graph once against the eager step and drops any that disagree.
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,6 +102,16 @@ class CodecRunner:
         on_cuda = self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if on_cuda and own_stream else None
         self.capture_stream = torch.cuda.Stream(self.device) if on_cuda and own_stream else None
+
+    def lane_runner(self, chunk_sizes: tuple[int, ...]) -> CodecRunner:
+        """A runner for the newcomer lane: this one's codec and stream state (one row per slot, each
+        written by one runner at a time), with batch-1 graphs of `chunk_sizes`, captured on a capture
+        stream of their own (`capture()`), run on the caller's stream."""
+        lane = copy.copy(self)
+        lane.chunk_sizes = tuple(sorted(set(chunk_sizes)))
+        lane.buckets, lane.graphs, lane.stream = (1,), {}, None
+        lane.capture_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        return lane
 
     def _on_codec_stream(self):
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()

@@ -26,6 +26,7 @@ no top-p sort) when it serves every row, else the general one.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -142,9 +143,10 @@ class ModelRunner:
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
         self.text_embedding = talker.model.text_embedding.weight
         self.text_projection = talker.text_projection
-        self.code_predictor = CodePredictorRunner(
-            talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
-            gemv_rows=opts.cp_gemv_rows, pdl=cp_pdl, mma_rows=opts.cp_mma_rows)
+        self._talker_module = talker
+        self._cp_options = dict(use_triton=self.use_triton, gemv_rows=opts.cp_gemv_rows, pdl=cp_pdl,
+                                mma_rows=opts.cp_mma_rows)
+        self.code_predictor = CodePredictorRunner(talker, self.codec_embedding, max(self.buckets), **self._cp_options)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
@@ -168,6 +170,19 @@ class ModelRunner:
         # (bucket, variant) -> (codes graph, talker graph, inputs [4, bucket], codes out [bucket, 16])
         self.graphs: dict[tuple[int, SamplerVariant],
                           tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+
+    def lane_runner(self) -> ModelRunner:
+        """A runner for the newcomer lane: this one's weights and per-slot state (KV cache, hidden,
+        logits, sampling rows: a slot is written by one runner at a time, the scheduler's rule), with
+        batch-1 frame graphs, prefill graphs, a code predictor (its buffers are per batch row, not per
+        slot), pinned staging and a memory pool of its own, so that its graphs replay on another CUDA
+        stream beside this runner's. Capture its graphs on a capture stream of their own."""
+        lane = copy.copy(self)
+        lane.buckets = (1,)
+        lane.graphs, lane.prefill_graphs, lane._pool, lane._ring_pos = {}, {}, None, 0
+        lane.prefill_stream = lane._prefill_capture = None  # the lane's prefills run on the lane
+        lane.code_predictor = CodePredictorRunner(self._talker_module, self.codec_embedding, 1, **self._cp_options)
+        return lane
 
     # -- slots ---------------------------------------------------------------------------------
     def start_slot(self, slot: int, params: SamplingParams, seed: int, eos_allowed: bool) -> None:

@@ -28,6 +28,16 @@ class SchedulerConfig:
     # With the tick: a tick step that would hold a prefill moves to the next step (Scheduler._on_tick).
     # Run 12, a pair on one H200 host: p95 first audio 27.3 -> 25.8 ms at 10 req/s, 42.4 -> 37.1 at 40.
     codec_tick_yields_to_prefill: bool = True
+    # The newcomer lane (engine on CUDA: a high-priority CUDA stream with batch-1 graphs of its own):
+    # a stream that arrives while others decode has its prefill, first frames and first chunk planned
+    # as lane steps (Scheduler.schedule_lane), which run beside the steps in flight instead of after
+    # them; it joins the others' steps once its lane steps are read. One newcomer at a time; the rest
+    # take the usual way. bench.lanes (run 12): 8.3 ms to its PCM alone, 11.6 beside batch-8 steps
+    # (which it slows ~0.5 ms each), against ~34 ms queued behind four of them.
+    newcomer_lane: bool = False
+    # Its first chunk may hold at most this many frames (a longer first chunk takes the usual way:
+    # each lane frame is a batch-1 step of its own).
+    newcomer_lane_max_first_chunk: int = 2
     # A stream passed over this many steps in a row runs next, whatever its deadline.
     starvation_steps: int = 8
     # Real time holds when one engine cycle (a frame for every stream, its share of codec and

@@ -3,6 +3,7 @@ No torch. The engine core only executes plans (nano-vllm's Scheduler / ModelRunn
 
     add / enqueue / flush / playout / audio_sent / abort      stream lifecycle (engine thread)
     schedule(now) -> StepPlan                                 what to launch next
+    schedule_lane(now) -> StepPlan                            a newcomer's lane step (newcomer_lane)
     postprocess(StepResult) -> [Output]                       what a completed step means
     reap() -> [Output]                                        streams done without pending work
     violations(idle) -> [str]                                 invariants, checked while idle
@@ -15,6 +16,13 @@ is cut at the EOS frame (the codec is causal, so the cut equals decoding only th
 A stream removed while work for it is in flight (cancel) frees its slot at once: the GPU runs
 work in launch order, so a new stream's prefill in that slot comes after the old work, and the old
 work's results are dropped by stream id.
+
+Newcomer lane (`SchedulerConfig.newcomer_lane`): `schedule_lane` plans a newcomer's prefill, frames
+and first chunk as lane steps, which the engine runs on a CUDA stream of their own beside the main
+steps in flight; they may complete before main steps launched earlier (postprocess keeps each lane's
+order). The stream stays out of main steps until its lane steps are read, so the two streams of work
+never touch one stream's slot at once; a slot freed while lane work is in flight (cancel) is fenced
+by the engine (StepExecutor's SlotFences).
 """
 
 from __future__ import annotations
@@ -58,7 +66,9 @@ class Scheduler:
         self.admission = Admission(config.max_active_streams, config.max_queued_streams, reject_predicted_underrun)
         self.streams: dict[str, StreamState] = {}
         self.in_flight: dict[int, StepPlan] = {}  # launched, results not yet processed; launch order
-        self._next_step = 0
+        self._next_step = 0  # step ids, both lanes
+        self._main_steps = 0  # main steps planned (the codec tick counts these)
+        self._lane: StreamState | None = None  # the newcomer whose lane steps are being planned
         self._tick_shift = 0  # codec tick steps postponed so far (SchedulerConfig.codec_tick_yields_to_prefill)
         self._tick_postponed = False  # the last tick step was postponed: the next one is not
         self._observed = 0
@@ -110,6 +120,8 @@ class Scheduler:
         return s
 
     def _remove(self, s: StreamState) -> None:
+        if self._lane is s:
+            self._lane = None
         s.phase = Phase.FINISHED
         if s.slot is not None:
             self.slots.release(s.slot)
@@ -121,7 +133,8 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan:
         step_id = self._next_step
         self._next_step += 1
-        decoding = [s for s in self.streams.values() if s.phase is Phase.DECODING]
+        self._main_steps += 1
+        decoding = [s for s in self.streams.values() if s.phase is Phase.DECODING and not s.in_lane]
         prefills = self._plan_prefills(decoding, now)
         decoding += [self.streams[p.stream_id] for p in prefills]
         frames = self._plan_frames(decoding, now)
@@ -132,6 +145,58 @@ class Scheduler:
             self.in_flight[step_id] = plan
             self.stats["steps"] += 1
         return plan
+
+    def schedule_lane(self, now: float) -> StepPlan:
+        """The newcomer lane's next step (empty: none). A queued stream enters the lane when other
+        streams are decoding (alone, it gains nothing: the main steps are its own), no lane step is
+        in flight and its first chunk is short; its lane steps hold its prefill, its frames up to the
+        first chunk and that chunk (by default two: prefill + frame 0, then frame 1 + its chunk)."""
+        s = self._lane
+        prefills: tuple[Prefill, ...] = ()
+        if s is None:
+            s = self._lane_candidate()
+            if s is None:
+                return StepPlan(-1)
+            s.slot = self.slots.allocate()
+            s.phase = Phase.DECODING
+            s.in_lane = True
+            self._lane = s
+            prefills = (Prefill(s.id, s.slot, s.prompt_len),)
+            self.stats["lane_streams"] += 1
+        frames = None
+        if self._frame_ready(s):
+            frame = s.frames_launched
+            frames = FrameBatch((FrameRow(s.id, s.slot, frame, s.prompt_len + frame,
+                                          s.step_text(frame, self.eos_id, self.pad_id)),), 1)
+            s.frames_launched += 1
+        chunks: tuple[ChunkBatch, ...] = ()
+        due = due_chunks(s)[:1]  # the first chunk: the lane's last
+        if due:
+            (first, n), = due
+            chunks = (ChunkBatch(n, (Chunk(s.id, s.slot, first, n),)),)
+            s.frames_chunked += n
+            s.chunks_planned += 1
+        if s.chunks_planned or s.launches_over:
+            self._lane = None  # planned: the lane takes the next newcomer once these steps are read
+        if not prefills and frames is None and not chunks:
+            return StepPlan(-1)
+        plan = StepPlan(self._next_step, prefills, frames, chunks, lane=True)
+        self._next_step += 1
+        self.in_flight[plan.step_id] = plan
+        s.lane_steps += 1
+        self.stats["lane_steps"] += 1
+        return plan
+
+    def _lane_candidate(self) -> StreamState | None:
+        if not self.cfg.newcomer_lane or not self.slots.num_free or any(p.lane for p in self.in_flight.values()):
+            return None
+        if not any(s.phase is Phase.DECODING for s in self.streams.values()):
+            return None
+        queued = [s for s in self.streams.values() if s.phase is Phase.QUEUED]
+        if not queued:
+            return None
+        s = min(queued, key=lambda s: s.arrival)
+        return s if s.chunk_schedule[0] <= self.cfg.newcomer_lane_max_first_chunk else None
 
     def wants_lookahead(self, now: float) -> bool:
         """Whether the engine may launch the next step before the one on the device is read
@@ -213,7 +278,7 @@ class Scheduler:
         tick = self.cfg.codec_tick_steps or 0
         if not tick:
             return None
-        on_tick = (self._next_step - self._tick_shift) % tick == 0
+        on_tick = (self._main_steps - self._tick_shift) % tick == 0
         if on_tick and prefilling and self.cfg.codec_tick_yields_to_prefill and not self._tick_postponed:
             self._tick_shift += 1
             self._tick_postponed = True
@@ -271,12 +336,17 @@ class Scheduler:
 
     # -- results -------------------------------------------------------------------------------------
     def postprocess(self, result: StepResult) -> list[Output]:
-        """Apply a completed step (steps complete in launch order)."""
-        oldest = next(iter(self.in_flight), None)
-        if result.step_id != oldest:
+        """Apply a completed step (the steps of each lane complete in launch order)."""
+        plan = self.in_flight.get(result.step_id)
+        lane = plan is not None and plan.lane
+        oldest = next((i for i, p in self.in_flight.items() if p.lane == lane), None)
+        if plan is None or result.step_id != oldest:
             raise RuntimeError(f"step {result.step_id} completed before step {oldest}")
-        plan = self.in_flight.pop(result.step_id)
-        self._observe(plan, result)
+        del self.in_flight[result.step_id]
+        if lane:  # beside the main steps its device times are not the shapes' own: not observed
+            self._leave_lane(plan)
+        else:
+            self._observe(plan, result)
         touched: dict[str, None] = {}
         if plan.frames is not None:
             if len(result.eos) != len(plan.frames.rows):
@@ -294,6 +364,15 @@ class Scheduler:
                     touched[chunk.stream_id] = None
         outputs += self._settle([self.streams[sid] for sid in touched if sid in self.streams])
         return outputs
+
+    def _leave_lane(self, plan: StepPlan) -> None:
+        for sid in plan.stream_ids:
+            s = self.streams.get(sid)
+            if s is None:
+                continue
+            s.lane_steps -= 1
+            if s.lane_steps == 0 and s is not self._lane:
+                s.in_lane = False  # its next frames come with the others'
 
     def _observe(self, plan: StepPlan, result: StepResult) -> None:
         t = result.timings
@@ -397,6 +476,10 @@ class Scheduler:
                     and s.frames_decoded <= max(0, s.frames_done - s.audible_skip)):
                 out.append(f"stream {s.id} frame counters out of order: launched {s.frames_launched}, done "
                            f"{s.frames_done}, chunked {s.frames_chunked}, decoded {s.frames_decoded}")
+            if s.in_lane and (s.phase is not Phase.DECODING or s.lane_steps < 0):
+                out.append(f"stream {s.id} in the lane is {s.phase.value} with {s.lane_steps} lane steps")
+            if idle and (s.lane_steps or (s.in_lane and s is not self._lane)):
+                out.append(f"stream {s.id}: idle with {s.lane_steps} lane steps, in lane {s.in_lane}")
             if idle and s.eos_frame is None and s.frames_launched != s.frames_done:
                 out.append(f"stream {s.id}: {s.frames_launched - s.frames_done} frames launched and never read")
         if set(held) != self.slots.used:

@@ -1,0 +1,113 @@
+"""The engine with the newcomer lane (SchedulerConfig.newcomer_lane) on CPU, where the lane's steps run
+synchronously through the main runners: streams that arrive while another decodes go through the
+lane and their audio still equals the reference loop's; cancel in the lane; the engine ends empty.
+The CUDA side (a stream of its own, batch-1 graphs beside the main ones) is tests/gpu/test_engine_gpu.py's."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.engine.helpers import (
+    LONG,
+    SHORT,
+    assert_empty,
+    assert_pcm_close,
+    collect,
+    next_event,
+    options,
+    pcm_of,
+    reference_pcm,
+)
+from tts_engine.engine.api import AudioEvent, DoneEvent
+from tts_engine.engine.core import StreamingEngine
+from tts_engine.prompt import Layout
+from tts_engine.scheduler.config import SchedulerConfig
+
+
+@pytest.fixture(scope="module")
+def lane_engine(tiny_checkpoint, one_thread):
+    cfg = SchedulerConfig(raise_on_invariant_violation=True, pipeline_depth=2, codec_tick_steps=2, newcomer_lane=True,
+                          yield_buffer_s=1e9)
+    engine = StreamingEngine(tiny_checkpoint, device="cpu", max_context=512, scheduler=cfg, max_active_streams=8)
+    asyncio.run(engine.start())
+    assert engine.lane is not None
+    yield engine
+    asyncio.run(engine.stop())
+    assert engine.fault is None
+
+
+@pytest.fixture(autouse=True)
+def empty_after(lane_engine):
+    yield
+    assert_empty(lane_engine)
+
+
+@pytest.mark.parametrize("layout", [Layout.NON_STREAMING, Layout.STREAMING])
+def test_newcomers_beside_a_decoding_stream_go_through_the_lane_and_equal_the_reference(lane_engine, synth, layout):
+    eng = lane_engine
+    texts = ["A second voice joins in.", "Three is a crowd."]
+    refs = [reference_pcm(eng, synth, t, layout, seed=30 + i) for i, t in enumerate(texts)]
+    lanes_before = eng.scheduler.stats["lane_streams"]
+
+    async def run():
+        first = eng.open_stream(options(seed=29, silence_threshold_dbfs=None), LONG, end_input=True)
+        assert isinstance(await next_event(first), AudioEvent)  # decoding: newcomers may take the lane
+        streams = [eng.open_stream(options(seed=30 + i, silence_threshold_dbfs=None, layout=layout), t, end_input=True)
+                   for i, t in enumerate(texts)]
+        results = await asyncio.gather(*(collect(s) for s in streams))
+        first.cancel()
+        await collect(first)
+        return results
+
+    results = asyncio.run(run())
+    for events, (_, ref_s16, frames) in zip(results, refs):
+        assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos"
+        assert events[-1].frames == frames - 1
+        assert_pcm_close(pcm_of(events), ref_s16)
+    assert eng.scheduler.stats["lane_streams"] > lanes_before
+
+
+def test_a_streaming_newcomer_in_the_lane_waits_for_its_text(lane_engine, synth):
+    eng = lane_engine
+    text = "Words arrive one by one here."
+    _, ref_s16, frames = reference_pcm(eng, synth, text, Layout.STREAMING, seed=41)
+    lanes_before = eng.scheduler.stats["lane_streams"]
+
+    async def run():
+        first = eng.open_stream(options(seed=40, silence_threshold_dbfs=None), LONG, end_input=True)
+        assert isinstance(await next_event(first), AudioEvent)
+        words = text.split(" ")
+        s = eng.open_stream(options(seed=41, silence_threshold_dbfs=None, layout=Layout.STREAMING), words[0])
+        for w in words[1:]:
+            await asyncio.sleep(0.05)
+            s.append(" " + w)
+        s.end_input()
+        events = await collect(s)
+        first.cancel()
+        await collect(first)
+        return events
+
+    events = asyncio.run(run())
+    assert isinstance(events[-1], DoneEvent) and events[-1].frames == frames - 1
+    assert_pcm_close(pcm_of(events), ref_s16)
+    assert eng.scheduler.stats["lane_streams"] == lanes_before + 1
+
+
+def test_cancel_in_the_lane_frees_everything(lane_engine):
+    eng = lane_engine
+
+    async def run():
+        first = eng.open_stream(options(seed=50), LONG, end_input=True)
+        assert isinstance(await next_event(first), AudioEvent)
+        gone = eng.open_stream(options(seed=51), SHORT, end_input=True)
+        gone.cancel()  # in the same drain as its open, or with its lane steps done
+        after = eng.open_stream(options(seed=52), SHORT, end_input=True)
+        first.cancel()
+        return await collect(gone), await collect(after), await collect(first)
+
+    gone, after, first = asyncio.run(run())
+    assert isinstance(gone[-1], DoneEvent) and gone[-1].reason == "cancelled"
+    assert isinstance(after[-1], DoneEvent) and after[-1].reason == "eos"
+    assert first[-1].reason == "cancelled"
