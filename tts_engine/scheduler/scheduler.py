@@ -32,6 +32,7 @@ from collections import Counter
 from .admission import Admission
 from .config import SchedulerConfig
 from .cost import CostModel
+from .lane import LanePlanning
 from .plan import (
     AudioReady,
     Chunk,
@@ -52,7 +53,7 @@ from .slots import SlotPool
 CAPACITY_EVERY = 16  # observed steps between refreshes of the admission's capacity estimate
 
 
-class Scheduler:
+class Scheduler(LanePlanning):
     def __init__(self, config: SchedulerConfig, buckets: tuple[int, ...], eos_id: int, pad_id: int, *,
                  reject_predicted_underrun: bool = False, cost: CostModel | None = None):
         self.cfg = config.validate()
@@ -145,58 +146,6 @@ class Scheduler:
             self.in_flight[step_id] = plan
             self.stats["steps"] += 1
         return plan
-
-    def schedule_lane(self, now: float) -> StepPlan:
-        """The newcomer lane's next step (empty: none). A queued stream enters the lane when other
-        streams are decoding (alone, it gains nothing: the main steps are its own), no lane step is
-        in flight and its first chunk is short; its lane steps hold its prefill, its frames up to the
-        first chunk and that chunk (by default two: prefill + frame 0, then frame 1 + its chunk)."""
-        s = self._lane
-        prefills: tuple[Prefill, ...] = ()
-        if s is None:
-            s = self._lane_candidate()
-            if s is None:
-                return StepPlan(-1)
-            s.slot = self.slots.allocate()
-            s.phase = Phase.DECODING
-            s.in_lane = True
-            self._lane = s
-            prefills = (Prefill(s.id, s.slot, s.prompt_len),)
-            self.stats["lane_streams"] += 1
-        frames = None
-        if self._frame_ready(s):
-            frame = s.frames_launched
-            frames = FrameBatch((FrameRow(s.id, s.slot, frame, s.prompt_len + frame,
-                                          s.step_text(frame, self.eos_id, self.pad_id)),), 1)
-            s.frames_launched += 1
-        chunks: tuple[ChunkBatch, ...] = ()
-        due = due_chunks(s)[:1]  # the first chunk: the lane's last
-        if due:
-            (first, n), = due
-            chunks = (ChunkBatch(n, (Chunk(s.id, s.slot, first, n),)),)
-            s.frames_chunked += n
-            s.chunks_planned += 1
-        if s.chunks_planned or s.launches_over:
-            self._lane = None  # planned: the lane takes the next newcomer once these steps are read
-        if not prefills and frames is None and not chunks:
-            return StepPlan(-1)
-        plan = StepPlan(self._next_step, prefills, frames, chunks, lane=True)
-        self._next_step += 1
-        self.in_flight[plan.step_id] = plan
-        s.lane_steps += 1
-        self.stats["lane_steps"] += 1
-        return plan
-
-    def _lane_candidate(self) -> StreamState | None:
-        if not self.cfg.newcomer_lane or not self.slots.num_free or any(p.lane for p in self.in_flight.values()):
-            return None
-        if not any(s.phase is Phase.DECODING for s in self.streams.values()):
-            return None
-        queued = [s for s in self.streams.values() if s.phase is Phase.QUEUED]
-        if not queued:
-            return None
-        s = min(queued, key=lambda s: s.arrival)
-        return s if s.chunk_schedule[0] <= self.cfg.newcomer_lane_max_first_chunk else None
 
     def wants_lookahead(self, now: float) -> bool:
         """Whether the engine may launch the next step before the one on the device is read
@@ -364,15 +313,6 @@ class Scheduler:
                     touched[chunk.stream_id] = None
         outputs += self._settle([self.streams[sid] for sid in touched if sid in self.streams])
         return outputs
-
-    def _leave_lane(self, plan: StepPlan) -> None:
-        for sid in plan.stream_ids:
-            s = self.streams.get(sid)
-            if s is None:
-                continue
-            s.lane_steps -= 1
-            if s.lane_steps == 0 and s is not self._lane:
-                s.in_lane = False  # its next frames come with the others'
 
     def _observe(self, plan: StepPlan, result: StepResult) -> None:
         t = result.timings
