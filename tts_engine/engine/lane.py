@@ -9,7 +9,9 @@ Work for one slot on two streams is ordered by the executors' shared SlotFences.
 steps run through the main runners, synchronously, so the same logic is tested there.
 
 bench.lanes (run 12, H200): the newcomer's path to its PCM 8.3 ms alone, 11.6 ms beside batch-8
-steps with a codec tick (which it slows ~0.5 ms each), against ~34 ms queued behind four of them.
+steps with a codec tick (which it slows ~0.5 ms each), against ~34 ms queued behind four of them. Under
+load (run 12, a pair on one host): audible TTFA p50 -1.6 ms at 10 req/s but the p95 unchanged, and p95
++5.6 ms at 40 req/s; so it is off by default (`--newcomer-lane`).
 """
 
 from __future__ import annotations
