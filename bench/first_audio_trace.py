@@ -24,19 +24,21 @@ from pathlib import Path
 import torch
 
 OPEN, AUDIO = "cadence.open", "cadence.first_audio"
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # Chrome-trace categories of work on the GPU
 
 
 def timeline(trace: dict, gap_us: float = 15.0) -> dict:
-    """A Chrome trace (torch.profiler's export) with OPEN and AUDIO annotations -> the kernels between
-    them: µs from the open to the first kernel, busy time (their union), every gap over `gap_us` with
-    the kernels around it and the runtime calls made meanwhile, and the last kernel's end to the audio."""
+    """A Chrome trace (torch.profiler's export) with OPEN and AUDIO annotations -> the device's work
+    between them (kernels, copies, memsets): µs from the open to the first of it, busy time (their
+    union), every gap over `gap_us` with the work around it and the runtime calls made meanwhile, and
+    the end of the last to the audio."""
     events = trace["traceEvents"]
     marks = {e["name"]: float(e["ts"]) for e in events if e.get("name") in (OPEN, AUDIO) and "ts" in e}
     if OPEN not in marks or AUDIO not in marks:
         raise ValueError(f"the trace lacks the {OPEN} / {AUDIO} annotations")
     t0, t1 = marks[OPEN], marks[AUDIO]
     kernels = sorted(((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e["name"]) for e in events
-                      if e.get("cat") == "kernel" and t0 <= float(e["ts"]) <= t1), key=lambda k: k[0])
+                      if e.get("cat") in DEVICE_WORK and t0 <= float(e["ts"]) <= t1), key=lambda k: k[0])
     runtime = sorted((float(e["ts"]), e["name"]) for e in events
                      if e.get("cat") == "cuda_runtime" and t0 <= float(e["ts"]) <= t1)
     if not kernels:

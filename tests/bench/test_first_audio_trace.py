@@ -21,13 +21,14 @@ def test_the_timeline_between_open_and_first_audio():
         {"cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 1850.0, "dur": 5},
         _kernel(1900, 200, "frame"),  # a 100 µs gap after prefill, one launch in it
         _kernel(2105, 95, "codec"),  # 5 µs: under the threshold
+        {"cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": 2200, "dur": 20},  # device work too
         {"cat": "user_annotation", "name": AUDIO, "ts": 2500.0, "dur": 1},
         _kernel(2600, 10, "after the audio"),
     ]
     t = timeline({"traceEvents": events})
     assert t["open_to_audio_us"] == 1500 and t["open_to_first_kernel_us"] == 400 and t["first_kernel"] == "embed"
-    assert t["kernels"] == 5 and t["busy_us"] == 100 + 300 + 200 + 95
-    assert t["span_us"] == 800 and t["last_kernel_to_audio_us"] == 300
+    assert t["kernels"] == 6 and t["busy_us"] == 100 + 300 + 200 + 95 + 20
+    assert t["span_us"] == 820 and t["last_kernel_to_audio_us"] == 280
     assert t["graph_launches_at_us"] == [850]
     assert t["gaps"] == [{"at_us": 800, "gap_us": 100, "after": "prefill", "before": "frame",
                           "runtime_calls": ["cudaGraphLaunch"]}]

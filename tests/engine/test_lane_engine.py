@@ -19,6 +19,7 @@ from tests.engine.helpers import (
     options,
     pcm_of,
     reference_pcm,
+    wait_until,
 )
 from tts_engine.engine.api import AudioEvent, DoneEvent
 from tts_engine.engine.core import StreamingEngine
@@ -69,9 +70,10 @@ def test_newcomers_beside_a_decoding_stream_go_through_the_lane_and_equal_the_re
     assert eng.scheduler.stats["lane_streams"] > lanes_before
 
 
-def test_a_streaming_newcomer_in_the_lane_waits_for_its_text(lane_engine, synth):
+def test_a_streaming_newcomer_goes_through_the_lane_and_its_text_keeps_coming(lane_engine, synth):
+    """Opened with the text its first chunk needs (the lane's condition), the rest word by word."""
     eng = lane_engine
-    text = "Words arrive one by one here."
+    text = "Words arrive one by one here, and more of them after."
     _, ref_s16, frames = reference_pcm(eng, synth, text, Layout.STREAMING, seed=41)
     lanes_before = eng.scheduler.stats["lane_streams"]
 
@@ -79,8 +81,9 @@ def test_a_streaming_newcomer_in_the_lane_waits_for_its_text(lane_engine, synth)
         first = eng.open_stream(options(seed=40, silence_threshold_dbfs=None), LONG, end_input=True)
         assert isinstance(await next_event(first), AudioEvent)
         words = text.split(" ")
-        s = eng.open_stream(options(seed=41, silence_threshold_dbfs=None, layout=Layout.STREAMING), words[0])
-        for w in words[1:]:
+        s = eng.open_stream(options(seed=41, silence_threshold_dbfs=None, layout=Layout.STREAMING),
+                            " ".join(words[:4]))
+        for w in words[4:]:
             await asyncio.sleep(0.05)
             s.append(" " + w)
         s.end_input()
@@ -95,19 +98,26 @@ def test_a_streaming_newcomer_in_the_lane_waits_for_its_text(lane_engine, synth)
     assert eng.scheduler.stats["lane_streams"] == lanes_before + 1
 
 
-def test_cancel_in_the_lane_frees_everything(lane_engine):
+def test_cancel_of_a_stream_the_lane_took_frees_everything(lane_engine):
+    """Cancelled once the lane has taken it (on CPU its lane steps are done by then; cancels with lane
+    steps in flight are the fake loop's tests): its slot goes to the next newcomer, nothing leaks."""
     eng = lane_engine
+    lanes_before = eng.scheduler.stats["lane_streams"]
 
     async def run():
         first = eng.open_stream(options(seed=50), LONG, end_input=True)
         assert isinstance(await next_event(first), AudioEvent)
-        gone = eng.open_stream(options(seed=51), SHORT, end_input=True)
-        gone.cancel()  # in the same drain as its open, or with its lane steps done
+        gone = eng.open_stream(options(seed=51), LONG, end_input=True)
+        await asyncio.to_thread(wait_until, lambda: eng.scheduler.stats["lane_streams"] > lanes_before, 10.0,
+                                "the lane to take the stream")
+        gone.cancel()
         after = eng.open_stream(options(seed=52), SHORT, end_input=True)
+        results = await collect(gone), await collect(after)
         first.cancel()
-        return await collect(gone), await collect(after), await collect(first)
+        return *results, await collect(first)
 
     gone, after, first = asyncio.run(run())
+    assert eng.scheduler.stats["lane_streams"] >= lanes_before + 1
     assert isinstance(gone[-1], DoneEvent) and gone[-1].reason == "cancelled"
     assert isinstance(after[-1], DoneEvent) and after[-1].reason == "eos"
     assert first[-1].reason == "cancelled"

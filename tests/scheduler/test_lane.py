@@ -51,16 +51,27 @@ def test_a_newcomer_beside_a_decoding_stream_runs_its_first_steps_in_the_lane():
     loop.assert_empty()
 
 
-def test_lane_steps_are_not_counted_as_codec_tick_steps():
-    """The tick counts main steps: lane steps in between do not move its phase."""
-    loop = busy_loop()
-    main_before = loop.sched._main_steps
-    loop.open("b", forced=30)
-    for _ in range(4):
-        loop.step()
-    lane_steps = loop.sched.stats["lane_steps"]
-    assert lane_steps == 2 and loop.sched._next_step - loop.sched._main_steps == lane_steps
-    assert loop.sched._main_steps - main_before == 4
+def test_lane_steps_do_not_move_the_codec_tick():
+    """The tick counts main steps: with a newcomer's two lane steps in between, stream "a"'s tick chunks
+    come in the same main steps as without it (tick 3, so that two extra step ids would show)."""
+
+    def tick_pattern(with_newcomer: bool) -> list[bool]:
+        loop = lane_loop()
+        loop.sched.cfg = SchedulerConfig(newcomer_lane=True, codec_tick_steps=3, codec_tick_yields_to_prefill=False)
+        loop.open("a", forced=80, schedule=(1, 2))
+        for _ in range(6):
+            loop.step()
+        if with_newcomer:
+            loop.open("b", forced=80, schedule=(1, 2))
+        pattern = []
+        for _ in range(12):
+            plan = loop.step()
+            pattern.append(any(c.stream_id == "a" for b in plan.chunks for c in b.chunks))
+        assert loop.sched.stats["lane_steps"] == (2 if with_newcomer else 0)
+        return pattern
+
+    assert tick_pattern(True) == tick_pattern(False)
+    assert any(tick_pattern(False)) and not all(tick_pattern(False))
 
 
 def test_who_takes_the_usual_way():
@@ -87,18 +98,22 @@ def test_who_takes_the_usual_way():
     assert {sid: lis.done for sid, lis in loop.listeners.items()} == {"a": "eos", "b": "eos", "c": "eos"}
 
 
-def test_a_streaming_newcomer_waits_in_the_lane_for_its_text():
+def test_a_streaming_newcomer_takes_the_lane_only_with_the_text_of_its_first_chunk():
+    """Frames 0 and 1 need text tokens up to the third: with fewer a streaming newcomer would hold the
+    lane while its client pauses, so it takes the usual way."""
     loop = busy_loop()
     loop.open("b", tokens=2, ended=False, layout=Layout.STREAMING, forced=None, max_frames=20)
-    for _ in range(4):
+    loop.step()
+    assert not loop.sched.streams["b"].in_lane and loop.sched.stats["lane_streams"] == 0
+    loop.open("c", tokens=3, ended=False, layout=Layout.STREAMING, forced=None, max_frames=20)
+    for _ in range(3):
         loop.step()
-    b = loop.sched.streams["b"]
-    assert b.in_lane and b.frames_launched == 1 and loop.sched.stats["lane_steps"] == 1  # frame 1 needs a third token
-    loop.open("c", forced=20)  # the lane is held: c takes the usual way
-    loop.append("b", 3)
-    loop.end("b")
+    assert loop.sched.stats["lane_streams"] == 1 and loop.sched.stats["lane_steps"] == 2
+    for sid in ("b", "c"):
+        loop.append(sid, 3)
+        loop.end(sid)
     loop.run()
-    assert loop.sched.stats["lane_streams"] == 1 and loop.listeners["b"].done and loop.listeners["c"].done == "eos"
+    assert loop.listeners["b"].done and loop.listeners["c"].done
     loop.assert_empty()
 
 
@@ -150,3 +165,17 @@ def test_each_lane_completes_in_order_but_lanes_may_pass_each_other():
     done(m1)
     done(m2)
     assert sched.violations(idle=False) == []
+
+
+@pytest.mark.parametrize("frames", [0, 4])
+def test_the_lanes_first_chunk_limit_is_checked(frames):
+    """Its lane steps are launched back to back: more than the runner's pinned ring of 4 would
+    overwrite the first step's codes before they are read."""
+    with pytest.raises(ValueError, match=r"newcomer_lane_max_first_chunk must be in 1\.\.3, got"):
+        SchedulerConfig(newcomer_lane=True, newcomer_lane_max_first_chunk=frames).validate()
+
+
+def test_an_unknown_step_is_an_error():
+    loop = busy_loop()
+    with pytest.raises(RuntimeError, match="step 999 completed but is not in flight"):
+        loop.sched.postprocess(StepResult(999))

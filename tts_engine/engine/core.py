@@ -312,12 +312,12 @@ class StreamingEngine:
         self._interrupted = False
         for launched in self.pipeline.completed(must_wait=plan.empty, before_wait=self._deliver_early, depth=depth,
                                                 wait=self._await_step,
-                                                full_wait=self._await_full if self.lane is not None else None):
+                                                full_wait=self._await_full if self._lane_busy() else None):
             r0 = clock()
             self._read(launched)
             read_s += clock() - r0
             did = True
-        if self.lane is not None and len(self.lane) and plan.empty and not len(self.pipeline):
+        if self._lane_busy() and plan.empty and not len(self.pipeline):
             did |= self._await_lane()
         self.delivery.flush()
         self.step_count += 1
@@ -347,7 +347,7 @@ class StreamingEngine:
 
     def _read(self, launched: LaunchedStep) -> None:
         result = launched.result(self._eos_id)
-        if launched.plan.frames is not None:
+        if launched.plan.frames is not None and not launched.plan.lane:  # the main steps' batch and time
             self.stats["last_batch"] = len(launched.plan.frames.rows)
             if result.timings.frame_s is not None:
                 self.stats["last_step_ms"] = result.timings.frame_s * 1e3
@@ -374,9 +374,10 @@ class StreamingEngine:
             self._wake.clear()
 
     def _await_full(self, launched: LaunchedStep) -> None:
-        """With the newcomer lane, the wait for a step when no other may be launched beside it: the
-        lane's first audio and steps are served meanwhile (a blocking wait would hold them)."""
-        while True:
+        """The wait for a step when no other may be launched beside it, while lane steps are in flight:
+        their first audio and results are served meanwhile (a blocking wait would hold them); once the
+        lane is empty, the blocking wait (it releases the GIL instead of polling)."""
+        while self._lane_busy():
             if not launched.early_delivered and launched.early_ready():
                 self._deliver_early(launched)
             self._service_lane()
@@ -384,9 +385,15 @@ class StreamingEngine:
                 return
             self._wake.wait(AWAIT_POLL_S)
             self._wake.clear()
+        self._deliver_early(launched)
+        launched.wait()
+
+    def _lane_busy(self) -> bool:
+        return self.lane is not None and len(self.lane) > 0
 
     def _await_lane(self) -> bool:
-        """Nothing on the main stream: wait for the lane's oldest step to be read, or a command."""
+        """Nothing on the main stream: wait until the lane has done something (early first audio
+        delivered, a step read) or a command arrives."""
         while len(self.lane):
             if self._service_lane() or not self._commands.empty():
                 break
@@ -403,8 +410,7 @@ class StreamingEngine:
 
     # -- health --------------------------------------------------------------------------------------
     def _busy(self) -> bool:
-        return (self.scheduler.has_work() or not self._commands.empty() or len(self.pipeline) > 0
-                or (self.lane is not None and len(self.lane) > 0))
+        return self.scheduler.has_work() or not self._commands.empty() or len(self.pipeline) > 0 or self._lane_busy()
 
     def check_invariants(self) -> list[str]:
         """Invariants that hold between steps when nothing is in flight (engine thread, or a
@@ -419,7 +425,7 @@ class StreamingEngine:
         return out
 
     def _nothing_in_flight(self) -> bool:
-        return len(self.pipeline) == 0 and (self.lane is None or len(self.lane) == 0)
+        return len(self.pipeline) == 0 and not self._lane_busy()
 
     def _check_invariants(self) -> None:
         if not self._nothing_in_flight():

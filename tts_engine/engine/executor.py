@@ -64,27 +64,32 @@ class _Timer:
 
 
 class SlotFences:
-    """Per slot, the end of the last launched step that touched it (its prefill, frame rows or chunks)
-    and which CUDA stream ran it: work for that slot on another stream waits for those events first.
-    A slot freed while its stream's steps are in flight can be given to a new stream at once, whose
-    work on the newcomer lane or the prefill stream would otherwise race them (on one stream, order
-    does it). One instance is shared by the executors of all streams. Fired events cost nothing."""
+    """Per slot, which executor last touched it (prefill, frame rows or chunks) and the end of its
+    latest work there on each CUDA stream it uses (its own; the codec's, with `--codec-stream`: a step
+    without chunks leaves the codec stream's event of an earlier one in place). Work for that slot by
+    another executor waits for those events first: a slot freed while its stream's steps are in flight
+    can go to a new stream at once, whose work on the newcomer lane or the prefill stream would
+    otherwise race them (on one stream, order does it). One instance is shared by every executor.
+    Fired events cost nothing to wait for."""
 
     def __init__(self):
-        self._last: dict[int, tuple[str, tuple[object, ...]]] = {}
+        self._last: dict[int, tuple[str, dict[str, object]]] = {}
 
-    def record(self, plan: StepPlan, key: str, events: tuple[object, ...]) -> None:
+    def record(self, plan: StepPlan, key: str, events: dict[str, object]) -> None:
+        """events: the step's end on each stream it used, by stream name."""
         for slot in plan_slots(plan):
-            self._last[slot] = (key, events)
+            last = self._last.get(slot)
+            kept = last[1] if last is not None and last[0] == key else {}
+            self._last[slot] = (key, {**kept, **events})
 
-    def foreign(self, slot: int, key: str) -> tuple[object, ...]:
-        """The events that work for `slot` on stream `key` must wait for: the last step's if another
-        stream ran it (then forgotten: the new work, and whatever follows it there, comes after)."""
+    def take_foreign(self, slot: int, key: str) -> tuple[object, ...]:
+        """The events that work for `slot` by executor `key` must wait for: those of another executor's
+        last work there (then forgotten: the new work, and whatever follows it there, comes after)."""
         last = self._last.get(slot)
         if last is None or last[0] == key:
             return ()
         del self._last[slot]
-        return last[1]
+        return tuple(last[1].values())
 
 
 def plan_slots(plan: StepPlan) -> set[int]:
@@ -187,7 +192,7 @@ class StepExecutor:
             if self.runner.prefill_stream is not None:  # fenced there (_prefills); this stream waits for it
                 slots -= {p.slot for p in plan.prefills}
             for slot in slots:
-                for event in self.fences.foreign(slot, self.key):
+                for event in self.fences.take_foreign(slot, self.key):
                     current.wait_event(event)
         self._prefills(plan, entries, step)
         # Chunks after the codes half of the frame step (they may hold its frames) and before its
@@ -201,7 +206,8 @@ class StepExecutor:
         if self.cuda:
             step.event = torch.cuda.Event()
             step.event.record()
-            self.fences.record(plan, self.key, tuple(e for e in (step.event, step.codec_event) if e is not None))
+            ends = {"step": step.event, "codec": step.codec_event}
+            self.fences.record(plan, self.key, {name: e for name, e in ends.items() if e is not None})
         _mark_launched(plan, entries, time.monotonic())
         return step
 
@@ -217,7 +223,7 @@ class StepExecutor:
             return
         with torch.cuda.stream(side):  # the prompts' embedding too: on the default stream it would queue
             for p in plan.prefills:
-                for event in self.fences.foreign(p.slot, "prefill"):
+                for event in self.fences.take_foreign(p.slot, "prefill"):
                     side.wait_event(event)
                 t0 = step.timer.start()
                 prompt = entries[p.stream_id].prompt

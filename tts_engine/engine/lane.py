@@ -22,12 +22,10 @@ from collections.abc import Callable
 import torch
 
 from ..runtime.codec_runner import CodecRunner
-from ..runtime.runner import ModelRunner
+from ..runtime.runner import HIGH_PRIORITY, ModelRunner
 from ..scheduler.plan import StepPlan
 from .entry import StreamEntry
 from .executor import LaunchedStep, SlotFences, StepExecutor
-
-LANE_PRIORITY = -1  # CUDA stream priority (lower = higher): its kernels go first when SMs free up
 
 
 class NewcomerLane:
@@ -37,7 +35,7 @@ class NewcomerLane:
         if runner.device.type == "cuda":
             runner = runner.lane_runner()
             codec_runner = codec_runner.lane_runner(tuple(range(1, max_first_chunk + 1)))
-            stream = torch.cuda.Stream(runner.device, priority=LANE_PRIORITY)
+            stream = torch.cuda.Stream(runner.device, priority=HIGH_PRIORITY)
         self.runner, self.codec_runner = runner, codec_runner
         self.executor = StepExecutor(runner, codec_runner, eos_allowed=eos_allowed, stream=stream, fences=fences)
         self.steps: deque[LaunchedStep] = deque()  # launched, not yet read; launch order

@@ -18,6 +18,8 @@ smallest of them with programmatic dependent launch; larger ones through cuBLAS.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
@@ -97,6 +99,18 @@ class CodePredictorRunner:
         self.prefill_rows = torch.arange(max_batch, **i).repeat_interleave(2)  # tokens (row, 0), (row, 1), ...
         self.prefill_pos = torch.arange(2, **i).repeat(max_batch)
         self.codebook_ids = torch.arange(16, **i)
+
+    def with_own_cache(self, max_batch: int) -> CodePredictorRunner:
+        """A runner over the same weights and tables with a KV cache of its own for `max_batch` rows
+        (the one state a pass writes), whose graphs may replay beside this one's. Its row and position
+        index tables are this runner's, read as their first rows."""
+        layers, rows, *rest = self.k.shape
+        if max_batch > rows:
+            raise ValueError(f"max_batch {max_batch} exceeds this runner's {rows}")
+        other = copy.copy(self)
+        other.k = self.k.new_zeros(layers, max_batch, *rest)
+        other.v = torch.zeros_like(other.k)
+        return other
 
     def layers(self, h: torch.Tensor, b: int, start: int) -> tuple[torch.Tensor, bool]:
         """New positions start .. start + n - 1 of rows 0..b-1; h [b, n, h] -> (hidden of the last

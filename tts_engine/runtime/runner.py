@@ -63,8 +63,9 @@ from .sampler import (
 )
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-# The prefill stream's CUDA priority (lower = higher): see ModelRunner's prefill_stream.
-PREFILL_PRIORITY = -1
+# The CUDA priority (lower = higher) of the prefill stream (ModelRunner's prefill_stream) and the
+# newcomer lane's stream (engine/lane.py): their kernels go first when SMs free up.
+HIGH_PRIORITY = -1
 STEP_RING = 4  # frame steps that may be queued on the device at once (pinned staging buffers)
 # Prompt lengths with a captured prefill graph (rows padded up to the bucket). A CustomVoice
 # prompt is ~10 rows + the text's tokens in the non-streaming layout, ~11 in the streaming one.
@@ -118,7 +119,7 @@ class ModelRunner:
         self.use_graphs = on_cuda if use_graphs is None else use_graphs
         if prefill_stream and not on_cuda:
             raise ValueError(f"prefill_stream: a CUDA stream of its own needs a CUDA device, not {self.device}")
-        self.prefill_stream = torch.cuda.Stream(self.device, priority=PREFILL_PRIORITY) if prefill_stream else None
+        self.prefill_stream = torch.cuda.Stream(self.device, priority=HIGH_PRIORITY) if prefill_stream else None
         self._prefill_capture = torch.cuda.Stream(self.device) if prefill_stream else None
         self.options = opts = (options or FastPathOptions()).validate()
         pdl_here = self.use_triton and pdl_supported(self.device)
@@ -143,10 +144,9 @@ class ModelRunner:
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
         self.text_embedding = talker.model.text_embedding.weight
         self.text_projection = talker.text_projection
-        self._talker_module = talker
-        self._cp_options = dict(use_triton=self.use_triton, gemv_rows=opts.cp_gemv_rows, pdl=cp_pdl,
-                                mma_rows=opts.cp_mma_rows)
-        self.code_predictor = CodePredictorRunner(talker, self.codec_embedding, max(self.buckets), **self._cp_options)
+        self.code_predictor = CodePredictorRunner(
+            talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
+            gemv_rows=opts.cp_gemv_rows, pdl=cp_pdl, mma_rows=opts.cp_mma_rows)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
@@ -174,14 +174,15 @@ class ModelRunner:
     def lane_runner(self) -> ModelRunner:
         """A runner for the newcomer lane: this one's weights and per-slot state (KV cache, hidden,
         logits, sampling rows: a slot is written by one runner at a time, the scheduler's rule), with
-        batch-1 frame graphs, prefill graphs, a code predictor (its buffers are per batch row, not per
-        slot), pinned staging and a memory pool of its own, so that its graphs replay on another CUDA
-        stream beside this runner's. Capture its graphs on a capture stream of their own."""
+        batch-1 frame graphs, prefill graphs, a code-predictor KV cache (per batch row, not per slot),
+        pinned staging and a memory pool of its own, so that its graphs replay on another CUDA stream
+        beside this runner's. Capture its graphs on a capture stream of their own. Settings read at
+        each step (attention_version, talker_launch, talker_gemv_rows) are copied, not shared."""
         lane = copy.copy(self)
         lane.buckets = (1,)
         lane.graphs, lane.prefill_graphs, lane._pool, lane._ring_pos = {}, {}, None, 0
         lane.prefill_stream = lane._prefill_capture = None  # the lane's prefills run on the lane
-        lane.code_predictor = CodePredictorRunner(self._talker_module, self.codec_embedding, 1, **self._cp_options)
+        lane.code_predictor = self.code_predictor.with_own_cache(1)
         return lane
 
     # -- slots ---------------------------------------------------------------------------------

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CODEC_TICK_CUDA = 2
+# A newcomer's lane steps (its first chunk's frames + 1) are launched back to back, and a runner's
+# pinned ring holds 4 steps' codes (runtime/runner.py STEP_RING): at most 3 frames in the first chunk.
+LANE_MAX_FIRST_CHUNK = 3
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,11 @@ class SchedulerConfig:
     # as lane steps (Scheduler.schedule_lane), which run beside the steps in flight instead of after
     # them; it joins the others' steps once its lane steps are read. One newcomer at a time; the rest
     # take the usual way. bench.lanes (run 12): 8.3 ms to its PCM alone, 11.6 beside batch-8 steps
-    # (which it slows ~0.5 ms each), against ~34 ms queued behind four of them. Off: under load (run 12,
-    # a pair) p50 -1.6 ms but p95 unchanged at 10 req/s, p95 +5.6 ms at 40.
+    # (which it slows ~0.5 ms each), against ~34 ms queued behind four of them. Off by default: run 12's
+    # pair under load measured with the lane p50 -1.6 ms but the same p95 at 10 req/s, p95 +5.6 ms at 40.
     newcomer_lane: bool = False
-    # Its first chunk may hold at most this many frames (a longer first chunk takes the usual way:
-    # each lane frame is a batch-1 step of its own).
+    # Its first chunk may hold at most this many frames (1..LANE_MAX_FIRST_CHUNK; a longer first chunk
+    # takes the usual way: each lane frame is a batch-1 step of its own).
     newcomer_lane_max_first_chunk: int = 2
     # A stream passed over this many steps in a row runs next, whatever its deadline.
     starvation_steps: int = 8
@@ -68,6 +71,9 @@ class SchedulerConfig:
         for name in ("max_queued_streams", "starvation_steps", "codec_tick_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 1 <= self.newcomer_lane_max_first_chunk <= LANE_MAX_FIRST_CHUNK:
+            raise ValueError(f"newcomer_lane_max_first_chunk must be in 1..{LANE_MAX_FIRST_CHUNK}, "
+                             f"got {self.newcomer_lane_max_first_chunk}")
         if self.max_prefills_per_step < 1:
             raise ValueError(f"max_prefills_per_step must be >= 1, got {self.max_prefills_per_step}")
         if not self.codec_tick_urgent_s >= 0:

@@ -19,8 +19,9 @@ class LanePlanning:
     def schedule_lane(self, now: float) -> StepPlan:
         """The newcomer lane's next step (empty: none). A queued stream enters the lane when other
         streams are decoding (alone, it gains nothing: the main steps are its own), no lane step is
-        in flight and its first chunk is short; its lane steps hold its prefill, its frames up to the
-        first chunk and that chunk (by default two: prefill + frame 0, then frame 1 + its chunk)."""
+        in flight, its first chunk is short and its text covers that chunk's frames; its lane steps
+        hold its prefill, its frames up to the first chunk and that chunk (by default two: prefill +
+        frame 0, then frame 1 + its chunk)."""
         s = self._lane
         prefills: tuple[Prefill, ...] = ()
         if s is None:
@@ -66,7 +67,14 @@ class LanePlanning:
         if not queued:
             return None
         s = min(queued, key=lambda s: s.arrival)
-        return s if s.chunk_schedule[0] <= self.cfg.newcomer_lane_max_first_chunk else None
+        if s.chunk_schedule[0] > self.cfg.newcomer_lane_max_first_chunk:
+            return None
+        # Its text must cover the frames up to its first chunk: a streaming newcomer waiting for words
+        # would hold the lane (and stay out of the main steps) for as long as its client pauses.
+        frames = s.audible_skip + s.chunk_schedule[0]
+        if any(s.step_text(f, self.eos_id, self.pad_id) is None for f in range(frames)):
+            return None
+        return s
 
     def _leave_lane(self, plan: StepPlan) -> None:
         for sid in plan.stream_ids:

@@ -19,7 +19,7 @@ work's results are dropped by stream id.
 
 Newcomer lane (`SchedulerConfig.newcomer_lane`): `schedule_lane` plans a newcomer's prefill, frames
 and first chunk as lane steps, which the engine runs on a CUDA stream of their own beside the main
-steps in flight; they may complete before main steps launched earlier (postprocess keeps each lane's
+steps in flight; they may complete before main steps launched earlier (postprocess checks each lane's
 order). The stream stays out of main steps until its lane steps are read, so the two streams of work
 never touch one stream's slot at once; a slot freed while lane work is in flight (cancel) is fenced
 by the engine (StepExecutor's SlotFences).
@@ -68,7 +68,7 @@ class Scheduler(LanePlanning):
         self.streams: dict[str, StreamState] = {}
         self.in_flight: dict[int, StepPlan] = {}  # launched, results not yet processed; launch order
         self._next_step = 0  # step ids, both lanes
-        self._main_steps = 0  # main steps planned (the codec tick counts these)
+        self._main_steps = 0  # calls of schedule(), empty plans included (the codec tick counts these)
         self._lane: StreamState | None = None  # the newcomer whose lane steps are being planned
         self._tick_shift = 0  # codec tick steps postponed so far (SchedulerConfig.codec_tick_yields_to_prefill)
         self._tick_postponed = False  # the last tick step was postponed: the next one is not
@@ -289,7 +289,9 @@ class Scheduler(LanePlanning):
         plan = self.in_flight.get(result.step_id)
         lane = plan is not None and plan.lane
         oldest = next((i for i, p in self.in_flight.items() if p.lane == lane), None)
-        if plan is None or result.step_id != oldest:
+        if plan is None:
+            raise RuntimeError(f"step {result.step_id} completed but is not in flight")
+        if result.step_id != oldest:
             raise RuntimeError(f"step {result.step_id} completed before step {oldest}")
         del self.in_flight[result.step_id]
         if lane:  # beside the main steps its device times are not the shapes' own: not observed

@@ -27,7 +27,8 @@ class ServerConfig:
     ws_ping_timeout_s: float = 20.0
     # How long an idle HTTP keep-alive connection stays open (uvicorn's default is 5 s, which equals
     # httpx's client-side expiry: a request written just as the server closes the connection fails
-    # with a read error, as one in 3,503 did in run 12 at 30 req/s). Longer than common clients'.
+    # with a read error, as one in 3,503 did in run 12 at 30 req/s). Longer than the idle expiry of
+    # httpx (5 s) and aiohttp (15 s) clients; a client keeping idle connections longer still races.
     keep_alive_s: float = 30.0
     # After a WebSocket `cancel`, how long to wait for the engine's confirmation before the
     # server acknowledges the cancel anyway.
