@@ -47,7 +47,7 @@ from .api import (
 from .commands import Commands
 from .delivery import Delivery
 from .entry import TTFA_PARTS, StreamEntry
-from .executor import LaunchedStep, StepExecutor
+from .executor import LaunchedStep, SlotFences, StepExecutor
 from .gcpause import GcPauses, freeze_heap
 from .intake import TextIntake
 from .lane import NewcomerLane
@@ -120,8 +120,9 @@ class StreamingEngine:
         self.scheduler = Scheduler(cfg, self.runner.buckets, mc.tts_eos_token_id, mc.tts_pad_token_id,
                                    reject_predicted_underrun=reject)
         # Random weights never stop on EOS: their length comes from the text (forced_frames).
-        self.executor = StepExecutor(self.runner, self.codec_runner, eos_allowed=not mc.is_random)
-        self.lane = NewcomerLane(self.runner, self.codec_runner, self.executor.fences, eos_allowed=not mc.is_random,
+        fences = SlotFences() if cfg.newcomer_lane or prefill_stream else None  # work on two CUDA streams
+        self.executor = StepExecutor(self.runner, self.codec_runner, eos_allowed=not mc.is_random, fences=fences)
+        self.lane = NewcomerLane(self.runner, self.codec_runner, fences, eos_allowed=not mc.is_random,
                                  max_first_chunk=cfg.newcomer_lane_max_first_chunk) if cfg.newcomer_lane else None
         self._eos_id = None if mc.is_random else mc.talker.codec_eos_token_id
         self.pipeline = StepPipeline(cfg.pipeline_depth or (2 if on_cuda else 1))

@@ -168,14 +168,17 @@ class StepExecutor:
     def __init__(self, runner: ModelRunner, codec_runner: CodecRunner, *, eos_allowed: bool,
                  stream: torch.cuda.Stream | None = None, fences: SlotFences | None = None):
         """stream: the CUDA stream this executor's steps run on (None: the current one; the newcomer
-        lane's executor has its own). fences: shared by the executors of every stream."""
+        lane's executor has its own). fences: shared by the executors of every stream; None with one
+        stream of work (no lane, no prefill stream), where stream order does it at no host cost."""
         self.runner, self.codec_runner = runner, codec_runner
         self.stream = stream
         self.key = "main" if stream is None else f"stream{id(stream)}"
         self.cuda = runner.device.type == "cuda"
         self.eos_allowed = eos_allowed
         self.max_code = codec_runner.codec.cfg.codebook_size - 1
-        self.fences = fences or SlotFences()
+        if fences is None and runner.prefill_stream is not None:
+            fences = SlotFences()
+        self.fences = fences
 
     @torch.inference_mode()
     def launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
@@ -186,7 +189,7 @@ class StepExecutor:
 
     def _launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
         step = LaunchedStep(plan, _Timer(self.cuda))
-        if self.cuda:
+        if self.cuda and self.fences is not None:
             current = torch.cuda.current_stream()
             slots = plan_slots(plan)
             if self.runner.prefill_stream is not None:  # fenced there (_prefills); this stream waits for it
@@ -206,8 +209,9 @@ class StepExecutor:
         if self.cuda:
             step.event = torch.cuda.Event()
             step.event.record()
-            ends = {"step": step.event, "codec": step.codec_event}
-            self.fences.record(plan, self.key, {name: e for name, e in ends.items() if e is not None})
+            if self.fences is not None:
+                ends = {"step": step.event, "codec": step.codec_event}
+                self.fences.record(plan, self.key, {name: e for name, e in ends.items() if e is not None})
         _mark_launched(plan, entries, time.monotonic())
         return step
 
