@@ -355,39 +355,36 @@ class StreamingEngine:
         self.delivery.act(self.scheduler.postprocess(result), launched)
         self.stats["frames"] = self.scheduler.stats["frames"]
 
-    def _await_step(self, launched: LaunchedStep) -> bool:
+    def _await_step(self, launched: LaunchedStep, cut_short: bool = True) -> bool:
         """Wait for a step beside which another could still be launched (pipeline.completed's
         `wait`). Its early first audio goes out as soon as it is on the host. A command that arrives
         meanwhile (a stream opened, text appended) cuts the wait short: False, and the next iteration
         drains it and queues the new stream's prefill behind this step at once, instead of after
         this step, its reading and the next plan (run 8: up to 10 ms at 40 req/s before a new
-        stream's command was even drained)."""
+        stream's command was even drained).
+
+        cut_short False (`_await_full`): the wait for a step when no other may be launched beside
+        it, while lane steps are in flight, whose first audio and results are served meanwhile (a
+        blocking wait would hold them); once the lane is empty, the blocking wait (it releases the
+        GIL instead of polling)."""
         while True:
             if not launched.early_delivered and launched.early_ready():
                 self._deliver_early(launched)
             self._service_lane()
             if launched.early_delivered and launched.ready():
                 return True
-            if not self._commands.empty():
+            if cut_short and not self._commands.empty():
                 self._interrupted = True
                 return False
+            if not cut_short and not self._lane_busy():
+                self._deliver_early(launched)
+                launched.wait()
+                return True
             self._wake.wait(AWAIT_POLL_S)
             self._wake.clear()
 
     def _await_full(self, launched: LaunchedStep) -> None:
-        """The wait for a step when no other may be launched beside it, while lane steps are in flight:
-        their first audio and results are served meanwhile (a blocking wait would hold them); once the
-        lane is empty, the blocking wait (it releases the GIL instead of polling)."""
-        while self._lane_busy():
-            if not launched.early_delivered and launched.early_ready():
-                self._deliver_early(launched)
-            self._service_lane()
-            if launched.early_delivered and launched.ready():
-                return
-            self._wake.wait(AWAIT_POLL_S)
-            self._wake.clear()
-        self._deliver_early(launched)
-        launched.wait()
+        self._await_step(launched, cut_short=False)
 
     def _lane_busy(self) -> bool:
         return self.lane is not None and len(self.lane) > 0

@@ -230,8 +230,7 @@ class StepExecutor:
                 for event in self.fences.take_foreign(p.slot, "prefill"):
                     side.wait_event(event)
                 t0 = step.timer.start()
-                prompt = entries[p.stream_id].prompt
-                self.runner.prefill(p.slot, self.runner.embed_prompt(list(prompt.text_ids), list(prompt.codec_ids)))
+                self._fill(p.slot, entries[p.stream_id])
                 step.timer.stop("prefill", t0)
             done = torch.cuda.Event()
             done.record()
@@ -279,10 +278,14 @@ class StepExecutor:
                 step.codec_event.record()
 
     def _prefill(self, slot: int, entry: StreamEntry) -> None:
-        prompt = entry.prompt
         # The prefill first: on an idle GPU it starts while the host still queues the rest.
-        self.runner.prefill(slot, self.runner.embed_prompt(list(prompt.text_ids), list(prompt.codec_ids)))
+        self._fill(slot, entry)
         self._start_slot(slot, entry)
+
+    def _fill(self, slot: int, entry: StreamEntry) -> None:
+        """The prompt's embedding and prefill for `slot`, on the current stream."""
+        prompt = entry.prompt
+        self.runner.prefill(slot, self.runner.embed_prompt(list(prompt.text_ids), list(prompt.codec_ids)))
 
     def _start_slot(self, slot: int, entry: StreamEntry) -> None:
         self.runner.start_slot(slot, entry.options.params, entry.state.seed, eos_allowed=self.eos_allowed)
