@@ -52,7 +52,7 @@ def pipelined_engine(request, tiny_checkpoint, one_thread):
 @pytest.fixture(autouse=True)
 def engines_empty_after_each_test(request):
     yield
-    for name in ("engine", "small_engine", "pipelined_engine"):
+    for name in ("engine", "small_engine", "pipelined_engine", "lane_engine"):
         if name in request.fixturenames:
             assert_empty(request.getfixturevalue(name))
 

@@ -12,37 +12,27 @@ import pytest
 from tests.engine.helpers import (
     LONG,
     SHORT,
-    assert_empty,
     assert_pcm_close,
     collect,
     next_event,
     options,
     pcm_of,
     reference_pcm,
+    start_engine,
     wait_until,
 )
 from tts_engine.engine.api import AudioEvent, DoneEvent
-from tts_engine.engine.core import StreamingEngine
 from tts_engine.prompt import Layout
-from tts_engine.scheduler.config import SchedulerConfig
 
 
 @pytest.fixture(scope="module")
 def lane_engine(tiny_checkpoint, one_thread):
-    cfg = SchedulerConfig(raise_on_invariant_violation=True, pipeline_depth=2, codec_tick_steps=2, newcomer_lane=True,
-                          yield_buffer_s=1e9)
-    engine = StreamingEngine(tiny_checkpoint, device="cpu", max_context=512, scheduler=cfg, max_active_streams=8)
-    asyncio.run(engine.start())
-    assert engine.lane is not None
-    yield engine
-    asyncio.run(engine.stop())
-    assert engine.fault is None
-
-
-@pytest.fixture(autouse=True)
-def empty_after(lane_engine):
-    yield
-    assert_empty(lane_engine)
+    eng = start_engine(tiny_checkpoint, pipeline_depth=2, codec_tick_steps=2, yield_buffer_s=1e9, newcomer_lane=True,
+                       max_active_streams=8)
+    assert eng.lane is not None
+    yield eng
+    asyncio.run(eng.stop())
+    assert eng.fault is None
 
 
 @pytest.mark.parametrize("layout", [Layout.NON_STREAMING, Layout.STREAMING])
