@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from tts_engine.kernels.gemv import LATE_SUM
+
 CALLS, SETS = 20, 4
 
 
@@ -93,6 +95,13 @@ GEMV_CONFIGS += [dict(block_n=bn, block_k=1024, late_sum=False, stages=st, num_w
 # registers); run 9 measured them at 2-16 rows: slower than cuBLAS past 2-4 rows, as every GEMV here.
 GEMV_CONFIGS += [dict(block_n=bn, block_k=bk, late_sum=False, stages=3, num_warps=4)
                  for bn in (2, 4, 8) for bk in (64, 128)]
+# Whole rows of w per program (`whole_rows`, any K: the talker's 2048 and 6144), the kernel the PDL
+# launches use; and the same with PDL (`PDL_CONFIGS`, swept where the GPU supports it: each call of the
+# graph then overlaps the one before, as a chain of a step's products does).
+GEMV_CONFIGS += [dict(block_n=bn, whole_rows=True, num_warps=w) for bn in (1, 2, 4) for w in (4, 8)]
+PDL_CONFIGS = [{**cfg, "pdl": True} for cfg in GEMV_CONFIGS if cfg.get("whole_rows")]
+PDL_CONFIGS += [dict(block_n=bn, block_k=bk, pdl=True, **LATE_SUM) for bn in (4, 8, 16) for bk in (256, 512)
+                if not (bn == 16 and bk == 512)]
 # The tensor-core kernel (rows padded to 16), swept at batches past 2 instead of the above.
 MMA_CONFIGS = [dict(mma=True, block_n=bn, block_k=bk, stages=st, num_warps=4)
                for bn in (16, 32) for bk in (128, 256, 512) for st in (3, 4) if not (bn == 32 and bk == 512)]
@@ -101,8 +110,11 @@ MMA_CONFIGS = [dict(mma=True, block_n=bn, block_k=bk, stages=st, num_warps=4)
 def gemv_sweep(batch: int = 1, shapes=CP_SHAPES) -> list[dict]:
     """Each launch configuration of the fused GEMV against cuBLAS (+ its separate epilogue) at `batch`
     rows, µs."""
+    from tts_engine.kernels.backend import pdl_supported
     from tts_engine.kernels.gemv import gemv
     from tts_engine.kernels.silu_mul import silu_mul
+
+    pdl = pdl_supported(torch.device("cuda"))
 
     rows = []
     with torch.inference_mode():
@@ -121,7 +133,8 @@ def gemv_sweep(batch: int = 1, shapes=CP_SHAPES) -> list[dict]:
                          "floor_us": round(floor_us, 2)})
             print(f"{name:<20} b{batch:<3} cublas {cublas:7.2f} us (floor {floor_us:.2f})", flush=True)
             kw = {"silu_mul": epilogue == "silu", "residual": res if epilogue == "residual" else None}
-            for cfg in GEMV_CONFIGS if batch <= 2 else MMA_CONFIGS:
+            configs = MMA_CONFIGS if batch > 2 else GEMV_CONFIGS + (PDL_CONFIGS if pdl else [])
+            for cfg in configs:
                 try:
                     us = graph_ms([partial(gemv, x, w, **kw, **cfg) for w in ws]) * 1e3
                 except Exception as e:  # a configuration that does not compile or run here
@@ -138,7 +151,7 @@ def gemv_sweep(batch: int = 1, shapes=CP_SHAPES) -> list[dict]:
 
 def _config_of(row: dict) -> dict:
     """A sweep row's launch configuration (the keyword arguments of `gemv`)."""
-    return {k: row[k] for k in ("mma", *GEMV_CONFIGS[0]) if k in row}
+    return {k: row[k] for k in ("mma", "whole_rows", "pdl", *GEMV_CONFIGS[0]) if k in row}
 
 
 def best_launch(sweep: list[dict], model: str, batch: int) -> dict[str, dict]:

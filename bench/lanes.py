@@ -64,11 +64,11 @@ class Lanes:
             r.v_cache.normal_()
         for c in (self.main_codec, self.lane_codec):
             c.capture()
-        self.prompt = self.lane.embed_prompt([151644, 77091, 198] + [151671] * 6 + [151672] + list(range(1000, 1014)),
-                                             [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149] + [None] * 14)
+        self.prompt = ([151644, 77091, 198] + [151671] * 6 + [151672] + list(range(1000, 1014)),
+                       [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149] + [None] * 14)  # text, codec ids
         for slot in range(b):
             self.main.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=False)
-            self.main.prefill(slot, self.prompt)
+            self.main.prefill_prompt(slot, *self.prompt)
         self.lane.start_slot(0, SamplingParams(seed=99), 99, eos_allowed=False)
         self.max_code = codec.cfg.codebook_size - 1
         self.position = 200  # the background streams' talker position (reset every 500 steps)
@@ -79,8 +79,8 @@ class Lanes:
         """Queue the newcomer's path on the current stream -> (start, first PCM) events."""
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        t = self.prompt.shape[0]
-        self.lane.prefill(0, self.prompt)
+        t = len(self.prompt[0])
+        self.lane.prefill_prompt(0, *self.prompt)
         self.lane_codec.reset(0)
         self.lane.frame_step_async([0], [0], [t], [151671])
 
@@ -95,7 +95,7 @@ class Lanes:
         """The newcomer's prefill alone on the current stream -> (start, end) events."""
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        self.lane.prefill(0, self.prompt)
+        self.lane.prefill_prompt(0, *self.prompt)
         end.record()
         return start, end
 

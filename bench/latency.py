@@ -24,6 +24,7 @@ import platform
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -66,22 +67,48 @@ def stage_times(runner, prompt_rows, batches) -> dict:
             out[1] |= _variant_times("nopdl" if cp.pdl else "pdl", cp, dict(pdl=not cp.pdl),
                                      {k: fns[k] for k in ("code_predictor_frame", "frame_step")})
             print(f"batch 1, PDL {'off' if cp.pdl else 'on'}: {out[1]}", flush=True)
+        if pdl_supported(runner.device) and runner.talker_gemv_rows and 1 in out:
+            out[1] |= talker_pdl_times(runner, _stage_fns(runner, 1, t_len))
+            print(f"batch 1, the talker's PDL variants: {out[1]}", flush=True)
+    return out
+
+
+def talker_pdl_times(runner, fns: dict) -> dict:
+    """The talker's GEMV step (batch 1) with and without programmatic dependent launch, and which part
+    of a difference is PDL and which the whole-row products it launches (`runner.TALKER_PDL_LAUNCH`):
+    the other setting of `talker_pdl` ("tpdl" / "notpdl"), PDL over the sliced products ("tpdl_sliced"),
+    the whole-row products without PDL ("trows")."""
+    on = {k: {**cfg, "pdl": True} for k, cfg in runner.talker_launch.items()}
+    rows = {k: {**cfg, "pdl": False} for k, cfg in runner.talker_pdl_launch.items()}
+    stages = {k: fns[k] for k in ("talker_step", "talker_step_long", "frame_step")}
+    out = _variant_times("notpdl" if runner.talker_pdl else "tpdl", runner, dict(talker_pdl=not runner.talker_pdl),
+                         stages)
+    out |= _variant_times("tpdl_sliced", runner, dict(talker_pdl=True, talker_pdl_launch=on), stages)
+    out |= _variant_times("trows", runner, dict(talker_pdl=False, talker_launch=rows), stages)
     return out
 
 
 def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
-    """One prompt's prefill at batch 1 (slot 0), eager and through its captured bucket graph."""
+    """One prompt's embedding and prefill at batch 1 (slot 0), eager and through its captured bucket
+    graph (`prefill_prompt`: the embedding inside it)."""
     runner.capture_prefill_graphs()
     graphs, out = runner.prefill_graphs, {}
     with torch.inference_mode():
         for t_len in lengths:
-            x = torch.randn(t_len, runner.cfg.hidden_size, device="cuda").to(runner.dtype)
+            prefill = partial(runner.prefill_prompt, 0, *_prompt_ids(t_len))
             runner.prefill_graphs = {}
-            out[f"prefill_{t_len}_eager_ms"] = cuda_time_ms(lambda _x=x: runner.prefill(0, _x))
+            out[f"prefill_{t_len}_eager_ms"] = cuda_time_ms(prefill)
             runner.prefill_graphs = graphs
-            out[f"prefill_{t_len}_graph_ms"] = cuda_time_ms(lambda _x=x: runner.prefill(0, _x))
+            out[f"prefill_{t_len}_graph_ms"] = cuda_time_ms(prefill)
     print(f"prefill: {out}", flush=True)
     return out
+
+
+def _prompt_ids(t_len: int) -> tuple[list[int | None], list[int | None]]:
+    """A CustomVoice-shaped prompt of t_len >= 10 rows: role tokens, 7 rows with codec ids, the text."""
+    text_ids = [151644, 77091, 198] + [151671] * 6 + [151672] + [1000 + i for i in range(t_len - 10)]
+    codec_ids = [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149] + [None] * (t_len - 10)
+    return text_ids, codec_ids
 
 
 def _stage_fns(runner, b: int, t_len: int) -> dict:
@@ -154,15 +181,14 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
 
 def host_times(runner, reps: int = 50) -> dict:
     """The engine thread's CPU cost of queuing a new stream's work (µs, median of `reps`): the prompt's
-    embedding, the prefill, the slot's sampling settings, and frame steps at batch 1 and 8, through
-    the runner's captured graphs where it has them. Only the call is timed: the device is
-    synchronised between repetitions, so no call waits for earlier work. At batch 1 these run
-    before (or beside) the GPU's first work for a stream."""
+    embedding and prefill (one graph; the eager embedding beside it, what it cost before), the slot's
+    sampling settings, and frame steps at batch 1 and 8, through the runner's captured graphs where it
+    has them. Only the call is timed: the device is synchronised between repetitions, so no call waits
+    for earlier work. At batch 1 these run before (or beside) the GPU's first work for a stream."""
     from tts_engine.sampling import SamplingParams
 
     sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
-    text_ids = [151644, 77091, 198] + [151671] * 6 + [151672] + [1000 + i for i in range(12)]
-    codec_ids = [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149] + [None] * 12
+    text_ids, codec_ids = _prompt_ids(22)
 
     def timed(fn) -> float:
         times = []
@@ -174,14 +200,14 @@ def host_times(runner, reps: int = 50) -> dict:
         sync()
         return statistics.median(times) * 1e6
 
-    x = runner.embed_prompt(text_ids, codec_ids)
+    t = len(text_ids)
     b8 = list(range(min(8, runner.max_slots)))
     out = {"prompt_rows": len(text_ids), "graphs": bool(runner.graphs),
-           "embed_prompt_us": timed(lambda: runner.embed_prompt(text_ids, codec_ids)),
-           "prefill_us": timed(lambda: runner.prefill(0, x)),
+           "prefill_prompt_us": timed(lambda: runner.prefill_prompt(0, text_ids, codec_ids)),
+           "embed_prompt_eager_us": timed(lambda: runner.embed_prompt(text_ids, codec_ids)),
            "start_slot_us": timed(lambda: runner.start_slot(0, SamplingParams(), 0, eos_allowed=True)),
-           "frame_step_b1_us": timed(lambda: runner.frame_step_async([0], [5], [x.shape[0]], [0])),
-           f"frame_step_b{len(b8)}_us": timed(lambda: runner.frame_step_async(b8, [5] * len(b8), [x.shape[0]] * len(b8),
+           "frame_step_b1_us": timed(lambda: runner.frame_step_async([0], [5], [t], [0])),
+           f"frame_step_b{len(b8)}_us": timed(lambda: runner.frame_step_async(b8, [5] * len(b8), [t] * len(b8),
                                                                           [0] * len(b8)))}
     print(f"host: {out}", flush=True)
     return out

@@ -98,6 +98,9 @@ def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
     (["--cp-gemv-rows", "0", "--cp-pdl"],
      "--cp-pdl needs --cp-gemv-rows > 0 (PDL launches the code predictor's GEMVs)"),
     (["--cp-pdl"], "--cp-pdl needs a CUDA device (sm90+), not cpu"),
+    (["--talker-gemv-rows", "0", "--talker-pdl"],
+     "--talker-pdl needs --talker-gemv-rows > 0 (PDL launches the talker's GEMV steps)"),
+    (["--talker-pdl"], "--talker-pdl needs a CUDA device (sm90+), not cpu"),
     (["--prefill-stream"], "--prefill-stream needs a CUDA device, not cpu"),
 ])
 def test_serve_rejects_fast_path_options_out_of_range(tmp_path, args, message):

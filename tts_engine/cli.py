@@ -112,6 +112,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's GEMV passes of 1-2 rows with programmatic dependent launch "
                         "(default: on where supported, compiled Triton on sm90+ GPUs)")
+    p.add_argument("--talker-pdl", action=argparse.BooleanOptionalAction, default=None,
+                   help="the talker's GEMV steps (--talker-gemv-rows) with programmatic dependent launch, every "
+                        "kernel of the step (default: off; compiled Triton on sm90+ GPUs)")
     p.add_argument("--attention-version", type=int, choices=[2, 3], default=None,
                    help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products "
                         "(default 3; CUDA)")
@@ -204,8 +207,9 @@ def _serve(args) -> int:
         for field in FastPathOptions.__dataclass_fields__:
             message = message.replace(field, "--" + field.replace("_", "-"))
         raise ValueError(message)
-    if fast_path.cp_pdl and not str(args.device).startswith("cuda"):
-        raise ValueError(f"--cp-pdl needs a CUDA device (sm90+), not {args.device}")
+    for flag in ("cp_pdl", "talker_pdl"):
+        if getattr(fast_path, flag) and not str(args.device).startswith("cuda"):
+            raise ValueError(f"--{flag.replace('_', '-')} needs a CUDA device (sm90+), not {args.device}")
     if args.prefill_stream and not str(args.device).startswith("cuda"):
         raise ValueError(f"--prefill-stream needs a CUDA device, not {args.device}")
     from .engine.profile import EngineProfile

@@ -84,6 +84,32 @@ def test_host_times_times_each_call_of_a_new_stream():
     runner = ModelRunner(model, max_slots=8, max_context=64, buckets=(1, 8))
     out = latency.host_times(runner, reps=3)
     assert out["graphs"] is False and out["prompt_rows"] == 22
-    for key in ("embed_prompt_us", "prefill_us", "start_slot_us", "frame_step_b1_us", "frame_step_b8_us"):
+    for key in ("prefill_prompt_us", "embed_prompt_eager_us", "start_slot_us", "frame_step_b1_us",
+                "frame_step_b8_us"):
         assert out[key] > 0, key
     assert runner.logits[0].abs().sum() > 0  # the prefill wrote slot 0's logits
+
+
+def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
+    """Three variants beside the default (PDL off): PDL with its whole-row table, PDL over the sliced
+    table, the whole-row table without PDL; each step called under its settings, all restored."""
+    from tts_engine.runtime.runner import TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH
+
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
+    runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch = False, TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH
+    seen = []
+    runner._talker_decode = lambda *a: seen.append((runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch))
+    fns = latency._stage_fns(runner, 1, 11)
+    out = latency.talker_pdl_times(runner, fns)
+    assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "talker_step_long", "frame_step")
+                        for name in ("tpdl", "tpdl_sliced", "trows")}
+    launched = [(pdl, (pdl_launch if pdl else launch)["qkv"]) for pdl, launch, pdl_launch in seen]
+    assert (True, TALKER_PDL_LAUNCH["qkv"]) in launched  # whole rows with PDL
+    assert (True, {**TALKER_GEMV_LAUNCH["qkv"], "pdl": True}) in launched  # sliced with PDL
+    assert (False, {**TALKER_PDL_LAUNCH["qkv"], "pdl": False}) in launched  # whole rows without
+    assert TALKER_PDL_LAUNCH["qkv"]["whole_rows"] and "whole_rows" not in TALKER_GEMV_LAUNCH["qkv"]
+    assert (runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch) == (
+        False, TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH)
+    runner.talker_pdl = True
+    assert "talker_step_notpdl_ms" in latency.talker_pdl_times(runner, fns)

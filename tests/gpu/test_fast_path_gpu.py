@@ -93,23 +93,33 @@ def test_greedy_fast_path_equals_reference_loop_on_1_7b_config(cuda):
         assert torch.equal(ref, torch.stack(ours[: len(ref)]))
 
 
+def _random_prompt(t_len: int, g: torch.Generator, text_vocab: int, codec_vocab: int):
+    """t_len rows of (text id | None, codec id | None), every mix of the two tracks."""
+    text = torch.randint(0, text_vocab, (t_len,), generator=g).tolist()
+    codec = torch.randint(0, codec_vocab, (t_len,), generator=g).tolist()
+    which = torch.randint(0, 3, (t_len,), generator=g).tolist()  # 0: text only, 1: codec only, 2: both
+    return ([t if w != 1 else None for t, w in zip(text, which)], [c if w != 0 else None for c, w in zip(codec, which)])
+
+
 def test_prefill_graphs_equal_eager_prefill_and_touch_only_their_slot(model_1_7b):
+    """`prefill_prompt` through its bucket's graph (the embedding inside it) against the eager
+    embedding and prefill of the same ids."""
     cfg, model = model_1_7b
     runner = ModelRunner(model, max_slots=8, max_context=512)
     runner.k_cache.normal_()
     runner.v_cache.normal_()
     runner.capture_prefill_graphs()
     assert sorted(runner.prefill_graphs) == [16, 32, 64, 128, 256]
-    g = torch.Generator(device="cuda").manual_seed(0)
-    for t_len, slot in ((5, 3), (16, 0), (17, 7), (100, 2), (300, 1)):  # 300: no bucket, eager
-        x = torch.randn(t_len, cfg.talker.hidden_size, device="cuda", generator=g).to(runner.dtype)
+    g = torch.Generator().manual_seed(0)
+    for t_len, slot in ((5, 3), (16, 0), (17, 7), (100, 2), (300, 1), (11, 4), (12, 5)):  # 300: no bucket, eager
+        text_ids, codec_ids = _random_prompt(t_len, g, cfg.talker.text_vocab_size, cfg.talker.vocab_size)
         before = _state(runner)
         graphs, runner.prefill_graphs = runner.prefill_graphs, {}
-        runner.prefill(slot, x)
+        runner.prefill_prompt(slot, text_ids, codec_ids)
         eager = _state(runner)
         _restore(runner, before)
         runner.prefill_graphs = graphs
-        runner.prefill(slot, x)
+        runner.prefill_prompt(slot, text_ids, codec_ids)
         graph = _state(runner)
         others = [s for s in range(runner.max_slots + 1) if s != slot]
         for gr, b in zip(graph, before):

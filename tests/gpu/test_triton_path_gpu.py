@@ -35,22 +35,24 @@ def runners(cuda):
     return cfg, pair
 
 
-# (batch, attention version, talker GEMV rows): cuBLAS products; the fused GEMVs (runner.TALKER_GEMV_LAUNCH)
-@pytest.mark.parametrize("batch,attention,gemv_rows", [(1, 2, 0), (5, 2, 0), (1, 3, 0), (5, 3, 0), (1, 2, 2),
-                                                       (2, 3, 2)])
-def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows):
+# (batch, attention version, talker GEMV rows, PDL): cuBLAS products; the fused GEMVs
+# (runner.TALKER_GEMV_LAUNCH); with PDL (runner.TALKER_PDL_LAUNCH, every kernel of the step)
+@pytest.mark.parametrize("batch,attention,gemv_rows,pdl", [
+    (1, 2, 0, False), (5, 2, 0, False), (1, 3, 0, False), (5, 3, 0, False), (1, 2, 2, False), (2, 3, 2, False),
+    (1, 3, 1, True), (2, 2, 2, True)])
+def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, pdl):
     cfg, (fast, ref) = runners
     slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
     positions = 20 + 9 * slots
     x = torch.randn(batch, cfg.talker.hidden_size, device="cuda").bfloat16()
-    before = fast.attention_version, fast.talker_gemv_rows
-    fast.attention_version, fast.talker_gemv_rows = attention, gemv_rows
+    before = fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl
+    fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = attention, gemv_rows, pdl
     try:
         with torch.inference_mode():
             got = fast._talker_decode(slots, x, positions)
             want = ref._talker_decode(slots, x, positions)
     finally:
-        fast.attention_version, fast.talker_gemv_rows = before
+        fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = before
     assert got.dtype == want.dtype == torch.bfloat16
     assert rel_err(got, want) < 2e-2
     for layer in (0, 27):
@@ -133,3 +135,44 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b):
     assert torch.equal(codes[True][0], codes[False][0]), (
         "every replay with PDL gives the same codes, but not those without: the PDL-compiled kernels round "
         f"differently, or a race that repeats: {codes[True][0].tolist()} vs {codes[False][0].tolist()}")
+
+
+@pytest.mark.parametrize("b,attention", [(1, 3), (2, 2)])
+def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention):
+    """The talker's GEMV step with programmatic dependent launch (runner.TALKER_PDL_LAUNCH: whole-row
+    products reading their weights before the wait, and every other kernel of the step launched early),
+    captured in a graph as the engine runs it, against the same kernels launched without PDL: the same
+    arithmetic, so any difference is a kernel reading before its input is written."""
+    from tts_engine.runtime.runner import TALKER_PDL_LAUNCH
+
+    cfg, (fast, _) = runners
+    slots = torch.arange(b, device="cuda")
+    positions = 30 + 7 * slots
+    x = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    no_pdl = {name: {**launch, "pdl": False} for name, launch in TALKER_PDL_LAUNCH.items()}
+    before = fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch
+    hidden = {}
+    with torch.inference_mode():
+        for pdl in (False, True):
+            fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = attention, 2, pdl
+            fast.talker_launch = fast.talker_launch if pdl else no_pdl
+            try:
+                fast._talker_decode(slots, x, positions)  # compile outside the capture
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    out = fast._talker_decode(slots, x, positions)
+                hidden[pdl] = []
+                for _ in range(20):  # a race need not show every time
+                    graph.replay()
+                    torch.cuda.synchronize()
+                    hidden[pdl].append(out.clone())
+            finally:
+                fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch = before
+    differ = [i for i, got in enumerate(hidden[False]) if not torch.equal(got, hidden[False][0])]
+    assert not differ, f"replays {differ} without PDL differ from the first: the kernels are not deterministic"
+    differ = [i for i, got in enumerate(hidden[True]) if not torch.equal(got, hidden[True][0])]
+    assert not differ, f"replays {differ} with PDL differ from the first: a kernel reads before its input is written"
+    assert torch.equal(hidden[True][0], hidden[False][0]), (
+        "every replay with PDL gives the same hidden state, but not the one without: the PDL-compiled kernels "
+        "round differently, or a race that repeats")

@@ -17,6 +17,7 @@ def test_defaults_are_valid():
     (FastPathOptions(cp_gemv_rows=2, cp_mma_rows=2), "cp_mma_rows"),
     (FastPathOptions(cp_mma_rows=17), "cp_mma_rows"),
     (FastPathOptions(cp_gemv_rows=0, cp_pdl=True), "cp_pdl"),
+    (FastPathOptions(talker_gemv_rows=0, talker_pdl=True), "talker_pdl"),
     (FastPathOptions(attention_version=1), "attention_version"),
 ])
 def test_each_bad_value_is_named(options, field):

@@ -285,7 +285,7 @@ class StepExecutor:
     def _fill(self, slot: int, entry: StreamEntry) -> None:
         """The prompt's embedding and prefill for `slot`, on the current stream."""
         prompt = entry.prompt
-        self.runner.prefill(slot, self.runner.embed_prompt(list(prompt.text_ids), list(prompt.codec_ids)))
+        self.runner.prefill_prompt(slot, list(prompt.text_ids), list(prompt.codec_ids))
 
     def _start_slot(self, slot: int, entry: StreamEntry) -> None:
         self.runner.start_slot(slot, entry.options.params, entry.state.seed, eos_allowed=self.eos_allowed)

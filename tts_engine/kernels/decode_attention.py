@@ -31,13 +31,13 @@ import math
 
 import torch
 
-from .backend import HAVE_TRITON, next_pow2
+from .backend import HAVE_TRITON, next_pow2, pdl_launch
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import round_to
+    from .backend import pdl_start, round_to
 else:
     triton = None
 
@@ -101,7 +101,8 @@ if HAVE_TRITON:
     def _decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, len_ptr, out_ptr, acc_ptr, ml_ptr,
                       sq_b, sq_h, sk_n, sk_h, sk_l, so_b, so_h, scale,
                       GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CHUNK: tl.constexpr, SPLITS: tl.constexpr, HQ: tl.constexpr):
+                      CHUNK: tl.constexpr, SPLITS: tl.constexpr, HQ: tl.constexpr, PDL: tl.constexpr):
+        pdl_start(PDL)
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         split = tl.program_id(2)
@@ -151,7 +152,8 @@ if HAVE_TRITON:
                                            sq_b, sq_h, sk_n, sk_h, sk_l, so_b, so_h, scale,
                                            GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr,
                                            BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                                           HQ: tl.constexpr, DOT_FP32: tl.constexpr):
+                                           HQ: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr):
+        pdl_start(PDL)
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         split = tl.program_id(2)
@@ -200,7 +202,9 @@ if HAVE_TRITON:
 
     @triton.jit
     def _decode_attention_merge_kernel(len_ptr, out_ptr, acc_ptr, ml_ptr, so_b, so_h,
-                      D: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr, HQ: tl.constexpr):
+                      D: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr, HQ: tl.constexpr,
+                      PDL: tl.constexpr):
+        pdl_start(PDL)
         b = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
         n = tl.load(len_ptr + b)
@@ -218,9 +222,11 @@ if HAVE_TRITON:
 
 
 def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int | None = None,
-                     splits: int | None = None, version: int = 2) -> torch.Tensor:
+                     splits: int | None = None, version: int = 2, pdl: bool = False) -> torch.Tensor:
     """Triton kernels when available (CUDA, or CPU tensors through the interpreter). version 2:
-    fp32 CUDA-core products (the default, timed); 3: tensor-core products (tl.dot)."""
+    fp32 CUDA-core products (the default, timed); 3: tensor-core products (tl.dot). pdl: both
+    kernels launched with programmatic dependent launch (`backend.pdl_supported`): each program waits
+    for the previous kernel's writes before it reads anything (q, and the lengths a step computes)."""
     if not HAVE_TRITON:
         return decode_attention_ref(q, k_cache, v_cache, rows, lengths)
     if version not in (2, 3):
@@ -248,7 +254,8 @@ def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int | None 
     args = (q, k_cache, v_cache, rows, lengths, out, acc, ml,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             out.stride(0), out.stride(1), LOG2E / math.sqrt(d))
-    shape = dict(GROUP=group, D=d, BLOCK_N=block_n, CHUNK=chunk, SPLITS=splits, HQ=hq, num_warps=4)
+    shape = dict(GROUP=group, D=d, BLOCK_N=block_n, CHUNK=chunk, SPLITS=splits, HQ=hq, PDL=pdl, num_warps=4,
+                 **pdl_launch(pdl))
     if version == 2:
         _decode_attention_split_kernel[(b, hkv, splits)](*args, GROUP_P=next_pow2(group), **shape)
     else:  # an MMA needs >= 16 rows. fp32 caches keep full fp32 products; so do CPU runs, because
@@ -258,5 +265,6 @@ def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int | None 
                                                              DOT_FP32=dot_fp32, **shape)
     if splits > 1:
         _decode_attention_merge_kernel[(b, hq)](lengths, out, acc, ml, out.stride(0), out.stride(1),
-                                                D=d, CHUNK=chunk, SPLITS=splits, HQ=hq, num_warps=4)
+                                                D=d, CHUNK=chunk, SPLITS=splits, HQ=hq, PDL=pdl, num_warps=4,
+                                                **pdl_launch(pdl))
     return out

@@ -67,12 +67,15 @@ if HAVE_TRITON:
     @triton.jit
     def _gemv_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
                      MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, LATE_SUM: tl.constexpr, STAGES: tl.constexpr):
+                     BLOCK_K: tl.constexpr, LATE_SUM: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
         """MODE 0: plain, 1: + residual, 2: SwiGLU over rows n (gate) and n + n_out (up) of w.
         LATE_SUM: keep the products [M_P, BLOCK_N, BLOCK_K] in registers and reduce over K once
         after the loop (one cross-thread reduction instead of one per slice; registers grow with
         M_P); STAGES: software-pipelined slices of w in flight per program. NORM: x is RMS-normalised
-        with weight ln_ptr [K] first."""
+        with weight ln_ptr [K] first. PDL: launched with programmatic dependent launch, the program
+        waits for the previous kernel before its first load (its launch and scheduling overlap that
+        kernel's tail; `_gemv_rows_kernel` also streams its weights in meanwhile)."""
+        pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
@@ -220,9 +223,10 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
     them against cuBLAS on the GPU). whole_rows: each program holds whole rows of w (block_k is K
-    rounded up; for a few rows of x); pdl (implies whole_rows): launched with programmatic dependent
-    launch (`backend.pdl_supported`). mma: tensor-core products over rows padded to >= 16 (block_n,
-    block_k >= 16), for 3-64 rows."""
+    rounded up; for a few rows of x); pdl: launched with programmatic dependent launch
+    (`backend.pdl_supported`; with whole_rows the weights load before the wait for the previous
+    kernel). mma: tensor-core products over rows padded to >= 16 (block_n, block_k >= 16), for 3-64
+    rows."""
     if not HAVE_TRITON:
         return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm)
     m, k = x.shape
@@ -235,6 +239,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         raise ValueError(f"gemv needs one dtype, got x {x.dtype}, w {w.dtype}")
     if residual is not None and silu_mul:
         raise ValueError("gemv: residual and silu_mul do not combine")
+    if mma and pdl:
+        raise ValueError("gemv: the tensor-core kernel (mma) is not launched with pdl")
     n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
     y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
     r = residual if residual is not None else y
@@ -253,9 +259,10 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         del shape["M_P"]
         _gemm_mma_kernel[grid](*args, **shape, BLOCK_M=max(16, next_pow2(m)), BLOCK_K=block_k, STAGES=stages,
                                IEEE=x.dtype == torch.float32 or x.device.type == "cpu", num_warps=num_warps)
-    elif whole_rows or pdl:
+    elif whole_rows:
         _gemv_rows_kernel[grid](*args, **shape, BLOCK_K=next_pow2(k), PDL=pdl, num_warps=num_warps,
                                 **pdl_launch(pdl))
     else:
-        _gemv_kernel[grid](*args, **shape, BLOCK_K=block_k, LATE_SUM=late_sum, STAGES=stages, num_warps=num_warps)
+        _gemv_kernel[grid](*args, **shape, BLOCK_K=block_k, LATE_SUM=late_sum, STAGES=stages, PDL=pdl,
+                           num_warps=num_warps, **pdl_launch(pdl))
     return y

@@ -63,9 +63,10 @@ MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps
 # them. Run 10: code-predictor frame 1.82 ms against 2.42; its GPU test (tests/gpu/test_triton_path_gpu.py)
 # gives the codes of the same kernels launched without PDL.
 PDL_ROWS = 2
-PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, pdl=True), "o": dict(block_n=2, num_warps=4, pdl=True),
-              "gate_up": dict(block_n=4, num_warps=4, pdl=True), "down": dict(block_n=2, num_warps=8, pdl=True),
-              "head": dict(block_n=4, num_warps=4, pdl=True)}
+_PDL = dict(whole_rows=True, pdl=True)
+PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL), "o": dict(block_n=2, num_warps=4, **_PDL),
+              "gate_up": dict(block_n=4, num_warps=4, **_PDL), "down": dict(block_n=2, num_warps=8, **_PDL),
+              "head": dict(block_n=4, num_warps=4, **_PDL)}
 
 
 class CodePredictorRunner:

@@ -30,6 +30,9 @@ class FastPathOptions:
     # The code predictor's GEMV passes of 1-2 rows with programmatic dependent launch; None: where the
     # device supports it (compiled Triton on sm90+). Run 10: frame at batch 1 1.82 ms against 2.42.
     cp_pdl: bool | None = None
+    # The talker's GEMV steps (talker_gemv_rows) with programmatic dependent launch, every kernel of the
+    # step, the products on whole rows of w (runner.TALKER_PDL_LAUNCH); sm90+ only. Off until timed.
+    talker_pdl: bool = False
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).
     attention_version: int = 3
@@ -45,6 +48,8 @@ class FastPathOptions:
                                        f"{MAX_CP_MMA_ROWS}, got {self.cp_mma_rows}"))
         if self.cp_pdl and not self.cp_gemv_rows:
             out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
+        if self.talker_pdl and not self.talker_gemv_rows:
+            out.append(("talker_pdl", "needs talker_gemv_rows > 0 (PDL launches the talker's GEMV steps)"))
         if self.attention_version not in (2, 3):
             out.append(("attention_version", f"must be 2 or 3, got {self.attention_version}"))
         return out

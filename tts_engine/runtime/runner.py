@@ -7,9 +7,10 @@ State lives in per-slot device buffers, so a step can run any subset of requests
   seen               [slots + 1, 3072]    codebook-0 ids generated so far (repetition penalty)
   rows               per-slot sampling settings (SamplingRows)
 
-`prefill(slot, x)` fills a slot from its prompt rows (on CUDA through a graph per prompt-length
-bucket, rows zero-padded; prefill.py). `frame_step_async(slots, frames, positions, step_text)` produces one
-frame for each given slot entirely on the device: sample c0, run the 15 code-predictor steps
+`prefill_prompt(slot, text_ids, codec_ids)` fills a slot from its prompt (on CUDA through a graph per
+prompt-length bucket that embeds the ids too, rows zero-padded; prefill.py).
+`frame_step_async(slots, frames, positions, step_text)` produces one frame for each given slot
+entirely on the device: sample c0, run the 15 code-predictor steps
 (`code_predictor.CodePredictorRunner`; the codes half), feed the frame back through the talker
 for one position (the talker half). On CUDA each half is a captured graph per (batch bucket,
 sampler variant), inputs staged through pinned memory, the codes copied to a pinned ring between
@@ -73,6 +74,14 @@ STEP_RING = 4  # frame steps that may be queued on the device at once (pinned st
 TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict(block_n=8, block_k=512, **LATE_SUM),
                       "gate_up": dict(block_n=16, block_k=256, **LATE_SUM),
                       "down": dict(block_n=4, block_k=512, **LATE_SUM)}
+# With `FastPathOptions.talker_pdl` those steps launch every kernel with programmatic dependent launch
+# (the products, q/k norm + RoPE, attention, the final norm), the products with whole rows of w per
+# program, loaded before the wait for the previous kernel: the next product's weights stream in while
+# the current kernel finishes (the code predictor's PDL passes, code_predictor.PDL_LAUNCH: frame 2.42
+# -> 1.82 ms in run 10). Untimed configurations: whole rows of K = 2048 (6144 for down) per program.
+TALKER_PDL_LAUNCH = {"qkv": dict(block_n=2, num_warps=4), "o": dict(block_n=2, num_warps=4),
+                     "gate_up": dict(block_n=2, num_warps=4), "down": dict(block_n=1, num_warps=8)}
+TALKER_PDL_LAUNCH = {name: dict(cfg, whole_rows=True, pdl=True) for name, cfg in TALKER_PDL_LAUNCH.items()}
 
 
 @dataclass
@@ -122,10 +131,15 @@ class ModelRunner(PromptPrefill):
             raise ValueError(f"cp_pdl: programmatic dependent launch needs the Triton path on an sm90+ GPU, "
                              f"not {self.device}")
         cp_pdl = pdl_here if opts.cp_pdl is None else opts.cp_pdl
+        if opts.talker_pdl and not pdl_here:
+            raise ValueError(f"talker_pdl: programmatic dependent launch needs the Triton path on an sm90+ GPU, "
+                             f"not {self.device}")
         # Read at every step (bench/latency.py switches them to time one path against another).
         self.attention_version = opts.attention_version
         self.talker_gemv_rows = opts.talker_gemv_rows if self.use_triton else 0
         self.talker_launch = TALKER_GEMV_LAUNCH
+        self.talker_pdl = bool(opts.talker_pdl)  # steps of at most talker_gemv_rows rows
+        self.talker_pdl_launch = TALKER_PDL_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
         # distribution as the torch sampler, every setting served), so it needs one variant.
         self.fused_sampler = self.use_triton
@@ -160,7 +174,7 @@ class ModelRunner(PromptPrefill):
         self.suppress = suppress_mask(self.cfg.vocab_size, self.cfg.codec_eos_token_id).to(self.device)
         self.slot_fast = [True] * n  # host copy: does the FAST sampler variant serve this slot's settings?
         self._ring_pos = 0
-        self.prefill_graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
+        self.prefill_graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # bucket -> graph, its ids
         self._pool = None
         # (bucket, variant) -> (codes graph, talker graph, inputs [4, bucket], codes out [bucket, 16])
         self.graphs: dict[tuple[int, SamplerVariant],
@@ -172,7 +186,7 @@ class ModelRunner(PromptPrefill):
         batch-1 frame graphs, prefill graphs, a code-predictor KV cache (per batch row, not per slot),
         pinned staging and a memory pool of its own, so that its graphs replay on another CUDA stream
         beside this runner's. Capture its graphs on a capture stream of their own. Settings read at
-        each step (attention_version, talker_launch, talker_gemv_rows) are copied, not shared."""
+        each step (attention_version, talker_launch, talker_gemv_rows, talker_pdl) are copied, not shared."""
         lane = copy.copy(self)
         lane.buckets = (1,)
         lane.graphs, lane.prefill_graphs, lane._pool, lane._ring_pos = {}, {}, None, 0
@@ -193,13 +207,17 @@ class ModelRunner(PromptPrefill):
         st = self.talker
         lengths = positions + 1
         if self.use_triton:
+            gemv_step = x.shape[0] <= self.talker_gemv_rows
+            pdl = gemv_step and self.talker_pdl
+
             def attend(i, q):
                 return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths,
-                                        version=self.attention_version)
+                                        version=self.attention_version, pdl=pdl)
 
             args = (st, x, *self.rope, positions, slots, self.k_cache, self.v_cache, attend)
-            if x.shape[0] <= self.talker_gemv_rows:  # the residual stream before the final norm
-                return rms_norm_kernel(decoder_step_gemv(*args, self.talker_launch), st.norm, st.eps)
+            if gemv_step:  # the residual stream before the final norm
+                launch = self.talker_pdl_launch if pdl else self.talker_launch
+                return rms_norm_kernel(decoder_step_gemv(*args, launch, pdl=pdl), st.norm, st.eps, pdl=pdl)
             return decoder_step_triton(*args)
 
         def attend_torch(i, q, k, v):  # q [B, 1, Hq, D], k/v [B, 1, Hkv, D]
