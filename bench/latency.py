@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--socket-args", action="append", default=[],
                    help="`cadence serve` arguments of one more socket run (repeatable), e.g. '--codec-stream'")
     p.add_argument("--modes", default="triton,torch", help="runner modes to time: triton, torch or both")
+    p.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                   help="stage timings at these batch sizes (comma-separated; the issue's table needs 1,8,32,64)")
+    p.add_argument("--skip-reference", action="store_true", help="no plain reference loop (fp32, ~1 min)")
     p.add_argument("--talker-launch-from", type=Path,
                    help="a `bench.kernels --gemv-sweep --shapes talker` JSON: the talker's GEMVs run with its "
                         "fastest configurations at 1 row instead of runner.TALKER_GEMV_LAUNCH")
@@ -287,13 +290,14 @@ def main(argv: list[str] | None = None) -> int:
     result["floor_talker_step_ms"] = talker_bytes / bw * 1e3
     # 15 passes through the predictor's layers per frame, and each of the 15 heads once.
     result["floor_code_predictor_frame_ms"] = (15 * cp_layer_bytes + cp_head_bytes) / bw * 1e3
-    if not args.skip_stages:
+    batches = tuple(int(b) for b in args.batches.split(","))
+    if not (args.skip_stages or args.skip_reference):
         result["reference_loop_ms_per_frame"] = reference_loop_ms_per_frame(model, cfg)
         print(f"reference loop: {result['reference_loop_ms_per_frame']:.1f} ms/frame", flush=True)
     for mode in args.modes.split(",") if not args.skip_stages else ():
         if mode not in ("triton", "torch"):
             raise ValueError(f"--modes: unknown mode {mode!r} (triton, torch)")
-        runner = ModelRunner(model, max_slots=max(BATCHES), max_context=512, use_triton=mode == "triton")
+        runner = ModelRunner(model, max_slots=max(batches), max_context=512, use_triton=mode == "triton")
         if args.talker_launch_from is not None:
             from bench.kernels import best_launch
 
@@ -304,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt = runner.embed_prompt([151644, 77091, 198] + [151671] * 6 + [151672, 1000],
                                      [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149])
         print(f"stages, {mode} mode", flush=True)
-        result["stages" if mode == "triton" else f"stages_{mode}"] = stage_times(runner, prompt, BATCHES)
+        result["stages" if mode == "triton" else f"stages_{mode}"] = stage_times(runner, prompt, batches)
         result["prefill" if mode == "triton" else f"prefill_{mode}"] = prefill_times(runner)
         del runner
         if mode == "triton":  # the host's share, on a runner with two captured buckets

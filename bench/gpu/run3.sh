@@ -54,7 +54,7 @@ part_codec() {
   echo "codec rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec.log | cut -c1-700
 }
 
-part_latency() {
+part_latency() {  # SOCKET_ARGS: the serve arguments of a second socket run (default --codec-stream)
   # shellcheck disable=SC2086  # LATENCY_TESTS splits into test paths
   if [ "${LATENCY_TESTS:-}" != none ]; then  # LATENCY_TESTS=none: the benchmarks alone
     timeout ${TEST_LIMIT:-400} python3 -m pytest -q -m gpu ${LATENCY_TESTS:-tests/gpu/test_fast_path_gpu.py \
@@ -70,7 +70,7 @@ part_latency() {
   sweep_args=""; [ "${GEMV_SHAPES:-}" = talker ] && [ -f $W/gemv-sweep.json ] && sweep_args="--talker-launch-from $W/gemv-sweep.json"
   # shellcheck disable=SC2086  # LATENCY_ARGS splits into arguments
   timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/latency.json --modes triton \
-    --skip-codec-eager --requests ${REQUESTS:-100} --socket-args=--codec-stream $sweep_args ${LATENCY_ARGS:-} \
+    --skip-codec-eager --requests ${REQUESTS:-100} --socket-args=${SOCKET_ARGS:---codec-stream} $sweep_args ${LATENCY_ARGS:-} \
     > $W/latency.log 2>&1
   echo "latency rc=$? $((SECONDS - t0)) s"
   grep -E "^(batch|prefill|reference|socket|codec|host)" $W/latency.log | cut -c1-700
