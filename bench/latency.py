@@ -77,13 +77,16 @@ def talker_pdl_times(runner, fns: dict) -> dict:
     """The talker's GEMV step (batch 1) with and without programmatic dependent launch, and which part
     of a difference is PDL and which the whole-row products it launches (`runner.TALKER_PDL_LAUNCH`):
     the other setting of `talker_pdl` ("tpdl" / "notpdl"), PDL over the sliced products ("tpdl_sliced"),
-    the whole-row products without PDL ("trows")."""
+    over `runner.TALKER_PDL_MIXED` ("tpdl_mixed"), the whole-row products without PDL ("trows")."""
+    from tts_engine.runtime.runner import TALKER_PDL_MIXED
+
     on = {k: {**cfg, "pdl": True} for k, cfg in runner.talker_launch.items()}
     rows = {k: {**cfg, "pdl": False} for k, cfg in runner.talker_pdl_launch.items()}
     stages = {k: fns[k] for k in ("talker_step", "talker_step_long", "frame_step")}
     out = _variant_times("notpdl" if runner.talker_pdl else "tpdl", runner, dict(talker_pdl=not runner.talker_pdl),
                          stages)
     out |= _variant_times("tpdl_sliced", runner, dict(talker_pdl=True, talker_pdl_launch=on), stages)
+    out |= _variant_times("tpdl_mixed", runner, dict(talker_pdl=True, talker_pdl_launch=TALKER_PDL_MIXED), stages)
     out |= _variant_times("trows", runner, dict(talker_pdl=False, talker_launch=rows), stages)
     return out
 

@@ -36,8 +36,8 @@ part_gputest() {  # GPU_TESTS (default: the engine's), GPU_TESTS_K: a pytest -k 
   limit=$(left 5); limit=$(( limit < ${TEST_LIMIT:-200} ? limit : ${TEST_LIMIT:-200} ))
   # shellcheck disable=SC2086  # GPU_TESTS splits into test paths
   timeout $limit python3 -m pytest -q -m gpu ${GPU_TESTS:-tests/gpu/test_engine_gpu.py} ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} \
-    -p no:cacheprovider > $W/gpu-tests.log 2>&1
-  echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/gpu-tests.log | cut -c1-300
+    -p no:cacheprovider -v --tb=short -rf > $W/gpu-tests.log 2>&1
+  echo "gpu tests rc=$? $((SECONDS - t0)) s"; grep -E "PASSED|FAILED|ERROR" $W/gpu-tests.log | cut -c1-160 | tail -40
 }
 
 part_gemvsweep() {  # the fused GEMV's launch configurations against cuBLAS

@@ -91,9 +91,10 @@ def test_host_times_times_each_call_of_a_new_stream():
 
 
 def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
-    """Three variants beside the default (PDL off): PDL with its whole-row table, PDL over the sliced
-    table, the whole-row table without PDL; each step called under its settings, all restored."""
-    from tts_engine.runtime.runner import TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH
+    """Four variants beside the default (PDL off): PDL with its whole-row table, PDL over the sliced
+    table and over the mixed one, the whole-row table without PDL; each step called under its
+    settings, all restored."""
+    from tts_engine.runtime.runner import TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
 
     _timed(monkeypatch)
     runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
@@ -103,11 +104,12 @@ def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
     fns = latency._stage_fns(runner, 1, 11)
     out = latency.talker_pdl_times(runner, fns)
     assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "talker_step_long", "frame_step")
-                        for name in ("tpdl", "tpdl_sliced", "trows")}
+                        for name in ("tpdl", "tpdl_sliced", "tpdl_mixed", "trows")}
     launched = [(pdl, (pdl_launch if pdl else launch)["qkv"]) for pdl, launch, pdl_launch in seen]
     assert (True, TALKER_PDL_LAUNCH["qkv"]) in launched  # whole rows with PDL
     assert (True, {**TALKER_GEMV_LAUNCH["qkv"], "pdl": True}) in launched  # sliced with PDL
     assert (False, {**TALKER_PDL_LAUNCH["qkv"], "pdl": False}) in launched  # whole rows without
+    assert (True, TALKER_PDL_MIXED["qkv"]) in launched and TALKER_PDL_MIXED["qkv"] != TALKER_PDL_LAUNCH["qkv"]
     assert TALKER_PDL_LAUNCH["qkv"]["whole_rows"] and "whole_rows" not in TALKER_GEMV_LAUNCH["qkv"]
     assert (runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch) == (
         False, TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH)

@@ -137,25 +137,27 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b):
         f"differently, or a race that repeats: {codes[True][0].tolist()} vs {codes[False][0].tolist()}")
 
 
-@pytest.mark.parametrize("b,attention", [(1, 3), (2, 2)])
-def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention):
+@pytest.mark.parametrize("b,attention,table", [(1, 3, "whole_rows"), (2, 2, "whole_rows"), (1, 3, "mixed")])
+def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table):
     """The talker's GEMV step with programmatic dependent launch (runner.TALKER_PDL_LAUNCH: whole-row
     products reading their weights before the wait, and every other kernel of the step launched early),
     captured in a graph as the engine runs it, against the same kernels launched without PDL: the same
     arithmetic, so any difference is a kernel reading before its input is written."""
-    from tts_engine.runtime.runner import TALKER_PDL_LAUNCH
+    from tts_engine.runtime.runner import TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
 
+    launch = TALKER_PDL_LAUNCH if table == "whole_rows" else TALKER_PDL_MIXED
     cfg, (fast, _) = runners
     slots = torch.arange(b, device="cuda")
     positions = 30 + 7 * slots
     x = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
-    no_pdl = {name: {**launch, "pdl": False} for name, launch in TALKER_PDL_LAUNCH.items()}
-    before = fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch
+    no_pdl = {name: {**cfg, "pdl": False} for name, cfg in launch.items()}
+    before = (fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch,
+              fast.talker_pdl_launch)
     hidden = {}
     with torch.inference_mode():
         for pdl in (False, True):
             fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = attention, 2, pdl
-            fast.talker_launch = fast.talker_launch if pdl else no_pdl
+            fast.talker_launch, fast.talker_pdl_launch = no_pdl, launch
             try:
                 fast._talker_decode(slots, x, positions)  # compile outside the capture
                 torch.cuda.synchronize()
@@ -168,7 +170,8 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention):
                     torch.cuda.synchronize()
                     hidden[pdl].append(out.clone())
             finally:
-                fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch = before
+                (fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch,
+                 fast.talker_pdl_launch) = before
     differ = [i for i, got in enumerate(hidden[False]) if not torch.equal(got, hidden[False][0])]
     assert not differ, f"replays {differ} without PDL differ from the first: the kernels are not deterministic"
     differ = [i for i, got in enumerate(hidden[True]) if not torch.equal(got, hidden[True][0])]
