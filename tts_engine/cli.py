@@ -74,9 +74,9 @@ def _add_serve(sub) -> None:
                    help="a stream that arrives while others decode runs its prefill, first frames and first chunk "
                         "on a high-priority CUDA stream of its own with batch-1 graphs, beside the steps in flight "
                         "(experimental)")
-    p.add_argument("--prefill-stream", action="store_true",
+    p.add_argument("--prefill-stream", action=argparse.BooleanOptionalAction, default=None,
                    help="run new streams' prefills on a high-priority CUDA stream of their own, beside the "
-                        "steps in flight (experimental; CUDA only)")
+                        "steps in flight (default: on with CUDA; run 13: p95 first audio -2.0 ms at 40 req/s)")
     p.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
                    help="after warm-up, exempt everything then alive from Python's cyclic garbage collector, "
                         "whose full collections otherwise pause the engine for ~0.1-0.2 s (engine/gcpause.py)")

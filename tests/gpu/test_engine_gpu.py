@@ -1,7 +1,7 @@
 """The whole engine on CUDA (tiny checkpoint, fp32, CUDA graphs, Triton kernels, fused sampler,
-pipeline depth 2), with the codec on the default stream, on its own stream, and with prefills on a
-stream of their own and the newcomer lane: concurrent streams' audio equals the CPU reference loop
-decoded in one piece. Exercises what CPU runs cannot: steps in flight on the device, pinned host
+pipeline depth 2), as served (prefills on a stream of their own), with the codec on its own stream
+and prefills on the default one, and with the newcomer lane: concurrent streams' audio equals the
+CPU reference loop decoded in one piece. Exercises what CPU runs cannot: steps in flight on the device, pinned host
 copies, codec chunks overlapping the next frame step, lane steps beside the main ones."""
 
 from __future__ import annotations
@@ -32,19 +32,23 @@ def cpu_reference(synth: Synthesizer, text: str, layout: Layout, seed: int):
     return np.frombuffer(to_s16le(pcm), dtype="<i2"), len(codes)
 
 
-@pytest.fixture(scope="module", params=[(False, False), (True, False), (False, True)],
-                ids=["codec_default_stream", "codec_own_stream", "prefill_stream_newcomer_lane"])
+# (codec stream, prefill stream, newcomer lane): the served defaults (the prefill stream on with CUDA,
+# run 13); the codec on its own stream with prefills on the default stream; the prefill stream and
+# the newcomer lane (its own stream and graphs).
+@pytest.fixture(scope="module", params=[(False, None, False), (True, False, False), (False, True, True)],
+                ids=["served_defaults", "codec_own_stream", "prefill_stream_newcomer_lane"])
 def cuda_engine(request, cuda, tiny_checkpoint):
-    # The third engine: prefills on their own stream and the newcomer lane (its own stream and graphs).
-    cfg = SchedulerConfig(raise_on_invariant_violation=True, newcomer_lane=request.param[1])
+    codec_stream, prefill_stream, lane = request.param
+    cfg = SchedulerConfig(raise_on_invariant_violation=True, newcomer_lane=lane)
     # Exact fp32 codec: the comparison with the CPU reference is to 1 LSB; the served default (TF32)
     # is measured against fp32 by bench.latency (51 dB SNR on the H200). The codec tick, early first
     # audio and the fused SnakeBeta run as served.
     engine = StreamingEngine(tiny_checkpoint, device="cuda", dtype=torch.float32, max_context=512,
-                             max_active_streams=8, scheduler=cfg, codec_stream=request.param[0],
-                             prefill_stream=request.param[1], codec_precision="fp32")
+                             max_active_streams=8, scheduler=cfg, codec_stream=codec_stream,
+                             prefill_stream=prefill_stream, codec_precision="fp32")
     asyncio.run(engine.start())
     assert engine.pipeline.depth == 2 and engine.runner.use_graphs and engine.runner.use_triton
+    assert (engine.runner.prefill_stream is not None) == (prefill_stream is not False)
     yield engine
     asyncio.run(engine.stop())
     assert engine.fault is None
