@@ -44,7 +44,8 @@ def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, p
     cfg, (fast, ref) = runners
     slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
     positions = 20 + 9 * slots
-    x = torch.randn(batch, cfg.talker.hidden_size, device="cuda").bfloat16()
+    g = torch.Generator(device="cuda").manual_seed(100 * batch + 10 * attention + gemv_rows)
+    x = torch.randn(batch, cfg.talker.hidden_size, device="cuda", generator=g).bfloat16()
     before = fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl
     fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = attention, gemv_rows, pdl
     try:
@@ -55,10 +56,12 @@ def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, p
         fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = before
     assert got.dtype == want.dtype == torch.bfloat16
     assert rel_err(got, want) < 2e-2
-    for layer in (0, 27):
+    # bf16 rounding in two summation orders drifts over the layers: the last layer's keys measured 0.0205
+    # on an unchanged path in run 13 (cuBLAS products, attention v2); a wrong kernel is off by O(1).
+    for layer, tol in ((0, 2e-2), (27, 3e-2)):
         k_got = fast.k_cache[layer][slots, :, positions]
         k_want = ref.k_cache[layer][slots, :, positions]
-        assert rel_err(k_got, k_want) < 2e-2, f"layer {layer} keys"
+        assert rel_err(k_got, k_want) < tol, f"layer {layer} keys"
 
 
 # all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; the opt-in tensor-core kernel
