@@ -31,7 +31,8 @@ class FastPathOptions:
     # device supports it (compiled Triton on sm90+). Run 10: frame at batch 1 1.82 ms against 2.42.
     cp_pdl: bool | None = None
     # The talker's GEMV steps (talker_gemv_rows) with programmatic dependent launch, every kernel of the
-    # step, the products on whole rows of w (runner.TALKER_PDL_LAUNCH); sm90+ only. Off until timed.
+    # step, the products on whole rows of w (runner.TALKER_PDL_LAUNCH); sm90+ only. Run 13: talker step at
+    # batch 1 1.39 -> 1.25 ms. Off until the engine's GPU tests and a socket run have used it.
     talker_pdl: bool = False
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).

@@ -78,12 +78,11 @@ TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict
 # (the products, q/k norm + RoPE, attention, the final norm), the products with whole rows of w per
 # program, loaded before the wait for the previous kernel: the next product's weights stream in while
 # the current kernel finishes (the code predictor's PDL passes, code_predictor.PDL_LAUNCH: frame 2.42
-# -> 1.82 ms in run 10). Run 13 (7a145c1): talker step 1.395 -> 1.324 ms with the first configurations
-# (whole rows, block_n 2/2/2/1); PDL over the sliced products was slower (1.51). These are the fastest
-# whole-row configurations of run 13's sweep with PDL (`bench.kernels --gemv-sweep --shapes talker`, one
-# product chained with itself, µs): qkv 6.60, o + residual 3.62 (3.50 at 8 warps), gate/up + SwiGLU
-# 15.53, down + residual 10.65. The sweep's sliced kernels with PDL were faster alone for qkv (6.37) and
-# down (8.53): TALKER_PDL_MIXED, timed in the step beside this one by bench.latency.
+# -> 1.82 ms in run 10). The fastest whole-row configurations of run 13's sweep with PDL (`bench.kernels
+# --gemv-sweep --shapes talker`, one product chained with itself, µs): qkv 6.60, o + residual 3.50,
+# gate/up + SwiGLU 15.53, down + residual 10.65. Run 13's talker step at batch 1 (607ce2e): 1.386 ms
+# without PDL, 1.252 with this table, 1.441 with TALKER_PDL_MIXED (the sweep's sliced kernels with PDL,
+# faster alone for qkv and down, slower in the step), 1.469 with PDL over the sliced table.
 TALKER_PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4), "o": dict(block_n=4, num_warps=8),
                      "gate_up": dict(block_n=2, num_warps=4), "down": dict(block_n=4, num_warps=4)}
 TALKER_PDL_LAUNCH = {name: dict(cfg, whole_rows=True, pdl=True) for name, cfg in TALKER_PDL_LAUNCH.items()}
