@@ -91,6 +91,34 @@ def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):
         assert rel_err(fast_cp.v[:, :b, :, :4], ref_cp.v[:, :b, :, :4]) < 2e-2
 
 
+def _graph_replays(fn, n: int = 20) -> list[torch.Tensor]:
+    """fn() captured in a CUDA graph as the engine runs it (compiled outside the capture), its output
+    after each of n replays: a race need not show every time."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    outs = []
+    for _ in range(n):
+        graph.replay()
+        torch.cuda.synchronize()
+        outs.append(out.clone())
+    return outs
+
+
+def _assert_pdl_gives_the_output_without(outs: dict[bool, list[torch.Tensor]], what: str) -> None:
+    """outs[pdl]: the replays with and without PDL of the same kernels. In this order, so that a
+    failure says which."""
+    differ = [i for i, got in enumerate(outs[False]) if not torch.equal(got, outs[False][0])]
+    assert not differ, f"replays {differ} without PDL differ from the first: the kernels are not deterministic"
+    differ = [i for i, got in enumerate(outs[True]) if not torch.equal(got, outs[True][0])]
+    assert not differ, f"replays {differ} with PDL differ from the first: a kernel reads before its input is written"
+    assert torch.equal(outs[True][0], outs[False][0]), (
+        f"every replay with PDL gives the same {what}, but not those without: the PDL-compiled kernels round "
+        "differently, or a race that repeats")
+
+
 @pytest.mark.parametrize("b", [1, 2])
 def test_code_predictor_with_pdl_gives_the_codes_without(runners, b):
     """Batches 1 and 2 (passes of 1-2 rows: the engine's PDL passes) with programmatic dependent
@@ -117,27 +145,12 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b):
         for pdl in (False, True):
             cp.pdl, cp.gemv_launch = pdl, table if pdl else no_pdl
             try:
-                graph = torch.cuda.CUDAGraph()
-                cp.predict(hidden, c0, frames, rows, variant=GENERAL)  # compile outside the capture
-                torch.cuda.synchronize()
-                with torch.cuda.graph(graph):
-                    out = cp.predict(hidden, c0, frames, rows, variant=GENERAL)
-                codes[pdl] = []
-                for _ in range(20):  # a race need not show every time
-                    graph.replay()
-                    torch.cuda.synchronize()
-                    codes[pdl].append(out.clone())
+                codes[pdl] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL))
             finally:
                 cp.pdl, cp.gemv_launch = was, table
     assert len(torch.cat(codes[False]).unique()) > 1
-    # In this order, so that a failure says which.
-    differ = [i for i, got in enumerate(codes[False]) if not torch.equal(got, codes[False][0])]
-    assert not differ, f"replays {differ} without PDL differ from the first: the kernels are not deterministic"
-    differ = [i for i, got in enumerate(codes[True]) if not torch.equal(got, codes[True][0])]
-    assert not differ, f"replays {differ} with PDL differ from the first: a kernel reads before its input is written"
-    assert torch.equal(codes[True][0], codes[False][0]), (
-        "every replay with PDL gives the same codes, but not those without: the PDL-compiled kernels round "
-        f"differently, or a race that repeats: {codes[True][0].tolist()} vs {codes[False][0].tolist()}")
+    _assert_pdl_gives_the_output_without(
+        codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
 
 
 @pytest.mark.parametrize("b,attention,table", [(1, 3, "whole_rows"), (2, 2, "whole_rows"), (1, 3, "mixed")])
@@ -162,23 +175,8 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
             fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = attention, 2, pdl
             fast.talker_launch, fast.talker_pdl_launch = no_pdl, launch
             try:
-                fast._talker_decode(slots, x, positions)  # compile outside the capture
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    out = fast._talker_decode(slots, x, positions)
-                hidden[pdl] = []
-                for _ in range(20):  # a race need not show every time
-                    graph.replay()
-                    torch.cuda.synchronize()
-                    hidden[pdl].append(out.clone())
+                hidden[pdl] = _graph_replays(lambda: fast._talker_decode(slots, x, positions))
             finally:
                 (fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch,
                  fast.talker_pdl_launch) = before
-    differ = [i for i, got in enumerate(hidden[False]) if not torch.equal(got, hidden[False][0])]
-    assert not differ, f"replays {differ} without PDL differ from the first: the kernels are not deterministic"
-    differ = [i for i, got in enumerate(hidden[True]) if not torch.equal(got, hidden[True][0])]
-    assert not differ, f"replays {differ} with PDL differ from the first: a kernel reads before its input is written"
-    assert torch.equal(hidden[True][0], hidden[False][0]), (
-        "every replay with PDL gives the same hidden state, but not the one without: the PDL-compiled kernels "
-        "round differently, or a race that repeats")
+    _assert_pdl_gives_the_output_without(hidden, "hidden state")
