@@ -85,7 +85,7 @@ part_load() {
       > $W/$name/serve.log 2>&1 &
     server=$!
     until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/ready', timeout=2)" 2>/dev/null; do
-      kill -0 $server 2>/dev/null || { echo "$name: server died"; tail -30 $W/$name/serve.log; break; }
+      kill -0 $server 2>/dev/null || { echo "$name: server died"; tail -30 $W/$name/serve.log; continue 2; }
       sleep 1
     done
     echo "$name ($args): server ready $((SECONDS - t0)) s"
