@@ -67,6 +67,13 @@ def stage_times(runner, prompt_rows, batches) -> dict:
             out[1] |= _variant_times("nopdl" if cp.pdl else "pdl", cp, dict(pdl=not cp.pdl),
                                      {k: fns[k] for k in ("code_predictor_frame", "frame_step")})
             print(f"batch 1, PDL {'off' if cp.pdl else 'on'}: {out[1]}", flush=True)
+        if cp.use_triton:  # the q/k norm + RoPE in the attention's launch or in one of its own, at each batch
+            name = "cpunfused" if cp.fused_attention else "cpfused"
+            for b in out:
+                fns = _stage_fns(runner, b, t_len)
+                out[b] |= _variant_times(name, cp, dict(fused_attention=not cp.fused_attention),
+                                         {k: fns[k] for k in ("code_predictor_frame", "frame_step")})
+            print(f"the code predictor's attention {name}: { {b: out[b] for b in out} }", flush=True)
         if pdl_supported(runner.device) and runner.talker_gemv_rows and 1 in out:
             out[1] |= talker_pdl_times(runner, _stage_fns(runner, 1, t_len))
             print(f"batch 1, the talker's PDL variants: {out[1]}", flush=True)

@@ -18,6 +18,7 @@ from tts_engine.engine.audio import to_s16le
 from tts_engine.engine.core import StreamingEngine
 from tts_engine.prompt import Layout
 from tts_engine.reference import generate_codes
+from tts_engine.runtime.options import FastPathOptions
 from tts_engine.sampling import SamplingParams
 from tts_engine.scheduler.config import SchedulerConfig
 from tts_engine.synthesizer import Synthesizer
@@ -32,23 +33,27 @@ def cpu_reference(synth: Synthesizer, text: str, layout: Layout, seed: int):
     return np.frombuffer(to_s16le(pcm), dtype="<i2"), len(codes)
 
 
-# (codec stream, prefill stream, newcomer lane): the served defaults (the prefill stream on with CUDA,
-# run 13); the codec on its own stream with prefills on the default stream; the prefill stream and
-# the newcomer lane (its own stream and graphs).
-@pytest.fixture(scope="module", params=[(False, None, False), (True, False, False), (False, True, True)],
-                ids=["served_defaults", "codec_own_stream", "prefill_stream_newcomer_lane"])
+# (codec stream, prefill stream, newcomer lane, talker PDL): the served defaults (the prefill stream on
+# with CUDA, run 13); the codec on its own stream with prefills on the default stream; the prefill stream
+# and the newcomer lane (its own stream and graphs); the served defaults with the talker's batch-1
+# steps under programmatic dependent launch (`--talker-pdl`).
+@pytest.fixture(scope="module", params=[(False, None, False, False), (True, False, False, False),
+                                        (False, True, True, False), (False, None, False, True)],
+                ids=["served_defaults", "codec_own_stream", "prefill_stream_newcomer_lane", "talker_pdl"])
 def cuda_engine(request, cuda, tiny_checkpoint):
-    codec_stream, prefill_stream, lane = request.param
+    codec_stream, prefill_stream, lane, talker_pdl = request.param
     cfg = SchedulerConfig(raise_on_invariant_violation=True, newcomer_lane=lane)
     # Exact fp32 codec: the comparison with the CPU reference is to 1 LSB; the served default (TF32)
     # is measured against fp32 by bench.latency (51 dB SNR on the H200). The codec tick, early first
     # audio and the fused SnakeBeta run as served.
     engine = StreamingEngine(tiny_checkpoint, device="cuda", dtype=torch.float32, max_context=512,
                              max_active_streams=8, scheduler=cfg, codec_stream=codec_stream,
-                             prefill_stream=prefill_stream, codec_precision="fp32")
+                             prefill_stream=prefill_stream, codec_precision="fp32",
+                             fast_path=FastPathOptions(talker_pdl=talker_pdl))
     asyncio.run(engine.start())
     assert engine.pipeline.depth == 2 and engine.runner.use_graphs and engine.runner.use_triton
     assert (engine.runner.prefill_stream is not None) == (prefill_stream is not False)
+    assert engine.runner.talker_pdl == talker_pdl and engine.runner.code_predictor.fused_attention
     yield engine
     asyncio.run(engine.stop())
     assert engine.fault is None

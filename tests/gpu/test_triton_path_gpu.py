@@ -64,18 +64,20 @@ def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, p
         assert rel_err(k_got, k_want) < tol, f"layer {layer} keys"
 
 
-# all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; the opt-in tensor-core kernel
-@pytest.mark.parametrize("b,mma_rows", [(1, 0), (2, 0), (6, 0), (3, 16), (8, 16)])
-def test_code_predictor_steps_triton_equal_torch(runners, b, mma_rows):
+# all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; the opt-in tensor-core kernel; with
+# the q/k norm + RoPE fused into the attention's launch (the default) and without
+@pytest.mark.parametrize("b,mma_rows,fused", [(1, 0, True), (2, 0, True), (6, 0, True), (3, 16, True), (8, 16, True),
+                                              (1, 0, False), (6, 0, False)])
+def test_code_predictor_steps_triton_equal_torch(runners, b, mma_rows, fused):
     cfg, (fast, ref) = runners
     h = cfg.talker.code_predictor.hidden_size
     fast_cp, ref_cp = fast.code_predictor, ref.code_predictor
-    assert fast_cp.gemv_rows == 2
-    fast_cp.mma_rows = mma_rows
+    assert fast_cp.gemv_rows == 2 and fast_cp.fused_attention
+    fast_cp.mma_rows, fast_cp.fused_attention = mma_rows, fused
     try:
         _compare_code_predictor_steps(fast_cp, ref_cp, b, h)
     finally:
-        fast_cp.mma_rows = 0
+        fast_cp.mma_rows, fast_cp.fused_attention = 0, True
 
 
 def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):

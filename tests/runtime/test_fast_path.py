@@ -372,10 +372,11 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     results = []
     # torch; Triton with the products on cuBLAS; with the talker's and code predictor's fused GEMVs and
     # the talker's tensor-core attention (version 3; one runner for all keeps this test's time down);
-    # with the code predictor's fusions on the tensor-core kernel
+    # with the code predictor's fusions on the tensor-core kernel, its q/k norm + RoPE a launch of its own
+    # (the others: fused into its attention)
     cublas = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=0, attention_version=2)
     variants = (cublas, cublas, FastPathOptions(talker_gemv_rows=2, cp_gemv_rows=4, attention_version=3),
-                replace(cublas, cp_mma_rows=4))
+                replace(cublas, cp_mma_rows=4, cp_fused_attention=False))
     for i, options in enumerate(variants):
         d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=i > 0, use_graphs=False,
                                options=options))
@@ -385,7 +386,7 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
             d.step([2, 0])
         results.append((d.codes(2), d.codes(0), d.runner.hidden[[2, 0]].clone(), d.runner.logits[[2, 0]].clone()))
     (a2, a0, ah, al) = results[0]
-    names = ("Triton", "Triton + GEMVs + attention v3", "Triton + tensor-core kernel")
+    names = ("Triton", "Triton + GEMVs + attention v3", "Triton + tensor-core kernel, CP attention unfused")
     for what, (b2, b0, bh, bl) in zip(names, results[1:], strict=True):
         assert_codes_equal(b2, a2, f"slot 2 with {what}")
         assert_codes_equal(b0, a0, f"slot 0 with {what}")

@@ -10,6 +10,16 @@ Every row of a code-predictor step has the same length, and that length is a Pyt
 unrolled frame loop, so it is baked into the captured graph: no length tensor, no split, the
 whole cache of a (row, kv head) is one [P, D] block. One program per (row, position, kv head)
 serves the head's GROUP query heads.
+
+`cp_qk_attention` is the same attention with the step before it fused in (kernels/qk_norm_rope.py:
+per-head q/k RMSNorm, RoPE, the new K/V stored into the cache), from the qkv projection's output:
+
+    qkv      [B T, (Hq + 2 Hkv) D]   token (b, t) in row b T + t, at position start + t
+    -> out   [B T, Hq, D]
+
+one launch a layer instead of two (the code predictor's 15 passes a frame run 5 layers each, and at
+batch 1 each launch costs a few µs more than its work). One program per (row, kv head) handles the
+row's T tokens, so the keys of position start that its query at start + 1 reads are its own writes.
 """
 
 from __future__ import annotations
@@ -19,12 +29,14 @@ import math
 import torch
 
 from .backend import HAVE_TRITON, next_pow2, pdl_launch
+from .qk_norm_rope import qk_norm_rope_ref
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
     from .backend import pdl_start, round_to
+    from .qk_norm_rope import norm_rope_rows
 
 LOG2E = 1.4426950408889634
 
@@ -91,4 +103,88 @@ def cp_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         out.stride(0), out.stride(1), out.stride(2),
         T=t, GROUP=group, GROUP_P=next_pow2(group), D=d, P=p, BLOCK_P=next_pow2(p), num_warps=4,
         PDL=pdl, **pdl_launch(pdl))
+    return out
+
+
+def cp_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,
+                        num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    n = qkv.shape[0]
+    rows = torch.arange(n // t, device=qkv.device).repeat_interleave(t)
+    positions = start + torch.arange(t, device=qkv.device).repeat(n // t)
+    q = qk_norm_rope_ref(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_cache, eps, num_heads,
+                         num_kv_heads)
+    return cp_attention_ref(q.unflatten(0, (n // t, t)), k_cache, v_cache, start).flatten(0, 1)
+
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def _cp_qk_attention_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, out_ptr, start, eps, scale,
+                                s_qkv, s_row, s_head, s_pos, so_tok, so_h,
+                                T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
+                                GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
+        pdl_start(PDL)
+        row = tl.program_id(0).to(tl.int64)
+        kvh = tl.program_id(1)
+        dt = qkv_ptr.dtype.element_ty
+        d = tl.arange(0, D)
+        rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
+        g = tl.arange(0, GROUP_P)
+        g_ok = g < GROUP
+        heads = kvh * GROUP + g
+        cache = row * s_row + kvh * s_head
+        # The new tokens' keys (normed, rotated) and values into the cache ...
+        for t in tl.static_range(T):
+            src = qkv_ptr + (row * T + t) * s_qkv
+            k = norm_rope_rows(src + (HQ + kvh) * D, d[None, :], rot[None, :], d[None, :] < D, kn_ptr, cos_ptr,
+                               sin_ptr, start + t, eps, D, dt)  # [1, D]
+            tl.store(k_ptr + cache + (start + t) * s_pos + d[None, :], k.to(dt))
+            tl.store(v_ptr + cache + (start + t) * s_pos + d, tl.load(src + (HQ + HKV + kvh) * D + d))
+        # ... visible to every thread of this program before it reads the whole cache back.
+        tl.debug_barrier()
+        pos = tl.arange(0, BLOCK_P)
+        written = pos < start + T
+        kv_off = cache + pos[:, None] * s_pos + d[None, :]
+        keys = tl.load(k_ptr + kv_off, mask=written[:, None], other=0.0).to(tl.float32)  # [BLOCK_P, D]
+        values = tl.load(v_ptr + kv_off, mask=written[:, None], other=0.0).to(tl.float32)
+        for t in tl.static_range(T):
+            src = qkv_ptr + (row * T + t) * s_qkv + heads[:, None] * D
+            q = norm_rope_rows(src, d[None, :], rot[None, :], g_ok[:, None], qn_ptr, cos_ptr, sin_ptr, start + t, eps,
+                               D, dt) * scale  # [GROUP_P, D]
+            ok = pos <= start + t
+            s = tl.sum(q[:, None, :] * keys[None, :, :], axis=2)  # [GROUP_P, BLOCK_P]
+            s = tl.where(ok[None, :], s, float("-inf"))
+            p = tl.exp2(s - tl.max(s, axis=1)[:, None])
+            out = round_to(tl.sum(p[:, :, None] * values[None, :, :], axis=1) / tl.sum(p, axis=1)[:, None], dt)
+            tl.store(out_ptr + (row * T + t) * so_tok + heads[:, None] * so_h + d[None, :], out.to(dt),
+                     mask=g_ok[:, None])
+
+
+def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,
+                    num_heads: int, num_kv_heads: int, pdl: bool = False) -> torch.Tensor:
+    """qkv [B T, (Hq + 2 Hkv) D] of B rows' tokens at positions start .. start + t - 1; caches [R, Hkv, P, D]
+    (R >= B) -> attention output [B T, Hq, D], the new K/V stored at rows 0 .. B-1 of the caches."""
+    if not HAVE_TRITON:
+        return cp_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start, t, eps, num_heads,
+                                   num_kv_heads)
+    n, d = qkv.shape[0], q_norm.shape[0]
+    p = k_cache.shape[2]
+    if n % t or start < 0 or start + t > p or n // t > k_cache.shape[0]:
+        raise ValueError(f"{n} tokens at positions {start}..{start + t - 1}, {t} a row, do not fit a cache of "
+                         f"{tuple(k_cache.shape)}")
+    if qkv.shape[1] != (num_heads + 2 * num_kv_heads) * d or qkv.stride(1) != 1:
+        raise ValueError(f"qkv must be [N, (Hq + 2 Hkv) D] with unit column stride, got {tuple(qkv.shape)}")
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or cos.stride() != (d, 1):
+        raise ValueError("k/v caches must share strides with D contiguous; cos/sin must be contiguous [P, D]")
+    if num_heads % num_kv_heads or d != next_pow2(d):
+        raise ValueError(f"need Hq a multiple of Hkv and a power-of-two head dim, got {num_heads}, {num_kv_heads}, {d}")
+    if not (qkv.dtype == k_cache.dtype == cos.dtype == q_norm.dtype):
+        raise ValueError("qkv, caches, RoPE tables and norm weights must share one dtype")
+    group = num_heads // num_kv_heads
+    out = torch.empty(n, num_heads, d, device=qkv.device, dtype=qkv.dtype)
+    _cp_qk_attention_kernel[(n // t, num_kv_heads)](
+        qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, out, start, eps, LOG2E / math.sqrt(d),
+        qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1),
+        T=t, HQ=num_heads, HKV=num_kv_heads, GROUP=group, GROUP_P=next_pow2(group), D=d, BLOCK_P=next_pow2(p),
+        num_warps=4, PDL=pdl, **pdl_launch(pdl))
     return out

@@ -51,6 +51,24 @@ def qk_norm_rope_ref(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_
 if HAVE_TRITON:
 
     @triton.jit
+    def norm_rope_rows(src, d, rot, mask, w_ptr, cos_ptr, sin_ptr, pos, eps, D: tl.constexpr, dt: tl.constexpr):
+        """R heads at src + d and src + rot (src [R, 1] or one pointer, d / rot [1, D]; mask [R, 1]: which
+        rows exist) -> [R, D]: each row's RMSNorm then RoPE at position pos, rounded as
+        `qk_norm_rope_ref`, fp32 holding values of dtype dt. (The kernel below is the same math for
+        one head a program.)"""
+        sign = tl.where(d < D // 2, -1.0, 1.0)
+        c = tl.load(cos_ptr + pos * D + d).to(tl.float32)
+        s = tl.load(sin_ptr + pos * D + d).to(tl.float32)
+        w = tl.load(w_ptr + d).to(tl.float32)
+        wr = tl.load(w_ptr + rot).to(tl.float32)
+        x = tl.load(src + d, mask=mask, other=0.0).to(tl.float32)
+        xr = tl.load(src + rot, mask=mask, other=0.0).to(tl.float32)
+        r = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)[:, None]
+        n = round_to(round_to(x * r, dt) * w, dt)
+        nr = round_to(round_to(xr * r, dt) * wr, dt)
+        return round_to(round_to(n * c, dt) + round_to(sign * nr * s, dt), dt)
+
+    @triton.jit
     def _qk_norm_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, rows_ptr, q_ptr, k_ptr, v_ptr,
                              s_qkv, s_cache_row, s_cache_head, s_cache_pos, eps,
                              HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,

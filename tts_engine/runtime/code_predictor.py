@@ -23,7 +23,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from ..kernels.cp_attention import cp_attention, cp_attention_ref
+from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
@@ -71,8 +71,8 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL), "o": dict(block_n=2, 
 
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
-                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0):
-        """gemv_rows, pdl, mma_rows: `FastPathOptions`' cp_* (validated there)."""
+                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True):
+        """gemv_rows, pdl, mma_rows, fused_attention: `FastPathOptions`' cp_* (validated there)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -80,6 +80,7 @@ class CodePredictorRunner:
         self.gemv_launch = GEMV_LAUNCH
         self.pdl = pdl and self.gemv_rows > 0
         self.mma_rows = mma_rows if use_triton else 0
+        self.fused_attention = fused_attention  # read at every pass (bench/latency.py times both)
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
         self.device, self.dtype = p.device, p.dtype
@@ -132,11 +133,16 @@ class CodePredictorRunner:
             def attend(i, q):  # q [b n, Hq, D]
                 return cp_attention(q.view(b, n, *q.shape[1:]), self.k[i], self.v[i], start, pdl=pdl).flatten(0, 1)
 
+            def qkv_attend(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> [b n, Hq, D]
+                return cp_qk_attention(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], start, n,
+                                       c.eps, c.num_heads, c.num_kv_heads, pdl=pdl)
+
+            fused = dict(qkv_attend=qkv_attend if self.fused_attention else None)
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if b * n <= max(self.gemv_rows, self.mma_rows):
-                out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl)
+                out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
                 return out.view(b, n, -1)[:, -1], False
-            return decoder_step_triton(*args).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
+            return decoder_step_triton(*args, **fused).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
             self.k[i, :b, :, start:start + n] = k.transpose(1, 2)

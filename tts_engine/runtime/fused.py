@@ -118,6 +118,20 @@ def finish_layer(stack: FusedStack, layer: FusedLayer, x: torch.Tensor, attn: to
 TorchAttend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # (layer index, q [N, Hq, D]) -> [N, Hq, D]; k/v of the new tokens are already in the cache.
 TritonAttend = Callable[[int, torch.Tensor], torch.Tensor]
+# (layer index, layer, qkv [N, (Hq + 2 Hkv) D]) -> [N, Hq, D]: the q/k norm, RoPE and the new K/V's store
+# done by the attention's own launch (the code predictor's `cp_qk_attention`).
+QkvAttend = Callable[[int, FusedLayer, torch.Tensor], torch.Tensor]
+
+
+def _attention(stack: FusedStack, i: int, layer: FusedLayer, qkv_out: torch.Tensor, rope_cos, rope_sin, positions,
+               rows, k_caches, v_caches, attend: TritonAttend, qkv_attend: QkvAttend | None,
+               pdl: bool = False) -> torch.Tensor:
+    """qkv_out [N, (Hq + 2 Hkv) D] -> attention output [N, Hq D], in one launch with qkv_attend, else two."""
+    if qkv_attend is not None:
+        return qkv_attend(i, layer, qkv_out).flatten(1)
+    q = qk_norm_rope(qkv_out, layer.q_norm, layer.k_norm, rope_cos, rope_sin, positions, rows, k_caches[i],
+                     v_caches[i], stack.eps, stack.num_heads, stack.num_kv_heads, pdl=pdl)  # [N, Hq, D]
+    return attend(i, q).flatten(1)
 
 
 def decoder_step_torch(stack: FusedStack, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -131,11 +145,11 @@ def decoder_step_torch(stack: FusedStack, x: torch.Tensor, cos: torch.Tensor, si
 
 def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                         positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
-                        attend: TritonAttend) -> torch.Tensor:
-    """The same step through the Triton kernels, 9 launches a layer (10 with split attention): the
-    four cuBLAS products (qkv, o, gate/up, down), two norms, q/k norm + RoPE + cache store,
-    attention, SiLU-mul. x [N, H] new tokens at `positions` [N] of cache rows `rows` [N]; rope_cos/sin [P, D] tables;
-    k_caches/v_caches [layers, R, Hkv, L, D] -> final-norm hidden [N, H].
+                        attend: TritonAttend, qkv_attend: QkvAttend | None = None) -> torch.Tensor:
+    """The same step through the Triton kernels, 9 launches a layer (10 with split attention, 8 with
+    qkv_attend): the four cuBLAS products (qkv, o, gate/up, down), two norms, q/k norm + RoPE + cache
+    store, attention, SiLU-mul. x [N, H] new tokens at `positions` [N] of cache rows `rows` [N];
+    rope_cos/sin [P, D] tables; k_caches/v_caches [layers, R, Hkv, L, D] -> final-norm hidden [N, H].
 
     The residual add after each MLP is fused with the next layer's input norm (the last with the
     final norm), the one after attention with the post-attention norm."""
@@ -146,29 +160,29 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
             h = rms_norm_kernel(res, layer.ln_in, eps)
         else:
             res, h = add_rms_norm(res, delta, layer.ln_in, eps)
-        q = qk_norm_rope(F.linear(h, layer.w_qkv), layer.q_norm, layer.k_norm, rope_cos, rope_sin, positions,
-                           rows, k_caches[i], v_caches[i], eps, stack.num_heads, stack.num_kv_heads)  # [N, Hq, D]
-        res, h = add_rms_norm(res, F.linear(attend(i, q).flatten(1), layer.w_o), layer.ln_post, eps)
+        attn = _attention(stack, i, layer, F.linear(h, layer.w_qkv), rope_cos, rope_sin, positions, rows, k_caches,
+                          v_caches, attend, qkv_attend)
+        res, h = add_rms_norm(res, F.linear(attn, layer.w_o), layer.ln_post, eps)
         delta = F.linear(silu_mul(F.linear(h, layer.w_gate_up)), layer.w_down)
     return add_rms_norm(res, delta, stack.norm, eps)[1]
 
 
 def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                       positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
-                      attend: TritonAttend, launch: dict[str, dict], pdl: bool = False) -> torch.Tensor:
+                      attend: TritonAttend, launch: dict[str, dict], pdl: bool = False,
+                      qkv_attend: QkvAttend | None = None) -> torch.Tensor:
     """`decoder_step_triton` for a few tokens (as many as the launch's kernel holds), 6 launches a
-    layer: the products are kernels/gemv.py's, with each RMSNorm in the prologue of the product after
-    it and the residual adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o +
+    layer (5 with qkv_attend): the products are kernels/gemv.py's, with each RMSNorm in the prologue of
+    the product after it and the residual adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o +
     residual, gate/up + SwiGLU, down + residual). launch: each product's launch configuration ("qkv",
     "o", "gate_up", "down"); pdl: q/k norm + RoPE launched with PDL too (the GEMVs' launch says for
     them, `attend` for itself). Returns the residual stream [N, H] *before* the final norm: the
     caller's next product takes it in its prologue (`gemv(x, w, norm=(stack.norm, stack.eps))`)."""
     eps, res = stack.eps, x
     for i, layer in enumerate(stack.layers):
-        q = qk_norm_rope(gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"]), layer.q_norm,
-                         layer.k_norm, rope_cos, rope_sin, positions, rows, k_caches[i], v_caches[i], eps,
-                         stack.num_heads, stack.num_kv_heads, pdl=pdl)  # [N, Hq, D]
-        res = gemv(attend(i, q).flatten(1), layer.w_o, residual=res, **launch["o"])
+        attn = _attention(stack, i, layer, gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"]), rope_cos,
+                          rope_sin, positions, rows, k_caches, v_caches, attend, qkv_attend, pdl=pdl)
+        res = gemv(attn, layer.w_o, residual=res, **launch["o"])
         act = gemv(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, **launch["gate_up"])
         res = gemv(act, layer.w_down, residual=res, **launch["down"])
     return res

@@ -34,6 +34,9 @@ class FastPathOptions:
     # step, the products on whole rows of w (runner.TALKER_PDL_LAUNCH); sm90+ only. Run 13: talker step at
     # batch 1 1.39 -> 1.25 ms. Off until the engine's GPU tests and a socket run have used it.
     talker_pdl: bool = False
+    # The code predictor's q/k norm + RoPE + K/V store fused into its attention kernel
+    # (kernels/cp_attention.py `cp_qk_attention`): one launch a layer fewer, 75 a frame.
+    cp_fused_attention: bool = True
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).
     attention_version: int = 3
