@@ -34,12 +34,12 @@ def cpu_reference(synth: Synthesizer, text: str, layout: Layout, seed: int):
 
 
 # (codec stream, prefill stream, newcomer lane, talker PDL): the served defaults (the prefill stream on
-# with CUDA, run 13); the codec on its own stream with prefills on the default stream; the prefill stream
-# and the newcomer lane (its own stream and graphs); the served defaults with the talker's batch-1
-# steps under programmatic dependent launch (`--talker-pdl`).
-@pytest.fixture(scope="module", params=[(False, None, False, False), (True, False, False, False),
-                                        (False, True, True, False), (False, None, False, True)],
-                ids=["served_defaults", "codec_own_stream", "prefill_stream_newcomer_lane", "talker_pdl"])
+# with CUDA, run 13; the talker's batch-1 steps with programmatic dependent launch, run 14); the codec on
+# its own stream with prefills on the default stream; the prefill stream and the newcomer lane (its own
+# stream and graphs); the served defaults without the talker's PDL (`--no-talker-pdl`).
+@pytest.fixture(scope="module", params=[(False, None, False, None), (True, False, False, None),
+                                        (False, True, True, None), (False, None, False, False)],
+                ids=["served_defaults", "codec_own_stream", "prefill_stream_newcomer_lane", "no_talker_pdl"])
 def cuda_engine(request, cuda, tiny_checkpoint):
     codec_stream, prefill_stream, lane, talker_pdl = request.param
     cfg = SchedulerConfig(raise_on_invariant_violation=True, newcomer_lane=lane)
@@ -53,7 +53,7 @@ def cuda_engine(request, cuda, tiny_checkpoint):
     asyncio.run(engine.start())
     assert engine.pipeline.depth == 2 and engine.runner.use_graphs and engine.runner.use_triton
     assert (engine.runner.prefill_stream is not None) == (prefill_stream is not False)
-    assert engine.runner.talker_pdl == talker_pdl and engine.runner.code_predictor.fused_attention
+    assert engine.runner.talker_pdl == (talker_pdl is not False) and engine.runner.code_predictor.fused_attention
     yield engine
     asyncio.run(engine.stop())
     assert engine.fault is None

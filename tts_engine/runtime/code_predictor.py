@@ -80,7 +80,9 @@ class CodePredictorRunner:
         self.gemv_launch = GEMV_LAUNCH
         self.pdl = pdl and self.gemv_rows > 0
         self.mma_rows = mma_rows if use_triton else 0
-        self.fused_attention = fused_attention  # read at every pass (bench/latency.py times both)
+        # Passes without PDL only (FastPathOptions.cp_fused_attention); read at every pass (bench/latency.py
+        # times both).
+        self.fused_attention = fused_attention
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
         self.device, self.dtype = p.device, p.dtype
@@ -137,7 +139,7 @@ class CodePredictorRunner:
                 return cp_qk_attention(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], start, n,
                                        c.eps, c.num_heads, c.num_kv_heads, pdl=pdl)
 
-            fused = dict(qkv_attend=qkv_attend if self.fused_attention else None)
+            fused = dict(qkv_attend=qkv_attend if self.fused_attention and not pdl else None)
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if b * n <= max(self.gemv_rows, self.mma_rows):
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)

@@ -144,7 +144,7 @@ class ModelRunner(PromptPrefill):
         self.attention_version = opts.attention_version
         self.talker_gemv_rows = opts.talker_gemv_rows if self.use_triton else 0
         self.talker_launch = TALKER_GEMV_LAUNCH
-        self.talker_pdl = bool(opts.talker_pdl)  # steps of at most talker_gemv_rows rows
+        self.talker_pdl = pdl_here if opts.talker_pdl is None else opts.talker_pdl  # steps of <= talker_gemv_rows rows
         self.talker_pdl_launch = TALKER_PDL_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
         # distribution as the torch sampler, every setting served), so it needs one variant.
