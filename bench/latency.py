@@ -67,16 +67,32 @@ def stage_times(runner, prompt_rows, batches) -> dict:
             out[1] |= _variant_times("nopdl" if cp.pdl else "pdl", cp, dict(pdl=not cp.pdl),
                                      {k: fns[k] for k in ("code_predictor_frame", "frame_step")})
             print(f"batch 1, PDL {'off' if cp.pdl else 'on'}: {out[1]}", flush=True)
-        if cp.use_triton:  # the q/k norm + RoPE in the attention's launch or in one of its own, at each batch
-            name = "cpunfused" if cp.fused_attention else "cpfused"
-            for b in out:
-                fns = _stage_fns(runner, b, t_len)
-                out[b] |= _variant_times(name, cp, dict(fused_attention=not cp.fused_attention),
-                                         {k: fns[k] for k in ("code_predictor_frame", "frame_step")})
-            print(f"the code predictor's attention {name}: { {b: out[b] for b in out} }", flush=True)
+        if cp.use_triton:
+            out = cp_attention_times(runner, out, t_len)
         if pdl_supported(runner.device) and runner.talker_gemv_rows and 1 in out:
             out[1] |= talker_pdl_times(runner, _stage_fns(runner, 1, t_len))
             print(f"batch 1, the talker's PDL variants: {out[1]}", flush=True)
+    return out
+
+
+def cp_attention_times(runner, out: dict, t_len: int) -> dict:
+    """The code predictor's q/k norm + RoPE in its attention's launch or in one of its own, at each batch
+    of `out`: the other setting of `fused_attention` ("cpunfused" / "cpfused") where its passes run
+    without PDL, of `fused_attention_pdl` ("cpfusedpdl" / "cpunfusedpdl") where with PDL; and the fused
+    kernel with 1, 2 and 8 warps a program ("cpfused_w<n>", fused where it is not)."""
+    cp = runner.code_predictor
+    stages = ("code_predictor_frame", "frame_step")
+    for b in out:
+        fns = _stage_fns(runner, b, t_len)
+        fns = {k: fns[k] for k in stages}
+        if cp.uses_pdl(b):  # the frame's 1-position passes; its prefill pass holds 2 b rows
+            key, name = "fused_attention_pdl", "cpunfusedpdl" if cp.fused_attention_pdl else "cpfusedpdl"
+        else:
+            key, name = "fused_attention", "cpunfused" if cp.fused_attention else "cpfused"
+        out[b] |= _variant_times(name, cp, {key: not getattr(cp, key)}, fns)
+        for warps in (1, 2, 8):
+            out[b] |= _variant_times(f"cpfused_w{warps}", cp, {key: True, "fused_attention_warps": warps}, fns)
+        print(f"batch {b}, the code predictor's attention: {out[b]}", flush=True)
     return out
 
 

@@ -65,19 +65,20 @@ def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, p
 
 
 # all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; the opt-in tensor-core kernel; with
-# the q/k norm + RoPE fused into the attention's launch (the default) and without
+# the q/k norm + RoPE fused into the attention's launch and without, in PDL passes (1-2 rows) and the rest
 @pytest.mark.parametrize("b,mma_rows,fused", [(1, 0, True), (2, 0, True), (6, 0, True), (3, 16, True), (8, 16, True),
                                               (1, 0, False), (6, 0, False)])
 def test_code_predictor_steps_triton_equal_torch(runners, b, mma_rows, fused):
     cfg, (fast, ref) = runners
     h = cfg.talker.code_predictor.hidden_size
     fast_cp, ref_cp = fast.code_predictor, ref.code_predictor
-    assert fast_cp.gemv_rows == 2 and fast_cp.fused_attention
-    fast_cp.mma_rows, fast_cp.fused_attention = mma_rows, fused
+    assert fast_cp.gemv_rows == 2
+    before = fast_cp.fused_attention, fast_cp.fused_attention_pdl
+    fast_cp.mma_rows, fast_cp.fused_attention, fast_cp.fused_attention_pdl = mma_rows, fused, fused
     try:
         _compare_code_predictor_steps(fast_cp, ref_cp, b, h)
     finally:
-        fast_cp.mma_rows, fast_cp.fused_attention = 0, True
+        fast_cp.mma_rows, (fast_cp.fused_attention, fast_cp.fused_attention_pdl) = 0, before
 
 
 def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):
@@ -121,12 +122,13 @@ def _assert_pdl_gives_the_output_without(outs: dict[bool, list[torch.Tensor]], w
         "differently, or a race that repeats")
 
 
-@pytest.mark.parametrize("b", [1, 2])
-def test_code_predictor_with_pdl_gives_the_codes_without(runners, b):
+@pytest.mark.parametrize("b,fused", [(1, False), (2, False), (1, True), (2, True)])
+def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused):
     """Batches 1 and 2 (passes of 1-2 rows: the engine's PDL passes) with programmatic dependent
     launch (whole-row GEMVs, every kernel launched early and waiting for its inputs), captured in a
     graph as the engine runs it, against the same kernels launched without PDL: the same arithmetic,
-    so any difference is a kernel reading too early."""
+    so any difference is a kernel reading too early. With and without the q/k norm + RoPE fused into
+    the attention (whose cache reads of earlier positions come before its wait)."""
     from tts_engine.kernels.backend import pdl_supported
     from tts_engine.runtime.code_predictor import PDL_LAUNCH
     from tts_engine.runtime.sampler import GENERAL
@@ -143,13 +145,14 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b):
         # The same whole-row kernel launched plainly (run 9's version of this test left out
         # whole_rows, so its reference ran the sliced kernel: another summation order, other codes).
         no_pdl = {name: {**cfg, "pdl": False, "whole_rows": True} for name, cfg in PDL_LAUNCH.items()}
-        table, was = cp.gemv_launch, cp.pdl
+        table, was, fused_was = cp.gemv_launch, cp.pdl, (cp.fused_attention, cp.fused_attention_pdl)
         for pdl in (False, True):
             cp.pdl, cp.gemv_launch = pdl, table if pdl else no_pdl
+            cp.fused_attention = cp.fused_attention_pdl = fused
             try:
                 codes[pdl] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL))
             finally:
-                cp.pdl, cp.gemv_launch = was, table
+                cp.pdl, cp.gemv_launch, (cp.fused_attention, cp.fused_attention_pdl) = was, table, fused_was
     assert len(torch.cat(codes[False]).unique()) > 1
     _assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")

@@ -17,9 +17,9 @@ per-head q/k RMSNorm, RoPE, the new K/V stored into the cache), from the qkv pro
     qkv      [B T, (Hq + 2 Hkv) D]   token (b, t) in row b T + t, at position start + t
     -> out   [B T, Hq, D]
 
-one launch a layer instead of two (the code predictor's 15 passes a frame run 5 layers each, and at
-batch 1 each launch costs a few µs more than its work). One program per (row, kv head) handles the
-row's T tokens, so the keys of position start that its query at start + 1 reads are its own writes.
+one launch a layer instead of two (the code predictor's 15 passes a frame run 5 layers each). One
+program per (row, kv head) handles the row's T tokens: the keys of position start that its query at
+start + 1 reads are its own, kept in registers (no store-then-reload).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import pdl_start, round_to
+    from .backend import gdc_launch_dependents, gdc_wait, pdl_start, round_to
     from .qk_norm_rope import norm_rope_rows
 
 LOG2E = 1.4426950408889634
@@ -123,30 +123,36 @@ if HAVE_TRITON:
                                 s_qkv, s_row, s_head, s_pos, so_tok, so_h,
                                 T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
                                 GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
-        pdl_start(PDL)
         row = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         dt = qkv_ptr.dtype.element_ty
         d = tl.arange(0, D)
-        rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
         g = tl.arange(0, GROUP_P)
         g_ok = g < GROUP
         heads = kvh * GROUP + g
         cache = row * s_row + kvh * s_head
-        # The new tokens' keys (normed, rotated) and values into the cache ...
+        pos = tl.arange(0, BLOCK_P)
+        # The cache's earlier positions were written by earlier passes, not by the kernel before this
+        # one: with PDL they are read before the wait, while the qkv product finishes.
+        earlier = pos < start
+        kv_off = cache + pos[:, None] * s_pos + d[None, :]
+        keys = tl.load(k_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)  # [BLOCK_P, D]
+        values = tl.load(v_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
+        rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
+        # The new tokens' keys (normed, rotated) and values: into the cache for later passes, and into
+        # this program's copy of it, which the queries below read.
         for t in tl.static_range(T):
             src = qkv_ptr + (row * T + t) * s_qkv
             k = norm_rope_rows(src + (HQ + kvh) * D, d[None, :], rot[None, :], d[None, :] < D, kn_ptr, cos_ptr,
                                sin_ptr, start + t, eps, D, dt)  # [1, D]
+            v = tl.load(src + (HQ + HKV + kvh) * D + d)
             tl.store(k_ptr + cache + (start + t) * s_pos + d[None, :], k.to(dt))
-            tl.store(v_ptr + cache + (start + t) * s_pos + d, tl.load(src + (HQ + HKV + kvh) * D + d))
-        # ... visible to every thread of this program before it reads the whole cache back.
-        tl.debug_barrier()
-        pos = tl.arange(0, BLOCK_P)
-        written = pos < start + T
-        kv_off = cache + pos[:, None] * s_pos + d[None, :]
-        keys = tl.load(k_ptr + kv_off, mask=written[:, None], other=0.0).to(tl.float32)  # [BLOCK_P, D]
-        values = tl.load(v_ptr + kv_off, mask=written[:, None], other=0.0).to(tl.float32)
+            tl.store(v_ptr + cache + (start + t) * s_pos + d, v)
+            keys = tl.where((pos == start + t)[:, None], k, keys)
+            values = tl.where((pos == start + t)[:, None], v.to(tl.float32)[None, :], values)
         for t in tl.static_range(T):
             src = qkv_ptr + (row * T + t) * s_qkv + heads[:, None] * D
             q = norm_rope_rows(src, d[None, :], rot[None, :], g_ok[:, None], qn_ptr, cos_ptr, sin_ptr, start + t, eps,
@@ -161,7 +167,7 @@ if HAVE_TRITON:
 
 
 def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,
-                    num_heads: int, num_kv_heads: int, pdl: bool = False) -> torch.Tensor:
+                    num_heads: int, num_kv_heads: int, pdl: bool = False, num_warps: int = 4) -> torch.Tensor:
     """qkv [B T, (Hq + 2 Hkv) D] of B rows' tokens at positions start .. start + t - 1; caches [R, Hkv, P, D]
     (R >= B) -> attention output [B T, Hq, D], the new K/V stored at rows 0 .. B-1 of the caches."""
     if not HAVE_TRITON:
@@ -186,5 +192,5 @@ def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int,
         qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, out, start, eps, LOG2E / math.sqrt(d),
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1),
         T=t, HQ=num_heads, HKV=num_kv_heads, GROUP=group, GROUP_P=next_pow2(group), D=d, BLOCK_P=next_pow2(p),
-        num_warps=4, PDL=pdl, **pdl_launch(pdl))
+        num_warps=num_warps, PDL=pdl, **pdl_launch(pdl))
     return out

@@ -80,9 +80,10 @@ class CodePredictorRunner:
         self.gemv_launch = GEMV_LAUNCH
         self.pdl = pdl and self.gemv_rows > 0
         self.mma_rows = mma_rows if use_triton else 0
-        # Passes without PDL only (FastPathOptions.cp_fused_attention); read at every pass (bench/latency.py
-        # times both).
-        self.fused_attention = fused_attention
+        # Read at every pass (bench/latency.py times the alternatives): the fused attention in passes
+        # without PDL (FastPathOptions.cp_fused_attention), in PDL passes (run 14's first version, which
+        # stored the new keys and read them back, was slower there), its warps a program.
+        self.fused_attention, self.fused_attention_pdl, self.fused_attention_warps = fused_attention, False, 4
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
         self.device, self.dtype = p.device, p.dtype
@@ -137,9 +138,11 @@ class CodePredictorRunner:
 
             def qkv_attend(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> [b n, Hq, D]
                 return cp_qk_attention(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], start, n,
-                                       c.eps, c.num_heads, c.num_kv_heads, pdl=pdl)
+                                       c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
+                                       num_warps=self.fused_attention_warps)
 
-            fused = dict(qkv_attend=qkv_attend if self.fused_attention and not pdl else None)
+            fuse = self.fused_attention_pdl if pdl else self.fused_attention
+            fused = dict(qkv_attend=qkv_attend if fuse else None)
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if b * n <= max(self.gemv_rows, self.mma_rows):
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
