@@ -116,8 +116,8 @@ def _add_serve(sub) -> None:
                    help="the talker's GEMV steps (--talker-gemv-rows) with programmatic dependent launch, every "
                         "kernel of the step (default: on where supported, compiled Triton on sm90+ GPUs)")
     p.add_argument("--cp-fused-attention", action=argparse.BooleanOptionalAction, default=None,
-                   help="the code predictor's q/k norm, RoPE and K/V store in its attention kernel, one launch, "
-                        "in its passes without PDL (default: on; CUDA)")
+                   help="the code predictor's q/k norm, RoPE and K/V store in its attention kernel, one launch "
+                        "(default: on; CUDA)")
     p.add_argument("--attention-version", type=int, choices=[2, 3], default=None,
                    help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products "
                         "(default 3; CUDA)")

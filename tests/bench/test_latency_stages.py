@@ -119,7 +119,7 @@ def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
 
 def test_the_code_predictors_attention_variants_toggle_the_setting_its_batch_uses(monkeypatch):
     """At a batch whose passes run with PDL the PDL passes' setting is toggled, elsewhere the other; the
-    fused kernel with 1, 2 and 8 warps at each; every setting restored."""
+    fused kernel with 1, 2, 4 and 8 warps at each; every setting restored."""
     _timed(monkeypatch)
     runner = _Runner(gemv_rows=2)
     cp = runner.code_predictor
@@ -128,7 +128,7 @@ def test_the_code_predictors_attention_variants_toggle_the_setting_its_batch_use
     seen = []
     cp.predict = lambda *a, **k: seen.append((cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps))
     out = latency.cp_attention_times(runner, {1: {}, 8: {}}, 11)
-    names = ("cp{}", "cpfused_w1", "cpfused_w2", "cpfused_w8")
+    names = ("cp{}", "cpfused_w1", "cpfused_w2", "cpfused_w4", "cpfused_w8")
     assert set(out[1]) == {f"{stage}_{n.format('fusedpdl')}_ms" for stage in ("code_predictor_frame", "frame_step")
                            for n in names}
     assert set(out[8]) == {f"{stage}_{n.format('unfused')}_ms" for stage in ("code_predictor_frame", "frame_step")

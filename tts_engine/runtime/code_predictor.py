@@ -69,6 +69,16 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL), "o": dict(block_n=2, 
               "head": dict(block_n=4, num_warps=4, **_PDL)}
 
 
+def attention_warps(rows: int, pdl: bool) -> int:
+    """Warps a program of the fused attention (cp_qk_attention) for a pass of `rows` token rows. Run 14
+    (bench.latency, frame ms with 1 / 2 / 4 / 8 warps): batch 1 (PDL) 1.794 / 1.815 / 1.801 / 1.765;
+    8: 3.028 / 2.996 / 2.952 / 2.963; 32: 3.124 / 3.102 / 3.108 / 3.132; 64: 3.208 / 3.218 / 3.291 / 3.367.
+    Unfused: 1.821, 3.020, 3.179, 3.386."""
+    if pdl:
+        return 8
+    return 4 if rows <= 16 else 2
+
+
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True):
@@ -81,9 +91,10 @@ class CodePredictorRunner:
         self.pdl = pdl and self.gemv_rows > 0
         self.mma_rows = mma_rows if use_triton else 0
         # Read at every pass (bench/latency.py times the alternatives): the fused attention in passes
-        # without PDL (FastPathOptions.cp_fused_attention), in PDL passes (run 14's first version, which
-        # stored the new keys and read them back, was slower there), its warps a program.
-        self.fused_attention, self.fused_attention_pdl, self.fused_attention_warps = fused_attention, False, 4
+        # without PDL and in PDL passes (FastPathOptions.cp_fused_attention, both), its warps a program
+        # (None: `attention_warps`).
+        self.fused_attention = self.fused_attention_pdl = fused_attention
+        self.fused_attention_warps: int | None = None
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
         self.device, self.dtype = p.device, p.dtype
@@ -139,7 +150,7 @@ class CodePredictorRunner:
             def qkv_attend(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> [b n, Hq, D]
                 return cp_qk_attention(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], start, n,
                                        c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
-                                       num_warps=self.fused_attention_warps)
+                                       num_warps=self.fused_attention_warps or attention_warps(b * n, pdl))
 
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
             fused = dict(qkv_attend=qkv_attend if fuse else None)

@@ -35,11 +35,10 @@ class FastPathOptions:
     # Run 13: talker step at batch 1 1.39 -> 1.25 ms; run 14: socket p50 10.55 against 10.63 ms, and the
     # engine's GPU tests with it. The default since run 14.
     talker_pdl: bool | None = None
-    # The code predictor's passes past its PDL rows (cuBLAS or tensor-core products) with the q/k norm +
-    # RoPE + K/V store fused into the attention kernel (kernels/cp_attention.py `cp_qk_attention`): one
-    # launch a layer fewer, 75 a frame. Run 14: frame 2.95 / 3.10 / 3.31 ms at batch 8 / 32 / 64 against
-    # 3.01 / 3.19 / 3.40. Not in PDL passes (1-2 rows): there the two launches overlap anyway and the
-    # fused program's chain (store, barrier, reload) is longer: 1.95 ms a frame at batch 1 against 1.82.
+    # The code predictor's q/k norm + RoPE + K/V store fused into its attention kernel
+    # (kernels/cp_attention.py `cp_qk_attention`): one launch a layer fewer, 75 a frame. Run 14 (warps by
+    # `code_predictor.attention_warps`): frame 1.765 / 2.952 / 3.102 / 3.208 ms at batch 1 / 8 / 32 / 64
+    # against 1.821 / 3.020 / 3.179 / 3.386 unfused.
     cp_fused_attention: bool = True
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).
