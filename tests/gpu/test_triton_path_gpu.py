@@ -130,7 +130,7 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused):
     so any difference is a kernel reading too early. With and without the q/k norm + RoPE fused into
     the attention (whose cache reads of earlier positions come before its wait)."""
     from tts_engine.kernels.backend import pdl_supported
-    from tts_engine.runtime.code_predictor import PDL_LAUNCH
+    from tts_engine.runtime.code_predictor import PDL_LAUNCH, attention_warps
     from tts_engine.runtime.sampler import GENERAL
 
     cfg, (fast, _) = runners
@@ -145,14 +145,19 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused):
         # The same whole-row kernel launched plainly (run 9's version of this test left out
         # whole_rows, so its reference ran the sliced kernel: another summation order, other codes).
         no_pdl = {name: {**cfg, "pdl": False, "whole_rows": True} for name, cfg in PDL_LAUNCH.items()}
-        table, was, fused_was = cp.gemv_launch, cp.pdl, (cp.fused_attention, cp.fused_attention_pdl)
+        # The fused attention with the warps of a PDL pass in both: the warps set its reduction order
+        # (run 14 compared 8 warps with PDL against 4 without: equal replays, other codes).
+        fused_was = cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps
+        table, was = cp.gemv_launch, cp.pdl
         for pdl in (False, True):
             cp.pdl, cp.gemv_launch = pdl, table if pdl else no_pdl
             cp.fused_attention = cp.fused_attention_pdl = fused
+            cp.fused_attention_warps = attention_warps(b, pdl=True)
             try:
                 codes[pdl] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL))
             finally:
-                cp.pdl, cp.gemv_launch, (cp.fused_attention, cp.fused_attention_pdl) = was, table, fused_was
+                cp.pdl, cp.gemv_launch = was, table
+                cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps = fused_was
     assert len(torch.cat(codes[False]).unique()) > 1
     _assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
