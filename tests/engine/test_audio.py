@@ -129,3 +129,23 @@ def test_a_batch_converted_at_once_sends_the_bytes_each_row_would_alone():
                 assert got.pcm == want.pcm and got.start_s == want.start_s
         assert batched.samples_sent == alone.samples_sent
         assert batched.trimmer.trimmed_samples == alone.trimmer.trimmed_samples
+
+
+def test_word_timings_only_where_enabled(tiny_checkpoint):
+    """A stream without word timings (the non-streaming layout) keeps no words: its tokens are not
+    decoded on the engine thread; one with them sends each word once its next word has begun."""
+    from tts_engine.engine.streamout import StreamOutput
+    from tts_engine.text import TextTokenizer
+
+    tok = TextTokenizer.from_dir(tiny_checkpoint)
+    ids = tok.encode(" Hello there friend")
+    outs = {enabled: StreamOutput("s", None) for enabled in (True, False)}
+    pcm = np.full(1920 * len(ids), 0.1, dtype=np.float32)
+    for enabled, out in outs.items():
+        out.timings_enabled = enabled
+        out.add_tokens(ids, tok)
+    assert outs[False].words == [] and outs[False].tokens == 0
+    assert [w for _, w in outs[True].words] and outs[True].tokens == len(ids)
+    events = {enabled: out.audio(pcm, 1, len(ids), final=True) for enabled, out in outs.items()}
+    assert events[False].words == ()
+    assert " ".join(w.word for w in events[True].words) == tok.decode(ids).strip()

@@ -32,6 +32,8 @@ class StreamOutput:
         return self.samples_sent / SAMPLE_RATE
 
     def add_tokens(self, ids: list[int], tokenizer: TextTokenizer) -> None:
+        if not self.timings_enabled:  # a decode a token, on the engine thread before the prefill's launch
+            return
         self.tokenizer = tokenizer
         for token in ids:
             piece = tokenizer.decode([token])
