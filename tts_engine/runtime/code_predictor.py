@@ -10,10 +10,12 @@ draw after each, entirely on the device (captured inside the runner's frame-step
 With `use_triton` the layers run through the Triton kernels and each draw is the fused sampling
 kernel (which also gathers the next input row); otherwise plain torch and the torch sampler.
 With `use_triton`, a pass over at most `gemv_rows` token rows (b for a one-position step, 2 b for the
-prefill) runs its products through the fused small-batch GEMV (`fused.decoder_step_gemv`: 6 launches
+prefill) runs its products through the fused small-batch GEMV (`fused.decoder_step_gemv`: 5 launches
 a layer instead of 9, the final norm in the head's prologue), with `pdl` (the default on sm90+) the
-smallest of them with programmatic dependent launch; larger ones through cuBLAS. Opt-in: `mma_rows`
-(passes of up to that many rows on the same fusions with tensor-core products).
+smallest of them with programmatic dependent launch; larger ones through cuBLAS. Every pass (with
+`fused_attention`, the default) takes its q/k norm + RoPE + K/V store inside the attention kernel
+(`cp_qk_attention`). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with
+tensor-core products).
 """
 
 from __future__ import annotations
