@@ -32,6 +32,7 @@ import torch
 from bench.codec_stages import codec_precision_times, codec_profile, codec_times
 from bench.cuda_timing import cuda_time_ms, graph_of
 from bench.socket_latency import corpus, socket_first_pcm, socket_requests
+from tts_engine.runtime.options import MAX_PREFILL_MMA_ROWS
 
 BATCHES = (1, 8, 16, 32, 64)
 
@@ -116,16 +117,28 @@ def talker_pdl_times(runner, fns: dict) -> dict:
 
 def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
     """One prompt's embedding and prefill at batch 1 (slot 0), eager and through its captured bucket
-    graph (`prefill_prompt`: the embedding inside it)."""
-    runner.capture_prefill_graphs()
-    graphs, out = runner.prefill_graphs, {}
+    graph (`prefill_prompt`: the embedding inside it); on the Triton path also with the talker's
+    products on the tensor-core GEMV ("_mma": `prefill_mma_rows` 64) for the lengths it takes. Leaves
+    the runner's prefill graphs those of the last setting timed."""
+    out = {}
+    variants = [("", runner.prefill_mma_rows)]
+    if runner.use_triton and not runner.prefill_mma_rows:
+        variants.append(("_mma", MAX_PREFILL_MMA_ROWS))
+    configured = runner.prefill_mma_rows
     with torch.inference_mode():
-        for t_len in lengths:
-            prefill = partial(runner.prefill_prompt, 0, *_prompt_ids(t_len))
-            runner.prefill_graphs = {}
-            out[f"prefill_{t_len}_eager_ms"] = cuda_time_ms(prefill)
-            runner.prefill_graphs = graphs
-            out[f"prefill_{t_len}_graph_ms"] = cuda_time_ms(prefill)
+        for suffix, mma_rows in variants:
+            runner.prefill_mma_rows = mma_rows
+            runner.capture_prefill_graphs()  # captured with this setting
+            graphs = runner.prefill_graphs
+            for t_len in lengths:
+                if suffix and t_len > mma_rows:
+                    continue
+                prefill = partial(runner.prefill_prompt, 0, *_prompt_ids(t_len))
+                runner.prefill_graphs = {}
+                out[f"prefill_{t_len}_eager{suffix}_ms"] = cuda_time_ms(prefill)
+                runner.prefill_graphs = graphs
+                out[f"prefill_{t_len}_graph{suffix}_ms"] = cuda_time_ms(prefill)
+    runner.prefill_mma_rows = configured
     print(f"prefill: {out}", flush=True)
     return out
 

@@ -109,6 +109,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-mma-rows", type=int, default=None,
                    help="code-predictor passes of up to this many token rows (at most 16) past --cp-gemv-rows run on "
                         "the same fused kernels with tensor-core products instead of cuBLAS (CUDA)")
+    p.add_argument("--prefill-mma-rows", type=int, default=None,
+                   help="prompts of up to this many rows (at most 64) prefill with the talker's products on the "
+                        "fused tensor-core GEMV instead of cuBLAS (default 0: none; CUDA)")
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's GEMV passes of 1-2 rows with programmatic dependent launch "
                         "(default: on where supported, compiled Triton on sm90+ GPUs)")

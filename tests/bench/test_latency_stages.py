@@ -136,3 +136,27 @@ def test_the_code_predictors_attention_variants_toggle_the_setting_its_batch_use
     assert (True, True, 4) in seen and (False, False, 4) in seen  # batch 1 fused with PDL; batch 8 unfused
     assert (True, True, 1) in seen and (True, False, 8) in seen
     assert (cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps) == (True, False, 4)
+
+
+def test_prefill_times_the_tensor_core_products_beside_cublas_and_restores_the_setting(monkeypatch):
+    """Graphs captured under each setting and timed under it; "_mma" only for prompts it takes."""
+    _timed(monkeypatch)
+    captured, prefilled = [], []
+    runner = SimpleNamespace(use_triton=True, prefill_mma_rows=0, prefill_graphs={})
+
+    def capture():
+        captured.append(runner.prefill_mma_rows)
+        runner.prefill_graphs = {"setting": runner.prefill_mma_rows}
+
+    runner.capture_prefill_graphs = capture
+    runner.prefill_prompt = lambda slot, text, codec: prefilled.append(
+        (len(text), runner.prefill_mma_rows, runner.prefill_graphs.get("setting")))
+    out = latency.prefill_times(runner, lengths=(12, 40, 120))
+    assert set(out) == {f"prefill_{t}_{way}_ms" for t in (12, 40, 120) for way in ("eager", "graph")} | {
+        f"prefill_{t}_{way}_mma_ms" for t in (12, 40) for way in ("eager", "graph")}
+    assert captured == [0, 64]
+    assert (40, 64, 64) in prefilled and (40, 64, None) in prefilled  # graph and eager, both with mma
+    assert not [p for p in prefilled if p[0] == 120 and p[1]]
+    assert runner.prefill_mma_rows == 0
+    runner.use_triton = False
+    assert not [k for k in latency.prefill_times(runner, lengths=(12,)) if "mma" in k]

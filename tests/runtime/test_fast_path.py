@@ -366,28 +366,43 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     code_predictor.GEMV_LAUNCH = wide
     code_predictor.MMA_LAUNCH = {name: dict(mma=True, block_n=64, block_k=16) for name in wide}
     runner_module.TALKER_GEMV_LAUNCH = wide
+    runner_module.PREFILL_MMA_LAUNCH = code_predictor.MMA_LAUNCH
+    from tts_engine.runtime import prefill as prefill_module
+
+    prefill_rows = []  # the prompts prefilled on the tensor-core products, by their rows
+    gemv_step = prefill_module.decoder_step_gemv
+    prefill_module.decoder_step_gemv = lambda *a, **k: prefill_rows.append(a[1].shape[0]) or gemv_step(*a, **k)
     synth = Synthesizer(checkpoint)
     inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
               make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
     results = []
     # torch; Triton with the products on cuBLAS; with the talker's and code predictor's fused GEMVs and
     # the talker's tensor-core attention (version 3; one runner for all keeps this test's time down);
-    # with the code predictor's fusions on the tensor-core kernel, its q/k norm + RoPE a launch of its own
-    # (the others: fused into its attention)
+    # with the code predictor's fusions and the talker's prefill products on the tensor-core kernel, the
+    # code predictor's q/k norm + RoPE a launch of its own (the others: fused into its attention)
     cublas = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=0, attention_version=2)
     variants = (cublas, cublas, FastPathOptions(talker_gemv_rows=2, cp_gemv_rows=4, attention_version=3),
-                replace(cublas, cp_mma_rows=4, cp_fused_attention=False))
+                replace(cublas, cp_mma_rows=4, cp_fused_attention=False, prefill_mma_rows=64))
     for i, options in enumerate(variants):
         d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=i > 0, use_graphs=False,
                                options=options))
         d.start(2, inputs[0])
         d.start(0, inputs[1])
+        r = d.runner
+        prefilled = (r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), r.k_cache[:, [2, 0]].clone(),
+                     r.v_cache[:, [2, 0]].clone())
         for _ in range(2):
             d.step([2, 0])
-        results.append((d.codes(2), d.codes(0), d.runner.hidden[[2, 0]].clone(), d.runner.logits[[2, 0]].clone()))
-    (a2, a0, ah, al) = results[0]
-    names = ("Triton", "Triton + GEMVs + attention v3", "Triton + tensor-core kernel, CP attention unfused")
-    for what, (b2, b0, bh, bl) in zip(names, results[1:], strict=True):
+        results.append((d.codes(2), d.codes(0), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), prefilled))
+        assert prefill_rows == ([len(inputs[0].prompt), len(inputs[1].prompt)] if options.prefill_mma_rows else [])
+        prefill_rows.clear()
+    (a2, a0, ah, al, a_prefilled) = results[0]
+    names = ("Triton", "Triton + GEMVs + attention v3",
+             "Triton + tensor-core kernel (code predictor, prefill), CP attention unfused")
+    for what, (b2, b0, bh, bl, b_prefilled) in zip(names, results[1:], strict=True):
+        for name, b, a in zip(("hidden", "logits", "keys", "values"), b_prefilled, a_prefilled, strict=True):
+            torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4,
+                                       msg=lambda m, n=f"{what}, prefill {name}": f"{n}: {m}")
         assert_codes_equal(b2, a2, f"slot 2 with {what}")
         assert_codes_equal(b0, a0, f"slot 0 with {what}")
         torch.testing.assert_close(bh, ah, atol=1e-4, rtol=1e-4)

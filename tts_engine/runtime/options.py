@@ -14,6 +14,8 @@ CP_GEMV_ROWS = 2
 # at 32-64 (rows padded to 64) its gate/up configuration needs more shared memory than the H200 has
 # (run 10: OutOfResources).
 MAX_CP_MMA_ROWS = 16
+# Rows of one tensor-core tile (kernels/gemv.py MAX_MMA_ROWS): prompts up to this long can prefill on it.
+MAX_PREFILL_MMA_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,12 @@ class FastPathOptions:
     # `code_predictor.attention_warps`): frame 1.765 / 2.952 / 3.102 / 3.208 ms at batch 1 / 8 / 32 / 64
     # against 1.821 / 3.020 / 3.179 / 3.386 unfused.
     cp_fused_attention: bool = True
+    # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
+    # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
+    # runner.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. A prefill of 12-40 rows took ~1.6 ms on
+    # cuBLAS (run 14; the step that reads its 2.8 GB of weights at batch 1 takes 1.24), the largest part
+    # of first audio on the socket. Off until the H200 has timed it (`bench.latency`'s prefill part).
+    prefill_mma_rows: int = 0
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).
     attention_version: int = 3
@@ -53,6 +61,8 @@ class FastPathOptions:
         if self.cp_mma_rows and not self.cp_gemv_rows < self.cp_mma_rows <= MAX_CP_MMA_ROWS:
             out.append(("cp_mma_rows", f"must be 0 or above cp_gemv_rows ({self.cp_gemv_rows}) and at most "
                                        f"{MAX_CP_MMA_ROWS}, got {self.cp_mma_rows}"))
+        if not 0 <= self.prefill_mma_rows <= MAX_PREFILL_MMA_ROWS:
+            out.append(("prefill_mma_rows", f"must be in 0..{MAX_PREFILL_MMA_ROWS}, got {self.prefill_mma_rows}"))
         if self.cp_pdl and not self.cp_gemv_rows:
             out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
         if self.talker_pdl and not self.talker_gemv_rows:

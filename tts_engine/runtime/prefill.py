@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.decode_attention import decode_attention
-from .fused import decoder_step_triton, finish_layer, qkv, rms_norm
+from ..kernels.rms_norm import rms_norm as rms_norm_kernel
+from .fused import decoder_step_gemv, decoder_step_triton, finish_layer, qkv, rms_norm
 from .host import to_device
 
 # Prompt lengths with a captured prefill graph (rows padded up to the bucket). A CustomVoice
@@ -99,7 +100,8 @@ class PromptPrefill:
         st = self.talker
         if self.use_triton:
             # The prompt as T decode queries of one slot: row i at position i reads keys 0..i,
-            # which is causal attention; 9-10 launches a layer instead of ~20.
+            # which is causal attention; 9-10 launches a layer instead of ~20 (6 with the products on
+            # the tensor-core GEMV, `prefill_mma_rows`: its norms and residual adds fused in).
             positions = self.prefill_positions[:t_len]
             rows = slot.expand(t_len).contiguous()  # the kernels index rows[n]
             lengths = positions + 1
@@ -108,8 +110,12 @@ class PromptPrefill:
                 return decode_attention(q, self.k_cache[i], self.v_cache[i], rows, lengths,
                                         version=self.attention_version)
 
-            h = decoder_step_triton(st, x, *self.rope, positions, rows, self.k_cache, self.v_cache, attend)
-            out = h.index_select(0, last)  # [1, H], final norm applied
+            args = (st, x, *self.rope, positions, rows, self.k_cache, self.v_cache, attend)
+            if t_len <= self.prefill_mma_rows:  # the residual stream before the final norm
+                out = rms_norm_kernel(decoder_step_gemv(*args, self.prefill_launch).index_select(0, last),
+                                      st.norm, st.eps)
+            else:
+                out = decoder_step_triton(*args).index_select(0, last)  # [1, H], final norm applied
         else:
             cos, sin = (t[:t_len] for t in self.rope)  # [T, D]
             rep = st.num_heads // st.num_kv_heads

@@ -89,6 +89,14 @@ TALKER_PDL_LAUNCH = {name: dict(cfg, whole_rows=True, pdl=True) for name, cfg in
 TALKER_PDL_MIXED = {**TALKER_PDL_LAUNCH, "qkv": dict(block_n=8, block_k=512, pdl=True, **LATE_SUM),
                     "down": dict(block_n=4, block_k=512, pdl=True, **LATE_SUM)}
 
+# With `FastPathOptions.prefill_mma_rows`: the talker's products in a prefill of up to 64 rows on the
+# tensor-core kernel (rows padded to 16 / 32 / 64). Not yet swept on talker shapes (`bench.kernels
+# --gemv-sweep --shapes talker --batches 16,32,64` times these against cuBLAS): 128-192 programs a
+# product for the H200's 132 SMs, and at 64 rows within its shared memory (gate/up: 96 KB).
+PREFILL_MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4),
+                      "o": dict(mma=True, block_n=16, block_k=256, stages=3, num_warps=4),
+                      "gate_up": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4),
+                      "down": dict(mma=True, block_n=16, block_k=256, stages=3, num_warps=4)}
 
 @dataclass
 class StepCodes:
@@ -146,6 +154,8 @@ class ModelRunner(PromptPrefill):
         self.talker_launch = TALKER_GEMV_LAUNCH
         self.talker_pdl = pdl_here if opts.talker_pdl is None else opts.talker_pdl  # steps of <= talker_gemv_rows rows
         self.talker_pdl_launch = TALKER_PDL_LAUNCH
+        self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
+        self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
         # distribution as the torch sampler, every setting served), so it needs one variant.
         self.fused_sampler = self.use_triton
