@@ -101,7 +101,8 @@ def talker_pdl_times(runner, fns: dict) -> dict:
     """The talker's GEMV step (batch 1) with and without programmatic dependent launch, and which part
     of a difference is PDL and which the whole-row products it launches (`runner.TALKER_PDL_LAUNCH`):
     the other setting of `talker_pdl` ("tpdl" / "notpdl"), PDL over the sliced products ("tpdl_sliced"),
-    over `runner.TALKER_PDL_MIXED` ("tpdl_mixed"), the whole-row products without PDL ("trows")."""
+    over `runner.TALKER_PDL_MIXED` ("tpdl_mixed"), the whole-row products without PDL ("trows"); PDL
+    with the attention's early loads of earlier positions ("tpdl_early", `talker_attention_early`)."""
     from tts_engine.runtime.runner import TALKER_PDL_MIXED
 
     on = {k: {**cfg, "pdl": True} for k, cfg in runner.talker_launch.items()}
@@ -112,6 +113,7 @@ def talker_pdl_times(runner, fns: dict) -> dict:
     out |= _variant_times("tpdl_sliced", runner, dict(talker_pdl=True, talker_pdl_launch=on), stages)
     out |= _variant_times("tpdl_mixed", runner, dict(talker_pdl=True, talker_pdl_launch=TALKER_PDL_MIXED), stages)
     out |= _variant_times("trows", runner, dict(talker_pdl=False, talker_launch=rows), stages)
+    out |= _variant_times("tpdl_early", runner, dict(talker_pdl=True, talker_attention_early=True), stages)
     return out
 
 

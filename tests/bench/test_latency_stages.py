@@ -91,20 +91,27 @@ def test_host_times_times_each_call_of_a_new_stream():
 
 
 def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
-    """Four variants beside the default (PDL off): PDL with its whole-row table, PDL over the sliced
-    table and over the mixed one, the whole-row table without PDL; each step called under its
-    settings, all restored."""
+    """Five variants beside the default (PDL off): PDL with its whole-row table, PDL over the sliced
+    table and over the mixed one, the whole-row table without PDL, PDL with the attention's early
+    loads; each step called under its settings, all restored."""
     from tts_engine.runtime.runner import TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
 
     _timed(monkeypatch)
     runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
     runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch = False, TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH
-    seen = []
-    runner._talker_decode = lambda *a: seen.append((runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch))
+    runner.talker_attention_early = False
+    seen, early = [], []
+
+    def decode(*a):
+        seen.append((runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch))
+        early.append((runner.talker_pdl, runner.talker_attention_early))
+
+    runner._talker_decode = decode
     fns = latency._stage_fns(runner, 1, 11)
     out = latency.talker_pdl_times(runner, fns)
+    assert (True, True) in early and (False, True) not in early and runner.talker_attention_early is False
     assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "talker_step_long", "frame_step")
-                        for name in ("tpdl", "tpdl_sliced", "tpdl_mixed", "trows")}
+                        for name in ("tpdl", "tpdl_sliced", "tpdl_mixed", "trows", "tpdl_early")}
     launched = [(pdl, (pdl_launch if pdl else launch)["qkv"]) for pdl, launch, pdl_launch in seen]
     assert (True, TALKER_PDL_LAUNCH["qkv"]) in launched  # whole rows with PDL
     assert (True, {**TALKER_GEMV_LAUNCH["qkv"], "pdl": True}) in launched  # sliced with PDL

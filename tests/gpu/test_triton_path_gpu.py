@@ -37,23 +37,26 @@ def runners(cuda):
 
 # (batch, attention version, talker GEMV rows, PDL): cuBLAS products; the fused GEMVs
 # (runner.TALKER_GEMV_LAUNCH); with PDL (runner.TALKER_PDL_LAUNCH, every kernel of the step)
-@pytest.mark.parametrize("batch,attention,gemv_rows,pdl", [
-    (1, 2, 0, False), (5, 2, 0, False), (1, 3, 0, False), (5, 3, 0, False), (1, 2, 2, False), (2, 3, 2, False),
-    (1, 3, 1, True), (2, 2, 2, True)])
-def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, pdl):
+# early: the attention's loads of earlier positions before its PDL wait (`talker_attention_early`).
+@pytest.mark.parametrize("batch,attention,gemv_rows,pdl,early", [
+    (1, 2, 0, False, False), (5, 2, 0, False, False), (1, 3, 0, False, False), (5, 3, 0, False, False),
+    (1, 2, 2, False, False), (2, 3, 2, False, False), (1, 3, 1, True, False), (2, 2, 2, True, False),
+    (1, 3, 1, True, True), (2, 3, 2, True, True)])
+def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, pdl, early):
     cfg, (fast, ref) = runners
     slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
     positions = 20 + 9 * slots
     g = torch.Generator(device="cuda").manual_seed(100 * batch + 10 * attention + gemv_rows)
     x = torch.randn(batch, cfg.talker.hidden_size, device="cuda", generator=g).bfloat16()
-    before = fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl
-    fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = attention, gemv_rows, pdl
+    before = fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_attention_early
+    fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_attention_early = (
+        attention, gemv_rows, pdl, early)
     try:
         with torch.inference_mode():
             got = fast._talker_decode(slots, x, positions)
             want = ref._talker_decode(slots, x, positions)
     finally:
-        fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = before
+        fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_attention_early = before
     assert got.dtype == want.dtype == torch.bfloat16
     assert rel_err(got, want) < 2e-2
     # bf16 rounding in two summation orders drifts over the layers: the last layer's keys measured 0.0205
@@ -94,9 +97,9 @@ def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):
         assert rel_err(fast_cp.v[:, :b, :, :4], ref_cp.v[:, :b, :, :4]) < 2e-2
 
 
-def _graph_replays(fn, n: int = 20) -> list[torch.Tensor]:
+def _graph_replays(fn, n: int = 20, before=None) -> list[torch.Tensor]:
     """fn() captured in a CUDA graph as the engine runs it (compiled outside the capture), its output
-    after each of n replays: a race need not show every time."""
+    after each of n replays: a race need not show every time. before(): queued ahead of each replay."""
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -104,6 +107,8 @@ def _graph_replays(fn, n: int = 20) -> list[torch.Tensor]:
         out = fn()
     outs = []
     for _ in range(n):
+        if before is not None:
+            before()
         graph.replay()
         torch.cuda.synchronize()
         outs.append(out.clone())
@@ -163,12 +168,17 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused):
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
 
 
-@pytest.mark.parametrize("b,attention,table", [(1, 3, "whole_rows"), (2, 2, "whole_rows"), (1, 3, "mixed")])
-def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table):
+@pytest.mark.parametrize("b,attention,table,early", [(1, 3, "whole_rows", False), (2, 2, "whole_rows", False),
+                                                     (1, 3, "mixed", False), (1, 3, "whole_rows", True),
+                                                     (2, 3, "whole_rows", True)])
+def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table, early):
     """The talker's GEMV step with programmatic dependent launch (runner.TALKER_PDL_LAUNCH: whole-row
-    products reading their weights before the wait, and every other kernel of the step launched early),
-    captured in a graph as the engine runs it, against the same kernels launched without PDL: the same
-    arithmetic, so any difference is a kernel reading before its input is written."""
+    products reading their weights before the wait, and every other kernel of the step launched early;
+    early: the attention's loads of earlier positions before its wait), captured in a graph as the
+    engine runs it, against the same kernels launched without PDL: the same arithmetic, so any
+    difference is a kernel reading before its input is written. The step's own cache positions are
+    overwritten with NaN before each replay: a replay writes the same keys and values there as the
+    one before, so reading them early would not show otherwise."""
     from tts_engine.runtime.runner import TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
 
     launch = TALKER_PDL_LAUNCH if table == "whole_rows" else TALKER_PDL_MIXED
@@ -178,15 +188,21 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
     x = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
     no_pdl = {name: {**cfg, "pdl": False} for name, cfg in launch.items()}
     before = (fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch,
-              fast.talker_pdl_launch)
+              fast.talker_pdl_launch, fast.talker_attention_early)
+
+    def poison():
+        for cache in (fast.k_cache, fast.v_cache):
+            cache[:, slots, :, positions] = float("nan")  # [layers, b, Hkv, D]
+
     hidden = {}
     with torch.inference_mode():
         for pdl in (False, True):
             fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = attention, 2, pdl
-            fast.talker_launch, fast.talker_pdl_launch = no_pdl, launch
+            fast.talker_launch, fast.talker_pdl_launch, fast.talker_attention_early = no_pdl, launch, early
             try:
-                hidden[pdl] = _graph_replays(lambda: fast._talker_decode(slots, x, positions))
+                hidden[pdl] = _graph_replays(lambda: fast._talker_decode(slots, x, positions), before=poison)
             finally:
                 (fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch,
-                 fast.talker_pdl_launch) = before
+                 fast.talker_pdl_launch, fast.talker_attention_early) = before
+    assert all(torch.isfinite(h).all() for h in hidden[False]), "NaN without PDL: the poison reached the step"
     _assert_pdl_gives_the_output_without(hidden, "hidden state")

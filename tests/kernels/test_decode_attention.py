@@ -45,6 +45,26 @@ def test_split_attention_equals_reference(device, case, splits, version):
     torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
 
 
+# Lengths for version 3's blocks of 16: no earlier position (1), the newest position inside the first
+# block (9), at its end (16), starting the second (17), and chunks of several blocks (33, 37).
+EARLY_LENGTHS = [[1, 37, 9], [17, 16, 33, 1], [9]]
+
+
+@pytest.mark.parametrize("splits", [None, 1, 2, 4])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_early_loads_of_earlier_positions_give_the_same_attention(device, case, splits):
+    """Version 3's `early` (the talker's PDL steps: a program's first block of earlier positions loaded
+    before the wait, the newest position after it) equals the reference and the kernel without it."""
+    hq, hkv, d, max_len, rows, _ = CASES[case]
+    args = _inputs(device, torch.float32, hq, hkv, d, max_len, rows, EARLY_LENGTHS[case], seed=case + 10)
+    got = decode_attention(*args, block_n=16, splits=splits, version=3, early=True)
+    assert torch.isfinite(got).all(), f"{int((~torch.isfinite(got)).sum())} outputs not written"
+    torch.testing.assert_close(got, decode_attention_ref(*args), atol=2e-5, rtol=2e-5)
+    assert torch.equal(got, decode_attention(*args, block_n=16, splits=splits, version=3))
+    with pytest.raises(ValueError, match="version 3"):
+        decode_attention(*args, block_n=16, splits=splits, version=2, early=True)
+
+
 @pytest.mark.parametrize("version", [2, 3])
 def test_bf16_attention_is_within_bf16_rounding(device, version):
     args = _inputs(device, torch.bfloat16, *CASES[1], seed=9)

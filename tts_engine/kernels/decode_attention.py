@@ -152,18 +152,31 @@ if HAVE_TRITON:
                                            sq_b, sq_h, sk_n, sk_h, sk_l, so_b, so_h, scale,
                                            GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr,
                                            BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                                           HQ: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr):
-        pdl_start(PDL)
+                                           HQ: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
+                                           EARLY: tl.constexpr):
+        """EARLY: the chunk's first block of keys and values, all but the newest position, is loaded
+        before `pdl_start`. Those positions were written by earlier steps, and the lengths and rows
+        by a launch at least two back (each launch of a PDL chain waits for the one before it before
+        it lets the next start); only q and the newest position's K/V (the launch just before:
+        q/k norm + RoPE) need the wait. Under PDL the loads then overlap that launch's tail."""
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         split = tl.program_id(2)
         n = tl.load(len_ptr + b)
         start = split * CHUNK
+        row = tl.load(rows_ptr + b, mask=start < n, other=0)
+        d = tl.arange(0, D)
+        base = row * sk_n + kvh * sk_h
+        end = tl.minimum(start + CHUNK, n)
+        if EARLY:  # earlier positions of the first block, [BLOCK_N, D]
+            pos0 = start + tl.arange(0, BLOCK_N)
+            early = (pos0 < end) & (pos0 < n - 1)
+            k0 = tl.load(k_ptr + base + pos0[:, None] * sk_l + d[None, :], mask=early[:, None], other=0.0)
+            v0 = tl.load(v_ptr + base + pos0[:, None] * sk_l + d[None, :], mask=early[:, None], other=0.0)
+        pdl_start(PDL)
         if start < n:
-            row = tl.load(rows_ptr + b)
             g = tl.arange(0, GROUP_P)
             g_ok = g < GROUP
-            d = tl.arange(0, D)
             heads = kvh * GROUP + g
             q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None], other=0.0)
             if DOT_FP32:
@@ -171,14 +184,17 @@ if HAVE_TRITON:
             m = tl.full([GROUP_P], float("-inf"), tl.float32)
             den = tl.zeros([GROUP_P], tl.float32)
             acc = tl.zeros([GROUP_P, D], tl.float32)
-            base = row * sk_n + kvh * sk_h
-            end = tl.minimum(start + CHUNK, n)
             for blk in range(start, end, BLOCK_N):
                 pos = blk + tl.arange(0, BLOCK_N)
                 ok = pos < end
                 kv_off = base + pos[:, None] * sk_l + d[None, :]
-                k = tl.load(k_ptr + kv_off, mask=ok[:, None], other=0.0)  # [BLOCK_N, D], model dtype
-                v = tl.load(v_ptr + kv_off, mask=ok[:, None], other=0.0)
+                if EARLY:
+                    loaded = (early & (pos == pos0))[:, None]  # in k0 / v0 already (the first block)
+                    k = tl.where(loaded, k0, tl.load(k_ptr + kv_off, mask=ok[:, None] & ~loaded, other=0.0))
+                    v = tl.where(loaded, v0, tl.load(v_ptr + kv_off, mask=ok[:, None] & ~loaded, other=0.0))
+                else:
+                    k = tl.load(k_ptr + kv_off, mask=ok[:, None], other=0.0)  # [BLOCK_N, D], model dtype
+                    v = tl.load(v_ptr + kv_off, mask=ok[:, None], other=0.0)
                 if DOT_FP32:
                     k = k.to(tl.float32)
                     v = v.to(tl.float32)
@@ -222,11 +238,15 @@ if HAVE_TRITON:
 
 
 def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int | None = None,
-                     splits: int | None = None, version: int = 2, pdl: bool = False) -> torch.Tensor:
+                     splits: int | None = None, version: int = 2, pdl: bool = False,
+                     early: bool = False) -> torch.Tensor:
     """Triton kernels when available (CUDA, or CPU tensors through the interpreter). version 2:
     fp32 CUDA-core products (the default, timed); 3: tensor-core products (tl.dot). pdl: both
     kernels launched with programmatic dependent launch (`backend.pdl_supported`): each program waits
-    for the previous kernel's writes before it reads anything (q, and the lengths a step computes)."""
+    for the previous kernel's writes before it reads them. early (version 3): the cache's earlier
+    positions of each program's first block are read before that wait, which is right only where the
+    launch before wrote no more than each row's newest position and q, and lengths and rows were
+    written two launches back or more (the talker's PDL steps: q/k norm + RoPE before it)."""
     if not HAVE_TRITON:
         return decode_attention_ref(q, k_cache, v_cache, rows, lengths)
     if version not in (2, 3):
@@ -237,6 +257,8 @@ def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int | None 
         raise ValueError("decode_attention needs k/v caches of one layout with the head dimension contiguous")
     if hq % hkv or d != next_pow2(d):
         raise ValueError(f"need Hq a multiple of Hkv and a power-of-two head dim, got {hq}, {hkv}, {d}")
+    if early and version != 3:
+        raise ValueError(f"decode_attention: early loads are version 3's, got version {version}")
     if version == 3 and (d < 16 or q.dtype != k_cache.dtype):
         raise ValueError(f"version 3 needs a head dim >= 16 and q in the cache dtype, got {d}, {q.dtype}")
     group = hq // hkv
@@ -262,7 +284,8 @@ def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int | None 
         # Triton's interpreter multiplies the bit patterns of bf16 operands in tl.dot (Triton 3.9).
         dot_fp32 = q.dtype == torch.float32 or q.device.type == "cpu"
         _decode_attention_split_dot_kernel[(b, hkv, splits)](*args, GROUP_P=max(16, next_pow2(group)),
-                                                             DOT_FP32=dot_fp32, **shape)
+                                                             DOT_FP32=dot_fp32, EARLY=early,
+                                                             **shape)
     if splits > 1:
         _decode_attention_merge_kernel[(b, hq)](lengths, out, acc, ml, out.stride(0), out.stride(1),
                                                 D=d, CHUNK=chunk, SPLITS=splits, HQ=hq, PDL=pdl, num_warps=4,

@@ -154,6 +154,9 @@ class ModelRunner(PromptPrefill):
         self.talker_launch = TALKER_GEMV_LAUNCH
         self.talker_pdl = pdl_here if opts.talker_pdl is None else opts.talker_pdl  # steps of <= talker_gemv_rows rows
         self.talker_pdl_launch = TALKER_PDL_LAUNCH
+        # In those PDL steps the attention reads the cache's earlier positions before its wait
+        # (kernels/decode_attention.py `early`, version 3); off until a GPU has tested and timed it.
+        self.talker_attention_early = False
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
@@ -229,7 +232,8 @@ class ModelRunner(PromptPrefill):
 
             def attend(i, q):
                 return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths,
-                                        version=self.attention_version, pdl=pdl)
+                                        version=self.attention_version, pdl=pdl,
+                                        early=pdl and self.talker_attention_early)
 
             args = (st, x, *self.rope, positions, slots, self.k_cache, self.v_cache, attend)
             if gemv_step:  # the residual stream before the final norm
