@@ -158,7 +158,10 @@ if HAVE_TRITON:
         before `pdl_start`. Those positions were written by earlier steps, and the lengths and rows
         by a launch at least two back (each launch of a PDL chain waits for the one before it before
         it lets the next start); only q and the newest position's K/V (the launch just before:
-        q/k norm + RoPE) need the wait. Under PDL the loads then overlap that launch's tail."""
+        q/k norm + RoPE) need the wait. Under PDL the loads then overlap that launch's tail. Without
+        it nothing is read before the wait."""
+        if not EARLY:
+            pdl_start(PDL)
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         split = tl.program_id(2)
@@ -173,7 +176,7 @@ if HAVE_TRITON:
             early = (pos0 < end) & (pos0 < n - 1)
             k0 = tl.load(k_ptr + base + pos0[:, None] * sk_l + d[None, :], mask=early[:, None], other=0.0)
             v0 = tl.load(v_ptr + base + pos0[:, None] * sk_l + d[None, :], mask=early[:, None], other=0.0)
-        pdl_start(PDL)
+            pdl_start(PDL)
         if start < n:
             g = tl.arange(0, GROUP_P)
             g_ok = g < GROUP

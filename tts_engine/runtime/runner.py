@@ -98,6 +98,7 @@ PREFILL_MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, n
                       "gate_up": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4),
                       "down": dict(mma=True, block_n=16, block_k=256, stages=3, num_warps=4)}
 
+
 @dataclass
 class StepCodes:
     """One frame step's codes [B, 16]: `device` (valid until the next step), `host_buffer` (pinned,
