@@ -132,6 +132,10 @@ def _add_serve(sub) -> None:
                         "became the rule)")
     p.add_argument("--yield-buffer-s", type=float, default=None,
                    help="audio ahead of its listener past which a stream yields when capacity is short (default 1.5)")
+    p.add_argument("--first-audio-yield-ms", type=float, default=0.0,
+                   help="after a stream's first audio the engine thread hands it to the server's event loop at "
+                        "once and sleeps this long, so the loop is not kept waiting for the GIL while it writes "
+                        "the audio out (default 0: off; not yet measured on a GPU host)")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024)
     p.add_argument("--max-text-chars", type=int, default=5000)
     p.add_argument("--max-ws-message-bytes", type=int, default=1024 * 1024)
@@ -204,6 +208,8 @@ def _serve(args) -> int:
     scheduler = SchedulerConfig(**policy).validate()  # a bad value: one line, exit 2
     if not args.gil_switch_ms > 0:
         raise ValueError(f"--gil-switch-ms must be > 0, got {args.gil_switch_ms}")
+    if not args.first_audio_yield_ms >= 0:
+        raise ValueError(f"--first-audio-yield-ms must be >= 0, got {args.first_audio_yield_ms}")
     from .runtime.options import FastPathOptions
 
     fast_path = FastPathOptions(**{k: v for k, v in vars(args).items()
@@ -229,7 +235,8 @@ def _serve(args) -> int:
             if getattr(args, k) is not None}
     engine = StreamingEngine(args.model, device=args.device, scheduler=scheduler, codec_stream=args.codec_stream,
                              codec_precision=args.codec_precision, freeze_gc=args.gc_freeze, profile=profile,
-                             fast_path=fast_path, prefill_stream=args.prefill_stream, **caps)
+                             fast_path=fast_path, prefill_stream=args.prefill_stream,
+                             first_audio_yield_s=args.first_audio_yield_ms / 1e3, **caps)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
     # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.

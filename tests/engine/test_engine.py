@@ -216,3 +216,40 @@ def test_appended_text_is_limited_in_total_not_per_piece(tiny_checkpoint):
             await engine.stop()
 
     asyncio.run(run())
+
+
+def test_first_audio_yield_hands_each_streams_first_audio_out_at_once_and_changes_no_audio(engine, tiny_checkpoint,
+                                                                                          monkeypatch):
+    """`first_audio_yield_s`: each stream's first audio event leaves the engine thread as soon as it is
+    posted (the outbox is empty when the thread sleeps), one sleep of that length a stream, and the
+    audio is the default engine's."""
+    from tts_engine.engine import delivery
+
+    slept, real_sleep = [], delivery.time.sleep
+
+    async def run(eng):
+        streams = [eng.open_stream(options(seed=s), SHORT, end_input=True) for s in (3, 4)]
+        return [pcm_of(await collect(s)) for s in streams]
+
+    yielding = StreamingEngine(tiny_checkpoint, max_active_streams=4, first_audio_yield_s=0.002)
+
+    def sleep(seconds):
+        if seconds == 0.002:
+            slept.append(len(yielding.delivery.outbox))
+        real_sleep(seconds)
+
+    monkeypatch.setattr(delivery.time, "sleep", sleep)
+
+    async def both():
+        await yielding.start()
+        try:
+            return await run(yielding), await run(engine)
+        finally:
+            await yielding.stop()
+
+    got, want = asyncio.run(both())
+    assert slept == [0, 0]
+    for g, w in zip(got, want, strict=True):
+        assert len(g) > 0 and np.array_equal(g, w)
+    with pytest.raises(ValueError, match="first_audio_yield_s"):
+        StreamingEngine(tiny_checkpoint, first_audio_yield_s=-1.0)

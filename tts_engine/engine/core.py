@@ -73,7 +73,7 @@ class StreamingEngine:
                  use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
                  codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False,
                  profile: EngineProfile | None = None, fast_path: FastPathOptions | None = None,
-                 prefill_stream: bool | None = None):
+                 prefill_stream: bool | None = None, first_audio_yield_s: float = 0.0):
         """max_active_streams / max_queued_streams override the scheduler config's caps.
         freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so
         off by default for an embedded engine, on in `cadence serve`).
@@ -85,7 +85,11 @@ class StreamingEngine:
         codec_precision: fp32 (exact), tf32 (fp32 weights, convs and matmuls on TF32 tensor cores)
         or bf16 (weights and activations: what the official package computes when loaded in bf16, its
         documented use, since it loads the speech tokenizer with the model's dtype). None: bf16 on
-        CUDA (run 11: p95 -2.6 / -6.8 ms at 10 / 40 req/s against tf32, paired), fp32 on CPU."""
+        CUDA (run 11: p95 -2.6 / -6.8 ms at 10 / 40 req/s against tf32, paired), fp32 on CPU.
+        first_audio_yield_s: after a stream's first audio, the engine thread hands it to the event loop
+        at once and sleeps this long, so that the loop can write it out (engine/delivery.py); 0: off."""
+        if not (first_audio_yield_s >= 0.0):
+            raise ValueError(f"first_audio_yield_s must be >= 0, got {first_audio_yield_s}")
         if codec_precision not in (None, *CODEC_PRECISIONS):
             raise ValueError(f"codec_precision must be one of {CODEC_PRECISIONS}, got {codec_precision!r}")
         cfg = scheduler or SchedulerConfig()
@@ -145,7 +149,8 @@ class StreamingEngine:
                       **{f"ttfa_{part}_sum_s": 0.0 for part in TTFA_PARTS},
                       **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_launch_cpu_s": 0.0, "host_cpu_s": 0.0,
                       "host_iterations": 0}
-        self.delivery = Delivery(self.scheduler, self._entries, self.stats)  # events out to the streams
+        self.delivery = Delivery(self.scheduler, self._entries, self.stats,  # events out to the streams
+                                 first_audio_yield_s=first_audio_yield_s)
         self.commands = Commands(self._commands, self.intake, self.tokenizer, self.scheduler, self.delivery,
                                  self._entries)  # and commands in
         self.freeze_gc = freeze_gc

@@ -1,0 +1,27 @@
+"""bench.first_audio_delivery on the tiny checkpoint (CPU): each setting is served in turn on one
+real server, every stream after the warm-ups has its three marks, and the wrapped methods, the
+server and the engine are all gone afterwards."""
+
+from __future__ import annotations
+
+from bench import first_audio_delivery
+from tests.threads import one_torch_thread
+from tts_engine.engine.core import StreamingEngine
+from tts_engine.engine.outbox import Outbox
+from tts_engine.engine.stream import Stream
+from tts_engine.server.http_speech import SpeechResponse
+
+
+def test_each_setting_gets_its_streams_marks_and_everything_is_undone(tiny_checkpoint):
+    originals = (Outbox.post, Stream.receive, SpeechResponse._note_audio)
+    engine = StreamingEngine(tiny_checkpoint, max_active_streams=2)
+    with one_torch_thread():
+        out = first_audio_delivery.measure(engine, [0.0, 0.5], requests=2, rounds=1)
+    assert set(out) == {"0.0", "0.5"}
+    for setting in out.values():
+        assert setting["streams"] == 2 and len(setting["first_pcm_ms_p50_by_round"]) == 1
+        for a, b in first_audio_delivery.SPANS:
+            assert setting[f"{a}_to_{b}_ms"]["p50"] > 0
+    assert engine.delivery.first_audio_yield_s == 0.0005  # the last setting's
+    assert (Outbox.post, Stream.receive, SpeechResponse._note_audio) == originals
+    assert not engine.alive
