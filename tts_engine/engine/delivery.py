@@ -24,9 +24,10 @@ class Delivery:
         """first_audio_yield_s > 0: a stream's first audio goes to its event loop as soon as it is
         posted, and the engine thread then sleeps that long. The loop needs the GIL to take the event
         and again to write it to the socket; while the engine thread runs Python (the next step's
-        launches) the loop waits for it, up to the interpreter's switch interval each time. On a CPU
-        of this machine (tiny model, 150 requests): the first audio's way from post to socket write
-        0.77-0.84 ms without, 0.54-0.64 with 0.3 ms, 0.51 with 0.6 ms."""
+        launches) the loop waits for it, up to the interpreter's switch interval each time. On the
+        2-core CPU machine, tiny model (`bench.first_audio_delivery`, 150 requests a setting): the
+        first audio's way from post to socket write p50 0.66 ms without, 0.41 with 0.3 ms, 0.40
+        with 0.6 ms. Not yet measured on a GPU host."""
         self.scheduler, self.entries, self.stats = scheduler, entries, stats
         self.outbox = Outbox()  # this thread's events, flushed once per iteration (outbox.py)
         self.first_audio_yield_s = first_audio_yield_s
