@@ -1,13 +1,18 @@
-"""The first audio's way out of the server: from the engine thread's post of a stream's first audio
-event to the HTTP handler's write of it, for settings of `first_audio_yield_ms` (engine/delivery.py)
-taken in turns on one server, so that drift and warm-up fall on every setting alike.
+"""Where a request's time to first PCM goes outside the engine's GPU work, and the first audio's way
+out of the server for settings of `first_audio_yield_ms` (engine/delivery.py) taken in turns on one
+server, so that drift and warm-up fall on every setting alike.
 
 The server runs in-process as `cadence serve` runs it (its event loop on a thread of its own, GIL
-switch interval 0.5 ms); sequential requests come over a real socket (bench/socket_latency.py).
-Marks, per stream (time.perf_counter, wrapped around three methods):
+switch interval 0.5 ms); sequential requests come over a real socket from this process
+(bench/socket_latency.py), so the client's clock is the server's. Marks, per stream
+(time.perf_counter; the server's by wrapping four methods):
+  request   the client has written the request
+  handler   the HTTP handler starts (server/http_speech.py `SpeechResponse.started`)
+  opened    the engine's stream is made (engine/stream.py `Stream.__init__`, inside `open_stream`)
   posted    the engine thread posts the stream's first audio event (engine/outbox.py `Outbox.post`)
   received  the event loop takes it (engine/stream.py `Stream.receive`)
   sent      the handler's `send` of its body has returned (server/http_speech.py `_note_audio`)
+  client    the first PCM byte reaches the client
 
     python -m bench.first_audio_delivery --model /tmp/ckpt --yields 0,0.3,0.6 --out delivery.json
 """
@@ -21,10 +26,11 @@ import statistics
 import sys
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 
-MARKS = ("posted", "received", "sent")
-SPANS = (("posted", "received"), ("received", "sent"), ("posted", "sent"))
+MARKS = ("request", "handler", "opened", "posted", "received", "sent", "client")
+SPANS = (*pairwise(MARKS), ("posted", "client"), ("request", "client"))
 
 
 class Marks:
@@ -34,8 +40,8 @@ class Marks:
         self.at: dict[str, dict[str, float]] = {}
         self._undo = []
 
-    def mark(self, stream_id: str, name: str) -> None:
-        self.at.setdefault(stream_id, {}).setdefault(name, time.perf_counter())
+    def mark(self, stream_id: str, name: str, at: float | None = None) -> None:
+        self.at.setdefault(stream_id, {}).setdefault(name, time.perf_counter() if at is None else at)
 
     def _wrap(self, owner, method: str, name: str, stream_id) -> None:
         original = getattr(owner, method)
@@ -52,10 +58,21 @@ class Marks:
         from tts_engine.engine.stream import Stream
         from tts_engine.server.http_speech import SpeechResponse
 
+        self._wrap(Stream, "__init__", "opened", lambda stream, engine, stream_id, loop: stream_id)
         self._wrap(Outbox, "post", "posted", lambda box, receiver, event: receiver.id)
         self._wrap(Stream, "receive", "received", lambda stream, event: stream.id)
-        self._wrap(SpeechResponse, "_note_audio", "sent", lambda response: response.stream.id)
+        self._wrap(SpeechResponse, "_note_audio", "sent", self._handler_mark)
         return self
+
+    def _handler_mark(self, response) -> str:
+        self.mark(response.stream.id, "handler", response.started)
+        return response.stream.id
+
+    def client(self, stream_ids: list[str], times: list[tuple[float, float]]) -> None:
+        """The client's (request sent, first PCM byte) times of these streams, in order."""
+        for sid, (sent, first) in zip(stream_ids, times, strict=True):
+            self.mark(sid, "request", sent)
+            self.mark(sid, "client", first)
 
     def remove(self) -> None:
         for owner, method, original in reversed(self._undo):
@@ -110,9 +127,11 @@ def measure(engine, yields_ms: list[float], requests: int, rounds: int) -> dict:
         for _ in range(rounds):
             for y in yields_ms:
                 engine.delivery.first_audio_yield_s = y / 1e3
-                before = set(marks.at)
-                client = socket_requests(port, requests, corpus())
-                results[y]["streams"] += [s for s in marks.at if s not in before][5:]  # after its 5 warm-ups
+                before, times = set(marks.at), []
+                client = socket_requests(port, requests, corpus(), times)
+                streams = [s for s in marks.at if s not in before][5:]  # after its 5 warm-ups
+                marks.client(streams, times)
+                results[y]["streams"] += streams
                 results[y]["first_pcm_ms_p50"].append(round(client["first_pcm_ms_p50"], 3))
                 print(f"yield {y} ms: first PCM p50 {client['first_pcm_ms_p50']:.3f} ms", flush=True)
     finally:

@@ -79,9 +79,10 @@ def socket_first_pcm(model_dir: Path, requests: int, texts: list[str], serve_arg
         server.wait(30)
 
 
-def socket_requests(port: int, requests: int, texts: list[str]) -> dict:
+def socket_requests(port: int, requests: int, texts: list[str], times: list | None = None) -> dict:
     """`requests` sequential POSTs (after 5 warm-up ones) to the server on 127.0.0.1:port, each read to
-    its end over a raw socket: request sent -> first PCM byte, percentiles, and the engine's breakdown."""
+    its end over a raw socket: request sent -> first PCM byte, percentiles, and the engine's breakdown.
+    times: if given, each measured request's (sent, first PCM byte) `time.perf_counter` pair is appended."""
     first_pcm, totals = [], []
     sums = {}
     for i in range(requests + 5):
@@ -109,6 +110,8 @@ def socket_requests(port: int, requests: int, texts: list[str]) -> dict:
             total = time.perf_counter() - t0
         if i >= 5:  # the first requests warm the allocator and the HTTP stack
             first_pcm.append((t_first - t0) * 1e3)
+            if times is not None:
+                times.append((t0, t_first))
             totals.append(total * 1e3)
     first_pcm.sort()
 
