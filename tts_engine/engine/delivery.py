@@ -26,8 +26,8 @@ class Delivery:
         and again to write it to the socket; while the engine thread runs Python (the next step's
         launches) the loop waits for it, up to the interpreter's switch interval each time. On the
         2-core CPU machine, tiny model (`bench.first_audio_delivery`, 150 requests a setting): the
-        first audio's way from post to socket write p50 0.66 ms without, 0.41 with 0.3 ms, 0.40
-        with 0.6 ms. Not yet measured on a GPU host."""
+        first audio's way from post to the client p50 0.77 ms without, 0.52 with 0.3 ms, 0.42 with
+        0.6 ms. Not yet measured on a GPU host."""
         self.scheduler, self.entries, self.stats = scheduler, entries, stats
         self.outbox = Outbox()  # this thread's events, flushed once per iteration (outbox.py)
         self.first_audio_yield_s = first_audio_yield_s
