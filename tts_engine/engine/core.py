@@ -48,7 +48,7 @@ from .commands import Commands
 from .delivery import Delivery
 from .entry import TTFA_PARTS, StreamEntry
 from .executor import LaunchedStep, SlotFences, StepExecutor
-from .gcpause import GcPauses, freeze_heap
+from .gcpause import GcPauses, freeze_heap, thaw_heap
 from .intake import TextIntake
 from .lane import NewcomerLane
 from .pipeline import StepPipeline
@@ -192,6 +192,11 @@ class StreamingEngine:
             await loop.run_in_executor(None, self._thread.join, 10)
         await loop.run_in_executor(None, self.watchdog.stop)
         self.gc_pauses.remove()
+        if self.gc_pauses.frozen_objects:
+            # What the engine froze is collectable again: left frozen, the interpreter's exit never
+            # frees it, and triton's bindings then report every object of theirs as leaked.
+            thaw_heap()
+            self.gc_pauses.frozen_objects = 0
 
     def metrics(self) -> dict[str, float]:
         adm = self.scheduler.admission
@@ -245,7 +250,8 @@ class StreamingEngine:
             if warmup:
                 self._warmup()
             if self.freeze_gc:
-                log.info("gc: %d objects exempt from cyclic collection", freeze_heap())
+                self.gc_pauses.frozen_objects = freeze_heap()
+                log.info("gc: %d objects exempt from cyclic collection", self.gc_pauses.frozen_objects)
             self._ready.set()
             while not self._stopping:
                 busy = self._step()
