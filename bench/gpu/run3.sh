@@ -13,6 +13,8 @@
 #   PART=gputest ... bash bench/gpu/run3.sh                     GPU_TESTS (default tests/gpu/test_engine_gpu.py)
 #   PART=trace ... bash bench/gpu/run3.sh                       bench.first_audio_trace (an idle request's GPU timeline)
 #   PART=lanes ... bash bench/gpu/run3.sh                       bench.lanes (a newcomer's work on a stream of its own)
+#   PART=delivery ... bash bench/gpu/run3.sh                    bench.first_audio_delivery (YIELDS=0,0.3,0.6: the
+#                                                               way around the engine per --first-audio-yield-ms)
 #   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
 #                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
@@ -130,6 +132,13 @@ part_trace() {  # bench.first_audio_trace: an idle engine's GPU timeline from op
   timeout $limit python3 -m bench.first_audio_trace --model /tmp/ckpt --out $W/first-audio-trace.json \
     > $W/trace.log 2>&1
   echo "trace rc=$? $((SECONDS - t0)) s"; grep -E "^first audio trace|Error" $W/trace.log | cut -c1-1200
+}
+
+part_delivery() {  # bench.first_audio_delivery: a request's way around the engine per --first-audio-yield-ms
+  limit=$(left 5); limit=$(( limit < ${DELIVERY_LIMIT:-240} ? limit : ${DELIVERY_LIMIT:-240} ))
+  timeout $limit python3 -m bench.first_audio_delivery --model /tmp/ckpt --yields "${YIELDS:-0,0.3,0.6}" \
+    --requests ${REQUESTS:-50} --rounds ${ROUNDS:-3} --out $W/first-audio-delivery.json > $W/delivery.log 2>&1
+  echo "delivery rc=$? $((SECONDS - t0)) s"; grep -E "^(yield|first audio delivery)|Error" $W/delivery.log | cut -c1-1500
 }
 
 part_peers() {
