@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import sys
 import threading
@@ -89,25 +88,11 @@ class Marks:
         return out
 
 
-def _wait_ready(port: int, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                if s.recv(64).startswith(b"HTTP/1.1 200"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"server not ready after {timeout_s:.0f} s")
-
-
 def measure(engine, yields_ms: list[float], requests: int, rounds: int) -> dict:
     """Serve `engine` in-process; per round, `requests` sequential requests under each setting."""
     import uvicorn
 
-    from bench.socket_latency import corpus, socket_requests
+    from bench.socket_latency import corpus, socket_requests, wait_ready
     from tts_engine.server.app import create_app
     from tts_engine.server.config import ServerConfig
     from tts_engine.server.run import bind, uvicorn_config
@@ -123,7 +108,7 @@ def measure(engine, yields_ms: list[float], requests: int, rounds: int) -> dict:
     marks = Marks().install()
     results = {y: {"streams": [], "first_pcm_ms_p50": []} for y in yields_ms}
     try:
-        _wait_ready(port)
+        wait_ready(port)
         for _ in range(rounds):
             for y in yields_ms:
                 engine.delivery.first_audio_yield_s = y / 1e3

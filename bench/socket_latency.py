@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -53,26 +54,35 @@ def _ttfa_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[s
     return out
 
 
+def wait_ready(port: int, timeout_s: float = 300.0, check: Callable[[], None] | None = None) -> None:
+    """Until GET /ready on 127.0.0.1:port answers 200; check(), if given, raises when waiting is futile."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if check is not None:
+            check()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                if s.recv(64).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"server not ready after {timeout_s:.0f} s")
+        time.sleep(0.3)
+
+
 def socket_first_pcm(model_dir: Path, requests: int, texts: list[str], serve_args: tuple[str, ...] = ()) -> dict:
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(model_dir),
                                "--device", "cuda", "--port", str(port), "--log-level", "warning", *serve_args],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    def still_running() -> None:
+        if server.poll() is not None:
+            raise RuntimeError(f"server exited: {server.stderr.read()[-2000:]}")
+
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"server exited: {server.stderr.read()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                    s.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                    if s.recv(64).startswith(b"HTTP/1.1 200"):
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server not ready after 300 s")
-            time.sleep(0.5)
+        wait_ready(port, check=still_running)
         return {**socket_requests(port, requests, texts), "serve_args": list(serve_args)}
     finally:
         server.terminate()

@@ -4,7 +4,12 @@ server and the engine are all gone afterwards."""
 
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from bench import first_audio_delivery
+from bench.socket_latency import wait_ready
 from tests.threads import one_torch_thread
 from tts_engine.engine.core import StreamingEngine
 from tts_engine.engine.outbox import Outbox
@@ -25,3 +30,17 @@ def test_each_setting_gets_its_streams_marks_and_everything_is_undone(tiny_check
     assert engine.delivery.first_audio_yield_s == 0.0005  # the last setting's
     assert (Outbox.post, Stream.receive, SpeechResponse._note_audio) == originals
     assert not engine.alive
+
+
+def test_waiting_for_a_server_gives_up_at_its_deadline_or_when_its_check_says_so():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def server_died():
+        raise RuntimeError("server exited: boom")
+
+    with pytest.raises(RuntimeError, match="not ready after 0 s"):
+        wait_ready(port, timeout_s=0.0)
+    with pytest.raises(RuntimeError, match="boom"):
+        wait_ready(port, check=server_died)
