@@ -54,6 +54,7 @@ from .lane import NewcomerLane
 from .pipeline import StepPipeline
 from .profile import EngineProfile
 from .stream import Stream
+from .warmup import warm_up
 from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ class StreamingEngine:
     def _run(self, warmup: bool) -> None:
         try:
             if warmup:
-                self._warmup()
+                warm_up(self.runner, self.codec_runner, self.lane, self.stats)
             if self.freeze_gc:
                 self.gc_pauses.frozen_objects = freeze_heap()
                 log.info("gc: %d objects exempt from cyclic collection", self.gc_pauses.frozen_objects)
@@ -283,23 +284,6 @@ class StreamingEngine:
                 return
             if kind == "open":
                 payload[0].deliver(ErrorEvent(sid, f"engine failure: {self.fault}", "engine_error"))
-
-    def _warmup(self) -> None:
-        if self.runner.use_graphs:
-            self.runner.capture_graphs()
-        if self.codec_runner.use_graphs:
-            report = self.codec_runner.capture()
-            # A graph that replayed wrong is dropped and its shape runs eagerly (~3-10x slower): say so.
-            self.stats["codec_graphs"] = len(report["captured"])
-            self.stats["codec_graphs_dropped"] = len(report["mismatched"]) + len(report["skipped"])
-            level = logging.WARNING if self.stats["codec_graphs_dropped"] else logging.INFO
-            log.log(level, "codec graphs: %d captured, skipped %s, mismatched %s, max error %.2e, %.0f s",
-                    len(report["captured"]), report["skipped"], report["mismatched"], report["max_error"],
-                    report["seconds"])
-        if self.lane is not None:
-            self.lane.capture()
-        self.codec_runner.decode([0], torch.zeros(1, 16, 2, dtype=torch.long))
-        self.codec_runner.reset(0)
 
     def _step(self) -> bool:
         """One engine iteration: commands, plan + launch, read completed steps. False when idle.

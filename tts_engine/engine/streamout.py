@@ -32,7 +32,7 @@ class StreamOutput:
         return self.samples_sent / SAMPLE_RATE
 
     def add_tokens(self, ids: list[int], tokenizer: TextTokenizer) -> None:
-        if not self.timings_enabled:  # a decode a token, on the engine thread before the prefill's launch
+        if not self.timings_enabled:  # no token decoded on the engine thread before the prefill's launch
             return
         self.tokenizer = tokenizer
         for token in ids:
