@@ -1,6 +1,8 @@
 """One run out of several `cadence bench` runs of the same method at different rates: e.g. a
 sweep split over two GPUs, one server each, so that it fits a device session. Rates and trials are
 pooled in rate order, capacity and cost recomputed; report.md and the plots are rendered again.
+Runs may differ in their measured seconds (a sweep of 120 s phases with the 300 s one at 20 req/s):
+each rate keeps its own, and the merged config's `duration_s` is then None.
 
     python -m bench.load.merge [--label TEXT] OUT RUN_DIR RUN_DIR [...]
 
@@ -18,7 +20,7 @@ from .output import read_run, write_json
 from .rerender import render_outputs
 from .summary import cost_per_million_chars
 
-SAME = ("target", "ws_mode", "word_interval_s", "warmup_s", "duration_s", "max_join", "voice", "language",
+SAME = ("target", "ws_mode", "word_interval_s", "warmup_s", "max_join", "voice", "language",
         "extra", "slo_s", "gpu_price", "label", "seeds")
 
 
@@ -35,7 +37,9 @@ def merge(runs: list[dict], label: str | None = None) -> dict:
     cap = max(held, key=lambda r: r["rate"], default=None)
     price = first["config"]["gpu_price"]
     cost = cost_per_million_chars(price, cap["chars_per_s"]) if cap is not None and price is not None else None
-    config = {**first["config"], "rates": [r["rate"] for r in rates]}
+    durations = {run["config"]["duration_s"] for run in runs}
+    config = {**first["config"], "rates": [r["rate"] for r in rates],
+              "duration_s": durations.pop() if len(durations) == 1 else None}
     if label is not None:
         config["label"] = label
     return {**first, "config": config,

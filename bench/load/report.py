@@ -21,6 +21,15 @@ def _trio(d: dict) -> str:
     return " / ".join(_ms(d[k]) for k in ("p50", "p95", "p99"))
 
 
+def _measured(data: dict) -> str:
+    """The measured seconds of a trial; per rate when merged runs differ in them (duration_s None)."""
+    cfg = data["config"]
+    if cfg["duration_s"] is not None:
+        return f"{cfg['duration_s']:g} s"
+    trials = len(cfg["seeds"])
+    return "(" + ", ".join(f"{r['rate']:g} req/s: {r['measured_s'] / trials:g} s" for r in data["rates"]) + ")"
+
+
 def _char_mix(data: dict) -> str:
     mixes = [t["char_mix"] for t in data["trials"]]
     n = sum(m["requests"] for m in mixes)
@@ -47,13 +56,13 @@ def render(data: dict, plots: list[str]) -> str:
         *([f"**{cfg['label']}**", ""] if cfg["label"] else []),
         f"- created {data['created']}, commit {env['git_commit'] or 'unknown'}",
         *([f"- command: `{' '.join(data['command'])}`"] if "parts" not in data else [
-            f"- merged from {len(data['parts'])} runs (`python -m bench.load.merge`), one server each:",
+            f"- merged from {len(data['parts'])} runs (`python -m bench.load.merge`):",
             *(f"  - rates {', '.join(f'{r:g}' for r in p['rates'])}: `{' '.join(p['command'])}` ({p['created']})"
               for p in data["parts"])]),
         f"- target: {target}; server: {server}",
         f"- client host: {env['platform']}, {env['cpus']} CPUs, Python {env['python']}; "
         f"GPUs: {', '.join(env['gpus']) or 'none visible'}",
-        f"- method: open-loop Poisson arrivals, {cfg['warmup_s']:g} s warm-up + {cfg['duration_s']:g} s measured per "
+        f"- method: open-loop Poisson arrivals, {cfg['warmup_s']:g} s warm-up + {_measured(data)} measured per "
         f"trial, seeds {', '.join(map(str, cfg['seeds']))}; zero-buffer playout; audible onset = first of two "
         "consecutive 20 ms windows (10 ms hop, DC removed) at >= -45 dBFS; nearest-rank percentiles",
         f"- texts: {_char_mix(data)}", "",

@@ -95,8 +95,16 @@ def test_runs_at_different_rates_merge_into_one_sweep(tmp_path):
     assert merged["capacity_rate"] == full["capacity_rate"] == 10.0
     assert merged["cost_per_million_chars"] == pytest.approx(full["cost_per_million_chars"])
     assert [p["rates"] for p in merged["parts"]] == [[10.0, 20.0], [5.0]]
-    with pytest.raises(ValueError, match="differ in duration_s"):
-        merge([low, {**high, "config": {**high["config"], "duration_s": 99}}])
+    assert merged["config"]["duration_s"] == full["config"]["duration_s"]
+    with pytest.raises(ValueError, match="differ in warmup_s"):
+        merge([low, {**high, "config": {**high["config"], "warmup_s": 99}}])
+    # A 300 s phase merged with shorter ones: each rate keeps its measured seconds, and the report says so.
+    longer = {**low, "config": {**low["config"], "duration_s": 30.0},
+              "rates": [{**low["rates"][0], "measured_s": 30.0 * len(low["config"]["seeds"])}]}
+    mixed = merge([high, longer])
+    assert mixed["config"]["duration_s"] is None
+    method = next(line for line in render(mixed, []).splitlines() if line.startswith("- method"))
+    assert "(5 req/s: 30 s, 10 req/s: 10 s, 20 req/s: 10 s) measured per trial" in method
     with pytest.raises(ValueError, match="more than one run"):
         merge([low, low])
     relabelled = {**high, "config": {**high["config"], "label": "other commit"}}
