@@ -172,6 +172,9 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
     assert parts["launch"] > 0  # prefill, frame 0 and frame 1 stand between the prefill and the first chunk
     whole = after["ttfa_sum_s"] - before["ttfa_sum_s"]  # from the engine's drain of the open
     assert 0 < sum(parts.values()) - parts["wake"] <= whole + 1e-6
+    # The prefill is handed to the device inside "plan", before its step's frame rows are launched.
+    issue = after["ttfa_issue_sum_s"] - before["ttfa_issue_sum_s"]
+    assert 0 < issue < parts["plan"], (issue, parts)
     # The engine thread's host time by part: every part of a stream's life shows, within the wall time.
     host = {p: after[f"host_{p}_s"] - before[f"host_{p}_s"] for p in HOST_PARTS}
     assert all(v > 0 for v in host.values()), host

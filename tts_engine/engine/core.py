@@ -147,7 +147,7 @@ class StreamingEngine:
         self.step_count = 0
         self.stats = {"finished": 0, "cancelled": 0, "frames": 0, "last_step_ms": 0.0, "last_batch": 0,
                       "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0,
-                      **{f"ttfa_{part}_sum_s": 0.0 for part in TTFA_PARTS},
+                      **{f"ttfa_{part}_sum_s": 0.0 for part in (*TTFA_PARTS, "issue")},
                       **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_launch_cpu_s": 0.0, "host_cpu_s": 0.0,
                       "host_iterations": 0}
         self.delivery = Delivery(self.scheduler, self._entries, self.stats,  # events out to the streams

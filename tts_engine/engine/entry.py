@@ -3,7 +3,7 @@ its text and prompt, its output formatting, and the codes of frames not yet deco
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 
@@ -14,27 +14,33 @@ from .api import StreamOptions
 from .stream import Stream
 from .streamout import StreamOutput
 
-# The spans between FirstAudioTrace's marks, in order (engine stats `ttfa_<part>_sum_s`).
+# The spans between FirstAudioTrace's chain of marks, in order (engine stats `ttfa_<part>_sum_s`), and
+# "issue", a span inside "plan" (stat `ttfa_issue_sum_s`, not part of the chain's sum).
 TTFA_PARTS = ("wake", "plan", "launch", "device")
+_CHAIN = ("opened", "drained", "prefill_launched", "chunk_launched")
 
 
 @dataclass
 class FirstAudioTrace:
     """Monotonic times on the way to a stream's first audio, for the engine's TTFA breakdown:
-    opened (the caller's open) -> drained (the engine thread took the open) -> prefill launched ->
-    first chunk launched (the end of that step's launch) -> first audio read (its step completed)."""
+    opened (the caller's open) -> drained (the engine thread took the open) -> prefill launched (the
+    end of the launch of the step holding it) -> first chunk launched (the end of that step's launch)
+    -> first audio read (its step completed). prefill_issued: the stream's own prefill has been handed
+    to the device (on an idle GPU the device starts there; the rest of "plan" is host work beside it)."""
 
     opened: float
     drained: float | None = None
     prefill_launched: float | None = None
     chunk_launched: float | None = None
+    prefill_issued: float | None = None
 
     def parts(self, read: float) -> dict[str, float] | None:
         """Seconds of each span, named by what the stream waited for; None if a mark is missing."""
-        marks = [getattr(self, f.name) for f in fields(self)] + [read]
-        if any(m is None for m in marks):
+        marks = [getattr(self, name) for name in _CHAIN] + [read]
+        if any(m is None for m in marks) or self.prefill_issued is None:
             return None
-        return {n: b - a for n, a, b in zip(TTFA_PARTS, marks, marks[1:])}
+        return {**{n: b - a for n, a, b in zip(TTFA_PARTS, marks, marks[1:])},
+                "issue": self.prefill_issued - self.drained}
 
 
 @dataclass

@@ -164,6 +164,12 @@ def _mark_launched(plan: StepPlan, entries: dict[str, StreamEntry], now: float) 
                 trace.chunk_launched = now
 
 
+def _mark_issued(entry: StreamEntry) -> None:
+    """First-audio trace mark: the stream's prefill is on the device's queue."""
+    if entry.trace is not None and entry.trace.prefill_issued is None:
+        entry.trace.prefill_issued = time.monotonic()
+
+
 class StepExecutor:
     def __init__(self, runner: ModelRunner, codec_runner: CodecRunner, *, eos_allowed: bool,
                  stream: torch.cuda.Stream | None = None, fences: SlotFences | None = None):
@@ -222,6 +228,7 @@ class StepExecutor:
                 t0 = step.timer.start()
                 self._prefill(p.slot, entries[p.stream_id])
                 step.timer.stop("prefill", t0)
+                _mark_issued(entries[p.stream_id])
             return
         if not plan.prefills:
             return
@@ -232,6 +239,7 @@ class StepExecutor:
                 t0 = step.timer.start()
                 self._fill(p.slot, entries[p.stream_id])
                 step.timer.stop("prefill", t0)
+                _mark_issued(entries[p.stream_id])
             done = torch.cuda.Event()
             done.record()
         torch.cuda.current_stream().wait_event(done)  # before this step's frame rows read the slots
