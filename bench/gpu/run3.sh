@@ -9,6 +9,7 @@
 #                                                               RATES / WARMUP / DURATION per sweep (or
 #                                                               PHASES=rate:seconds,...: a sweep each);
 #                                                               SOCKET=N: N sequential requests first
+#                                                               (PHASES=none: those alone)
 #   PART=peers ... bash bench/gpu/run3.sh                       the peers (run2_peers.sh)
 #   PART=gputest ... bash bench/gpu/run3.sh                     GPU_TESTS (default tests/gpu/test_engine_gpu.py)
 #   PART=trace ... bash bench/gpu/run3.sh                       bench.first_audio_trace (an idle request's GPU timeline)
@@ -101,6 +102,7 @@ part_load() {
     # (merge with bench.load.merge); otherwise one sweep over RATES with DURATION.
     phases=("${RATES:-10,20,30,40}:${DURATION:-30}")
     [ -n "${PHASES:-}" ] && IFS="," read -ra phases <<< "$PHASES"
+    [ "${PHASES:-}" = none ] && phases=()  # PHASES=none: the socket requests alone (SOCKET=N)
     for phase in "${phases[@]}"; do
       rates=${phase%%:*}; duration=${phase#*:}; out=$W/$name; [ -n "${PHASES:-}" ] && out=$W/$name/r$rates
       # A phase cut by the deadline keeps nothing: skip one that cannot finish (run 14: a 120 s phase
