@@ -224,11 +224,13 @@ class StepExecutor:
     def _prefills(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> None:
         side = self.runner.prefill_stream
         if side is None:
-            for p in plan.prefills:
+            for p in plan.prefills:  # each prefill first: on an idle GPU it starts while the host queues the rest
+                entry = entries[p.stream_id]
                 t0 = step.timer.start()
-                self._prefill(p.slot, entries[p.stream_id])
+                self._fill(p.slot, entry)
+                _mark_issued(entry)
+                self._start_slot(p.slot, entry)
                 step.timer.stop("prefill", t0)
-                _mark_issued(entries[p.stream_id])
             return
         if not plan.prefills:
             return
@@ -284,11 +286,6 @@ class StepExecutor:
             if stream is not None:
                 step.codec_event = torch.cuda.Event()
                 step.codec_event.record()
-
-    def _prefill(self, slot: int, entry: StreamEntry) -> None:
-        # The prefill first: on an idle GPU it starts while the host still queues the rest.
-        self._fill(slot, entry)
-        self._start_slot(slot, entry)
 
     def _fill(self, slot: int, entry: StreamEntry) -> None:
         """The prompt's embedding and prefill for `slot`, on the current stream."""
