@@ -16,6 +16,8 @@
 #   PART=lanes ... bash bench/gpu/run3.sh                       bench.lanes (a newcomer's work on a stream of its own)
 #   PART=delivery ... bash bench/gpu/run3.sh                    bench.first_audio_delivery (YIELDS=0,0.3,0.6: the
 #                                                               way around the engine per --first-audio-yield-ms)
+#   PART=barrier ... bash bench/gpu/run3.sh                     bench.grid_barrier (would a persistent kernel pay: a
+#                                                               chain of products, a launch each or a grid barrier)
 #   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
 #                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
@@ -141,6 +143,15 @@ part_delivery() {  # bench.first_audio_delivery: a request's way around the engi
   timeout $limit python3 -m bench.first_audio_delivery --model /tmp/ckpt --yields "${YIELDS:-0,0.3,0.6}" \
     --requests ${REQUESTS:-50} --rounds ${ROUNDS:-3} --out $W/first-audio-delivery.json > $W/delivery.log 2>&1
   echo "delivery rc=$? $((SECONDS - t0)) s"; grep -E "^(yield|first audio delivery)|Error" $W/delivery.log | cut -c1-1500
+}
+
+part_barrier() {  # bench.grid_barrier, then its GPU test
+  limit=$(left 5); limit=$(( limit < ${BARRIER_LIMIT:-90} ? limit : ${BARRIER_LIMIT:-90} ))
+  timeout $limit python3 -m bench.grid_barrier --out $W/grid-barrier.json > $W/barrier.log 2>&1
+  echo "barrier rc=$? $((SECONDS - t0)) s"; grep -E "^grid barrier|Error" $W/barrier.log | cut -c1-700
+  timeout $(left 5) python3 -m pytest -q -m gpu tests/gpu/test_grid_barrier_gpu.py -p no:cacheprovider \
+    > $W/barrier-tests.log 2>&1
+  echo "barrier tests rc=$? $((SECONDS - t0)) s"; tail -3 $W/barrier-tests.log | cut -c1-300
 }
 
 part_peers() {
