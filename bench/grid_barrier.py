@@ -46,12 +46,17 @@ if HAVE_TRITON:
     @triton.jit
     def _grid_barrier(counter_ptr, target):
         """Arrive, then wait until `target` arrivals (all programs, this many times) have been counted.
-        The CTA barrier first: every thread's stores are ordered before the release."""
+        The CTA barrier first orders every thread's stores before the release; the spin reads with
+        plain volatile loads (an atomic a poll from every SM would queue behind the arrivals on the one
+        address); one acquire and a CTA barrier after it order the program's later loads after the
+        other programs' stores (as a cooperative grid sync does)."""
         tl.debug_barrier()
         tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        seen = tl.load(counter_ptr, volatile=True)
         while seen < target:
-            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+            seen = tl.load(counter_ptr, volatile=True)
+        tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
 
     @triton.jit
     def _chain_kernel(w_ptr, y_ptr, counter_ptr, first_round, rounds, n_mats, d, scale,
