@@ -14,7 +14,8 @@ one's outputs, as a layer's products do. Timed as CUDA graphs on one GPU, µs a 
   persistent     one launch for every round, a grid-wide barrier between rounds (a spin on a global
                  counter), weights read after it
   persistent_early  the same with each round's weights read before its barrier
-  barrier        the persistent kernel without weights: the barrier alone
+  barrier        the persistent kernel without weights: the barrier alone (polling with volatile loads)
+  barrier_atomic the same polling with acquire atomics
 
 beside the round's weight-read floor at the copy bandwidth measured in the same run. A persistent
 launch uses at most one program per SM, so that all of them are resident (the barrier waits for
@@ -44,24 +45,29 @@ if HAVE_TRITON:
     from tts_engine.kernels.backend import pdl_start
 
     @triton.jit
-    def _grid_barrier(counter_ptr, target):
+    def _grid_barrier(counter_ptr, target, POLL_ATOMIC: tl.constexpr):
         """Arrive, then wait until `target` arrivals (all programs, this many times) have been counted.
-        The CTA barrier first orders every thread's stores before the release; the spin reads with
-        plain volatile loads (an atomic a poll from every SM would queue behind the arrivals on the one
-        address); one acquire and a CTA barrier after it order the program's later loads after the
-        other programs' stores (as a cooperative grid sync does)."""
+        The CTA barrier first orders every thread's stores before the release. The wait polls with
+        volatile loads (POLL_ATOMIC: with acquire atomics, which from every SM queue behind the
+        arrivals on the one address), then takes one acquire and a CTA barrier, which order the
+        program's later loads after the other programs' stores (as a cooperative grid sync does). The
+        acquire's result feeds a loop condition: an atomic add of 0 whose result is unused is dropped
+        by the compiler (seen in the sm90 PTX)."""
         tl.debug_barrier()
         tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
-        seen = tl.load(counter_ptr, volatile=True)
-        while seen < target:
+        if not POLL_ATOMIC:
             seen = tl.load(counter_ptr, volatile=True)
-        tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+            while seen < target:
+                seen = tl.load(counter_ptr, volatile=True)
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        while seen < target:
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
         tl.debug_barrier()
 
     @triton.jit
     def _chain_kernel(w_ptr, y_ptr, counter_ptr, first_round, rounds, n_mats, d, scale,
                       D_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WEIGHTS: tl.constexpr,
-                      EARLY: tl.constexpr, BARRIER: tl.constexpr, PDL: tl.constexpr):
+                      EARLY: tl.constexpr, BARRIER: tl.constexpr, PDL: tl.constexpr, POLL_ATOMIC: tl.constexpr):
         """Rounds first_round .. first_round + rounds - 1: y [total rounds + 1, d] fp32, round r reads
         row r and writes row r + 1, this program's BLOCK_N features of it. EARLY: the round's weights
         (whole rows, D_P >= d) load before the barrier (BARRIER) or PDL wait (PDL) that makes row r
@@ -79,14 +85,14 @@ if HAVE_TRITON:
                 w = tl.load(w_at + ks[None, :], mask=f_ok[:, None] & k_ok[None, :], other=0.0)
                 if BARRIER:  # noqa: SIM102 (a compile-time branch around a run-time one)
                     if i > 0:
-                        _grid_barrier(counter_ptr, i * nprog)
+                        _grid_barrier(counter_ptr, i * nprog, POLL_ATOMIC)
                 pdl_start(PDL)
                 x = tl.load(x_at + ks, mask=k_ok, other=0.0, cache_modifier=".cg")
                 acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
             else:
                 if BARRIER:  # noqa: SIM102 (a compile-time branch around a run-time one)
                     if i > 0:
-                        _grid_barrier(counter_ptr, i * nprog)
+                        _grid_barrier(counter_ptr, i * nprog, POLL_ATOMIC)
                 pdl_start(PDL)
                 acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
                 if WEIGHTS:
@@ -102,7 +108,7 @@ if HAVE_TRITON:
                 acc = acc * scale
             tl.store(y_ptr + (r + 1) * d + feats, acc, mask=f_ok)
 
-VARIANTS = ("launch", "launch_pdl", "persistent", "persistent_early", "barrier")
+VARIANTS = ("launch", "launch_pdl", "persistent", "persistent_early", "barrier", "barrier_atomic")
 
 
 def block_n_for(d: int, programs: int) -> int:
@@ -125,18 +131,19 @@ def run_chain(variant: str, w: torch.Tensor, y: torch.Tensor, counter: torch.Ten
         pdl = variant == "launch_pdl"
         for r in range(rounds):
             _chain_kernel[grid](w, y, counter, r, 1, n_mats, d, scale, WEIGHTS=True, EARLY=pdl, BARRIER=False,
-                                PDL=pdl, **common, **pdl_launch(pdl))
+                                PDL=pdl, POLL_ATOMIC=False, **common, **pdl_launch(pdl))
         return
     counter.zero_()
-    _chain_kernel[grid](w, y, counter, 0, rounds, n_mats, d, scale, WEIGHTS=variant != "barrier",
-                        EARLY=variant == "persistent_early", BARRIER=True, PDL=False, **common)
+    _chain_kernel[grid](w, y, counter, 0, rounds, n_mats, d, scale, WEIGHTS=not variant.startswith("barrier"),
+                        EARLY=variant == "persistent_early", BARRIER=True, PDL=False,
+                        POLL_ATOMIC=variant == "barrier_atomic", **common)
 
 
 def chain_ref(variant: str, w: torch.Tensor, y0: torch.Tensor, rounds: int, scale: float) -> torch.Tensor:
     """The chain's last row in fp32 torch."""
     y = y0.float()
     for r in range(rounds):
-        y = y + 1.0 if variant == "barrier" else scale * (w[r % w.shape[0]].float() @ y)
+        y = y + 1.0 if variant.startswith("barrier") else scale * (w[r % w.shape[0]].float() @ y)
     return y
 
 
