@@ -19,6 +19,10 @@ import torch
 from .config import SamplingDefaults
 
 _MASK64 = (1 << 64) - 1
+# Accepted sampling settings (inclusive): 1e-6 is near-greedy, 1e6 near-uniform; both and every
+# logit divided by them stay finite in fp32.
+TEMPERATURE_RANGE = (1e-6, 1e6)
+REPETITION_PENALTY_RANGE = (1e-3, 1e3)
 
 
 def _splitmix64(x: int) -> int:
@@ -63,10 +67,13 @@ class SamplingParams:
         return replace(cls(do_sample=False, subtalker_dosample=False), **overrides)
 
     def validate(self) -> SamplingParams:
+        # Bounded so that the device's fp32 copies hold them and logits / temperature stays finite (a
+        # temperature of 3.5e38 once overflowed the sampler's fp32 table on the engine thread).
+        lo, hi = TEMPERATURE_RANGE
         for name in ("temperature", "subtalker_temperature"):
             v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+            if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi):
+                raise ValueError(f"{name} must be a number in [{lo:g}, {hi:g}], got {v!r}")
         for name in ("top_p", "subtalker_top_p"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and 0 < v <= 1):
@@ -75,9 +82,9 @@ class SamplingParams:
             v = getattr(self, name)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
                 raise ValueError(f"{name} must be an integer >= 0 (0 disables it), got {v!r}")
-        rp = self.repetition_penalty
-        if not (isinstance(rp, int | float) and math.isfinite(rp) and rp > 0):
-            raise ValueError(f"repetition_penalty must be a finite number > 0, got {rp!r}")
+        rp, (lo, hi) = self.repetition_penalty, REPETITION_PENALTY_RANGE
+        if not (isinstance(rp, int | float) and not isinstance(rp, bool) and math.isfinite(rp) and lo <= rp <= hi):
+            raise ValueError(f"repetition_penalty must be a number in [{lo:g}, {hi:g}], got {rp!r}")
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):
             raise ValueError(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
         return self

@@ -94,6 +94,10 @@ BAD_BODIES = [
     ({**OK, "top_p": 1.5}, "top_p must be"),
     ({**OK, "top_k": -1}, "top_k"),
     ({**OK, "repetition_penalty": 0}, "repetition_penalty must be"),
+    # past fp32: these once overflowed the sampler's table on the engine thread and failed the engine
+    ({**OK, "temperature": 3.5e38}, "temperature must be a number in [1e-06, 1e+06]"),
+    ({**OK, "temperature": 1e-300}, "temperature must be"),
+    ({**OK, "repetition_penalty": 1e39}, "repetition_penalty must be a number in [0.001, 1000]"),
     ({**OK, "seed": -1}, "seed"),
     ({**OK, "seed": 2**63}, "seed"),
     ({**OK, "chunk_schedule": []}, "chunk_schedule"),
@@ -126,6 +130,7 @@ RAW_BODIES = [
     (b'{"input": "hi", "voice": "ryan", "temperature": NaN}', 422, "temperature"),
     (b'{"input": "caf\xe9", "voice": "ryan"}', 422, "not valid UTF-8"),
     (b"[" * 100_000, 413, "over 65536 bytes"),
+    (b'{"input": "hi", "voice": "ryan", "x": ' + b"1" * 4301 + b"}", 422, "not acceptable JSON"),
 ]
 
 
@@ -182,6 +187,9 @@ def test_no_bad_input_leaves_a_stream_behind(server):
     for body, _ in BAD_BODIES:
         post(server, body)
     server.wait_empty()
+    # nor a failed engine: the next good request is served
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+    assert post(server, OK).status_code == 200
 
 
 def test_client_gone_mid_stream_frees_the_engine(server):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import socket
 import time
 from dataclasses import replace
 
@@ -50,6 +52,44 @@ def test_ready_is_503_during_warm_up_and_websocket_connect_gets_1013():
         engine.finish_warm_up()
         s.wait_ready(5)
         assert httpx.post(s.url + "/v1/audio/speech", json=BODY).status_code == 200
+
+
+class BuggyEngine(FakeEngine):
+    """open_stream fails the way a bug would (not an ApiError): the server's 500 path."""
+
+    def open_stream(self, options, text="", *, end_input=False):
+        raise RuntimeError("a bug")
+
+
+def test_a_server_bug_is_a_500_with_a_message_and_counted():
+    with ServerThread(BuggyEngine(), ServerConfig()) as s:
+        s.wait_ready(5)
+        r = httpx.post(s.url + "/v1/audio/speech", json=BODY)
+        assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error", r.text
+        text = httpx.get(s.url + "/metrics").text
+        assert 'cadence_http_responses_total{endpoint="/v1/audio/speech",status="500"} 1.0' in text
+
+
+def test_a_client_gone_before_its_body_arrives_is_counted_not_logged_as_a_fault(fake_server):
+    records = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = records.append
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(handler)
+    try:
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", fake_server.port)) as sock:
+                sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 100\r\n\r\n{\"in")
+        deadline = time.monotonic() + 5
+        line = 'cadence_http_responses_total{endpoint="/v1/audio/speech",status="499"} 3.0'
+        while line not in httpx.get(fake_server.url + "/metrics").text:
+            assert time.monotonic() < deadline, "the three disconnects were not counted"
+            time.sleep(0.05)
+    finally:
+        logger.removeHandler(handler)
+    assert not records, [r.getMessage() for r in records]
+    assert httpx.post(fake_server.url + "/v1/audio/speech", json=BODY).status_code == 200
 
 
 def test_health_is_503_after_an_engine_fault(fake_server):

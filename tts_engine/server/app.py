@@ -103,6 +103,8 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None, *,
         return JSONResponse(err.http_body(), exc.status_code, headers=exc.headers)
 
     async def internal_error(request: Request, exc: Exception) -> Response:
+        # Runs in Starlette's outermost middleware, outside HttpGuard's count: counted here.
+        metrics.http_responses.labels(endpoint_label(request.url.path), "500").inc()
         err = ApiError("internal_error", "internal server error")
         return JSONResponse(err.http_body(), 500)
 
@@ -140,6 +142,11 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None, *,
     return app
 
 
+def endpoint_label(path: str) -> str:
+    """The `endpoint` label of a request path (unknown paths share one, so labels stay few)."""
+    return path if path in KNOWN_PATHS else "other"
+
+
 def _log_start_failure(task: asyncio.Task) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("engine failed to start", exc_info=task.exception())
@@ -158,7 +165,7 @@ class HttpGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        endpoint = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
+        endpoint = endpoint_label(scope["path"])
 
         async def counted_send(message: Message) -> None:
             if message["type"] == "http.response.start":

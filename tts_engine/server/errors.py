@@ -40,6 +40,8 @@ _FAILURES = [
     Failure("not_found", 404, None, "no such endpoint", over_ws=False),
     Failure("method_not_allowed", 405, None, "the endpoint exists but not for this method", over_ws=False),
     Failure("internal_error", 500, None, "a server bug (logged); close 1011 if the connection itself fails"),
+    Failure("client_closed_request", 499, None, "the client went away before its request body arrived (nothing "
+            "reaches it; counted, not logged as a fault)", over_ws=False),
 ]
 FAILURES: dict[str, Failure] = {f.code: f for f in _FAILURES}
 

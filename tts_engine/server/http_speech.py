@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from urllib.parse import quote
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -46,7 +46,11 @@ def make_speech_endpoint(engine: ServedEngine, cfg: ServerConfig, metrics: Serve
     async def create_speech(request: Request) -> SpeechResponse:
         started = time.perf_counter()
         check_content_type(request.headers.get("content-type"))
-        body = await request.body()  # the body-limit middleware raises 413 past max_body_bytes
+        try:
+            body = await request.body()  # the body-limit middleware raises 413 past max_body_bytes
+        except ClientDisconnect:
+            raise ApiError("client_closed_request", "the client closed the connection before the request body "
+                                                    "arrived") from None
         req = validate_model(SpeechRequest, parse_json_object(body, "request body"))
         text = check_speech_request(req, cfg.max_text_chars)
         options = req.stream_options(engine.model_config)

@@ -179,6 +179,8 @@ def parse_json_object(data: bytes | str, what: str) -> dict[str, Any]:
         raise ApiError("invalid_json", f"{what} is not valid JSON: {e.msg} at position {e.pos}") from None
     except RecursionError:
         raise ApiError("invalid_json", f"{what} is nested too deeply") from None
+    except ValueError as e:  # e.g. an integer past Python's 4300-digit conversion limit
+        raise ApiError("invalid_json", f"{what} is not acceptable JSON: {e}") from None
     if not isinstance(obj, dict):
         raise ApiError("invalid_json", f"{what} must be a JSON object, got {type(obj).__name__}")
     return obj
