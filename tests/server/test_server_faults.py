@@ -188,3 +188,57 @@ def test_idle_keep_alive_outlives_the_bench_clients_expiry():
     config = uvicorn_config(None, ServerConfig())
     assert config.timeout_keep_alive == ServerConfig().keep_alive_s == 30.0
     assert KEEPALIVE_EXPIRY_S < 5.0 < config.timeout_keep_alive
+
+
+def _closed_within(sock: socket.socket, seconds: float, drip: bytes = b"") -> float | None:
+    """Seconds until the server closes `sock` (None: still open after `seconds`), sending `drip` a
+    byte every 0.1 s meanwhile (a slowloris client)."""
+    start = time.monotonic()
+    sock.settimeout(0.1)
+    sent = 0
+    while time.monotonic() - start < seconds:
+        try:
+            if sock.recv(4096) == b"":
+                return time.monotonic() - start
+        except TimeoutError:
+            pass
+        except ConnectionError:
+            return time.monotonic() - start
+        if sent < len(drip):
+            try:
+                sock.sendall(drip[sent:sent + 1])
+            except ConnectionError:
+                return time.monotonic() - start
+            sent += 1
+    return None
+
+
+def test_connections_that_never_finish_a_request_are_closed():
+    """Slowloris: idle after connecting, headers or a body a byte at a time. uvicorn alone kept each
+    open for as long as the client liked; a complete request, a kept-alive connection and a
+    WebSocket are untouched by the deadline."""
+    cfg = ServerConfig(request_read_timeout_s=0.6, keep_alive_s=1.2)
+    head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    with ServerThread(FakeEngine(), cfg) as s:
+        s.wait_ready(5)
+        addr = ("127.0.0.1", s.port)
+        with socket.create_connection(addr) as idle:  # sends nothing
+            assert 1.0 < _closed_within(idle, 4) < 2.5
+        with socket.create_connection(addr) as headers:  # never ends its headers
+            assert _closed_within(headers, 4, drip=head + b"X-Slow: " + b"a" * 100) < 1.5
+        with socket.create_connection(addr) as body:  # ends its headers, then drips a body
+            body.sendall(head + b"Content-Length: 100\r\n\r\n")
+            assert _closed_within(body, 4, drip=b'{"input": "' + b"a" * 90) < 1.5
+        deadline = time.monotonic() + 5
+        while 'status="499"} 1.0' not in httpx.get(s.url + "/metrics").text:  # the body's handler saw it go
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with httpx.Client(timeout=10) as client:  # keep-alive: one connection, idle 0.9 s between requests
+            for _ in range(2):
+                assert client.post(s.url + "/v1/audio/speech", json=BODY).status_code == 200
+                time.sleep(0.9)
+            assert client.get(s.url + "/health").status_code == 200
+        with connect(s.ws_url, proxy=None) as conn:  # a WebSocket outlives the request deadline
+            time.sleep(1.5)
+            conn.send(json.dumps({**OPEN, "text": "Hi.", "end": True}))
+            assert json.loads(conn.recv(timeout=10))["type"] in ("audio", "done")

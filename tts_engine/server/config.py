@@ -30,6 +30,9 @@ class ServerConfig:
     # with a read error, as one in 3,503 did in run 12 at 30 req/s). Longer than the idle expiry of
     # httpx (5 s) and aiohttp (15 s) clients; a client keeping idle connections longer still races.
     keep_alive_s: float = 30.0
+    # A request's headers and body must all arrive within this long of its first byte (and a new
+    # connection must start one within keep_alive_s), or the connection is closed: server/protocol.py.
+    request_read_timeout_s: float = 10.0
     # After a WebSocket `cancel`, how long to wait for the engine's confirmation before the
     # server acknowledges the cancel anyway.
     cancel_ack_timeout_s: float = 2.0
@@ -42,7 +45,8 @@ class ServerConfig:
                      "max_contexts_per_connection", "max_ws_send_buffer_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "cancel_ack_timeout_s", "keep_alive_s"):
+        for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "cancel_ack_timeout_s", "keep_alive_s",
+                     "request_read_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_ws_send_buffer_bytes < 2 * 64 * 1024:

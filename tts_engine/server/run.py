@@ -9,6 +9,7 @@ import uvicorn
 from .app import create_app
 from .config import ServerConfig
 from .engine_link import ServedEngine
+from .protocol import timed_protocol
 
 
 def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
@@ -19,6 +20,7 @@ def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
         # Audio is incompressible; deflate would only cost CPU on the event loop.
         ws_per_message_deflate=False, timeout_graceful_shutdown=5, server_header=False,
         timeout_keep_alive=cfg.keep_alive_s,
+        http=timed_protocol(cfg.request_read_timeout_s, cfg.keep_alive_s),
     )
     options.update(overrides)
     return uvicorn.Config(app, **options)

@@ -1,0 +1,64 @@
+"""uvicorn's httptools HTTP protocol with a deadline on reading a request.
+
+uvicorn times only the idle gap after a response (keep-alive). A client that connects and sends
+nothing, or sends its headers or body a byte at a time (slowloris), held its socket and file
+descriptor for as long as it liked: 2 x 10,000 such connections used every descriptor the server
+had, and /health then failed. Here a connection must start a request within `keep_alive_s` of
+connecting (as long as a kept-alive connection may idle) and deliver the whole of it, headers and
+body, within `request_read_timeout_s` of its first byte; otherwise it is closed (a request whose
+handler already runs then sees a disconnect: a 499 in the metrics, server/http_speech.py). A
+WebSocket upgrade ends the deadline: the WebSocket protocol has its own pings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger(__name__)
+
+
+def timed_protocol(request_read_timeout_s: float, idle_s: float) -> type[HttpToolsProtocol]:
+    """The protocol class for uvicorn.Config(http=...), with these deadlines."""
+
+    class TimedHttpToolsProtocol(HttpToolsProtocol):
+        _read_deadline: asyncio.TimerHandle | None = None
+
+        def _arm(self, seconds: float) -> None:
+            self._disarm()
+            self._read_deadline = self.loop.call_later(seconds, self._read_timed_out)
+
+        def _disarm(self) -> None:
+            if self._read_deadline is not None:
+                self._read_deadline.cancel()
+                self._read_deadline = None
+
+        def _read_timed_out(self) -> None:
+            self._read_deadline = None
+            if not self.transport.is_closing():
+                log.info("closing a connection that did not send a whole request in time (%s)", self.client)
+                self.transport.close()
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm(idle_s)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._arm(request_read_timeout_s)
+
+        def on_message_complete(self) -> None:
+            self._disarm()
+            super().on_message_complete()
+
+        def handle_websocket_upgrade(self) -> None:
+            self._disarm()  # the transport is the WebSocket protocol's from here
+            super().handle_websocket_upgrade()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return TimedHttpToolsProtocol
