@@ -242,3 +242,27 @@ def test_connections_that_never_finish_a_request_are_closed():
             time.sleep(1.5)
             conn.send(json.dumps({**OPEN, "text": "Hi.", "end": True}))
             assert json.loads(conn.recv(timeout=10))["type"] in ("audio", "done")
+
+
+def test_a_context_idle_with_its_input_open_is_cancelled_and_others_are_not():
+    """An open context that gets no text holds an engine slot: past context_idle_timeout_s it is
+    cancelled with an error event, its done follows; one fed text in time, and one whose input
+    has ended, are untouched."""
+    with ServerThread(FakeEngine(), ServerConfig(context_idle_timeout_s=0.4)) as s:
+        s.wait_ready(5)
+        with connect(s.ws_url, proxy=None) as conn:
+            conn.send(json.dumps({**OPEN, "context_id": "idle"}))
+            conn.send(json.dumps({**OPEN, "context_id": "fed"}))
+            for i in range(8):  # 1.2 s of text, a word every 0.15 s
+                conn.send(json.dumps({"type": "append", "context_id": "fed", "text": f"word{i} "}))
+                time.sleep(0.15)
+            conn.send(json.dumps({"type": "end", "context_id": "fed"}))
+            messages = []
+            while not {"idle", "fed"} <= {m.get("context_id") for m in messages if m["type"] == "done"}:
+                messages.append(json.loads(conn.recv(timeout=10)))
+        idle = [m for m in messages if m.get("context_id") == "idle"]
+        assert [m["type"] for m in idle] == ["error", "done"], idle
+        assert idle[0]["code"] == "context_idle" and idle[1]["reason"] == "cancelled"
+        fed = [m for m in messages if m.get("context_id") == "fed"]
+        assert not [m for m in fed if m["type"] == "error"] and fed[-1]["reason"] != "cancelled", fed
+        s.wait_empty()

@@ -33,6 +33,9 @@ class ServerConfig:
     # A request's headers and body must all arrive within this long of its first byte (and a new
     # connection must start one within keep_alive_s), or the connection is closed: server/protocol.py.
     request_read_timeout_s: float = 10.0
+    # A WebSocket context whose input is open (no `end`) and which has had no text, flush or audio for
+    # this long is cancelled with an error event `context_idle`: it holds an engine slot.
+    context_idle_timeout_s: float = 60.0
     # After a WebSocket `cancel`, how long to wait for the engine's confirmation before the
     # server acknowledges the cancel anyway.
     cancel_ack_timeout_s: float = 2.0
@@ -46,7 +49,7 @@ class ServerConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "cancel_ack_timeout_s", "keep_alive_s",
-                     "request_read_timeout_s"):
+                     "request_read_timeout_s", "context_idle_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_ws_send_buffer_bytes < 2 * 64 * 1024:

@@ -37,6 +37,8 @@ _FAILURES = [
     Failure("input_ended", None, None, "`append` or `flush` after `end` for that context"),
     Failure("too_many_contexts", None, None, "`open` past max_contexts_per_connection open contexts"),
     Failure("slow_consumer", None, 1008, "the client reads too slowly: the send buffer is full"),
+    Failure("context_idle", None, None, "a context's input is open but it had no text, flush or audio for "
+            "context_idle_timeout_s (60 s): it is cancelled, its `done` follows"),
     Failure("not_found", 404, None, "no such endpoint", over_ws=False),
     Failure("method_not_allowed", 405, None, "the endpoint exists but not for this method", over_ws=False),
     Failure("internal_error", 500, None, "a server bug (logged); close 1011 if the connection itself fails"),

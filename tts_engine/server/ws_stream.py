@@ -63,6 +63,9 @@ class Context:
     first_audio: bool = True
     pump: asyncio.Task | None = None
     ack_deadline: asyncio.Timeout | None = field(default=None, repr=False)
+    # monotonic time of its last text, flush or audio: an open input idle past
+    # `context_idle_timeout_s` is cancelled (`_idle_loop`)
+    active_at: float = field(default_factory=time.monotonic)
 
 
 class Connection:
@@ -87,13 +90,14 @@ class Connection:
         reader = asyncio.create_task(self._read_loop())
         writer = asyncio.create_task(self._write_loop())
         closing = asyncio.create_task(self._closing.wait())
+        idle = asyncio.create_task(self._idle_loop())
         try:
             await asyncio.wait({reader, writer, closing}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (reader, writer, closing):
+            for task in (reader, writer, closing, idle):
                 task.cancel()
             pumps = self._cancel_all()
-            await asyncio.gather(reader, writer, closing, *pumps, return_exceptions=True)
+            await asyncio.gather(reader, writer, closing, idle, *pumps, return_exceptions=True)
             self.metrics.ws_connections.dec()
         for task in (reader, writer):
             exc = task.exception() if task.done() and not task.cancelled() else None
@@ -165,6 +169,7 @@ class Connection:
         elif msg.type == "flush":
             if ctx.ended:
                 raise ApiError("input_ended", f"context {ctx.id!r} has ended its input")
+            ctx.active_at = time.monotonic()
             _engine_call(ctx.stream.flush)
 
     def _open(self, msg: OpenMessage) -> None:
@@ -195,6 +200,7 @@ class Connection:
             raise ApiError("text_too_long", f"context {ctx.id!r} would have {ctx.chars + len(text)} "
                            f"characters; the limit is {self.cfg.max_text_chars}", param="text")
         ctx.chars += len(text)
+        ctx.active_at = time.monotonic()
         text = check_text(text, room, param="text", empty_ok=True)
         ctx.has_text = ctx.has_text or bool(text.strip())
         _engine_call(ctx.stream.append, text)
@@ -217,6 +223,21 @@ class Connection:
                 ctx.pump.cancel()
                 pumps.append(ctx.pump)
         return pumps
+
+    async def _idle_loop(self) -> None:
+        """Cancels contexts whose input is still open but which have had no text, flush or audio for
+        `context_idle_timeout_s`: each holds an engine slot, and a few connections of idle contexts
+        would otherwise fill the admission caps for everyone."""
+        limit = self.cfg.context_idle_timeout_s
+        while True:
+            await asyncio.sleep(min(limit / 4, 5.0))
+            now = time.monotonic()
+            for ctx in list(self.contexts.values()):
+                if not (ctx.ended or ctx.cancelled) and now - ctx.active_at > limit:
+                    self.metrics.rejections.labels("context_idle").inc()
+                    self._send_error(ApiError("context_idle", f"context {ctx.id!r} had no text for {limit:g} s "
+                                              "with its input open: cancelled"), ctx.id)
+                    self._cancel(ctx)
 
     # --- pumps ----------------------------------------------------------------------------
 
@@ -252,6 +273,7 @@ class Connection:
             if ctx.cancelled:
                 return False
             ctx.audio_s += event.duration_s
+            ctx.active_at = time.monotonic()
             self._put(ctx, "audio", {
                 "type": "audio", "context_id": ctx.id, "index": event.index, "audio": b64(event.pcm),
                 "start_s": round(event.start_s, 6), "duration_s": round(event.duration_s, 6)})
