@@ -136,6 +136,7 @@ class _Server(uvicorn.Server):
 
 def run_demo(cfg: AgentConfig, *, host: str, port: int, model: Path | None, device: str) -> int:
     from tts_engine.server.config import ServerConfig
+    from tts_engine.server.protocol import timed_protocol
     from tts_engine.server.run import bind
 
     from .server import create_app
@@ -160,8 +161,10 @@ def run_demo(cfg: AgentConfig, *, host: str, port: int, model: Path | None, devi
         if cfg.llm_base_url is None:
             print("cadence demo: LLM is the OFFLINE SCRIPTED LLM (not a language model); "
                   "set CADENCE_LLM_BASE_URL for a real one", file=sys.stderr)
-        server = _Server(uvicorn.Config(app, lifespan="on", log_level="warning",
-                                               timeout_graceful_shutdown=3))
+        # The engine server's protocol: a request must arrive whole within 10 s of its first byte
+        # (tts_engine/server/protocol.py), so slow or idle clients cannot hold sockets for ever.
+        server = _Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=3,
+                                        timeout_keep_alive=30, http=timed_protocol(10.0, 30.0)))
         bound_host, bound_port = sock.getsockname()[:2]
         shown = "localhost" if bound_host in ("0.0.0.0", "::") else bound_host
         print(f"cadence demo: open http://{shown}:{bound_port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)

@@ -4,8 +4,11 @@ agent pipeline per browser connection.
     GET  /            the page (web/index.html; static, no build step, no internet)
     GET  /static/...  the page's other files
     GET  /api/config  what this agent runs (STT, LLM, TTS), for the page to show
-    POST /api/offer   {sdp, type: "offer", pc_id?} -> {sdp, type: "answer", pc_id}; 400 if malformed
-    PATCH /api/offer  {pc_id, candidates: [{candidate, sdp_mid, sdp_mline_index}]} (trickle ICE)
+    POST /api/offer   {sdp, type: "offer", pc_id?} -> {sdp, type: "answer", pc_id}; 422 if malformed,
+                      503 + Retry-After past `max_sessions` sessions
+    PATCH /api/offer  {pc_id, candidates: [{candidate, sdp_mid, sdp_mline_index}]} (trickle ICE; at
+                      most MAX_CANDIDATES a request and a session)
+Bodies are JSON (415 otherwise) of at most MAX_BODY_BYTES (413).
 
 Events to the page go as JSON over the WebRTC data channel the page opens (`UiEvents`), not
 pipecat's RTVI protocol: the page needs only transcripts, turn boundaries and latency, and a
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -37,12 +41,16 @@ from pipecat.frames.frames import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregator
 from pipecat.processors.frame_processor import FrameDirection
+from starlette.requests import ClientDisconnect
 
 from .pipeline import AgentConfig, describe_tts
 from .piper_voice import load_voice, piper_model_path
 from .stt import bundled_whisper_model, load_whisper, whisper_setup
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+MAX_BODY_BYTES = 64 * 1024  # an SDP offer is a few KB
+MAX_CANDIDATES = 32  # a browser trickles a handful; aiortc pairs each with every local one, on the loop
+MAX_SESSIONS = 8  # each runs a whole pipeline (STT, LLM, TTS)
 
 
 def describe(cfg: AgentConfig) -> dict[str, str]:
@@ -157,21 +165,93 @@ def preload(cfg: AgentConfig) -> None:
         load_voice(piper_model_path(cfg.piper_model))
 
 
+async def _json_body(request: Request):
+    """The request's JSON body: 415 unless it is declared JSON, 413 past MAX_BODY_BYTES (by
+    Content-Length before reading, else while reading), 422 if it does not parse."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise HTTPException(415, f"Content-Type must be application/json, got {media_type or 'none'!r}")
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        raise HTTPException(413, f"the body is over {MAX_BODY_BYTES} bytes")
+    body = bytearray()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise HTTPException(413, f"the body is over {MAX_BODY_BYTES} bytes")
+    except ClientDisconnect:
+        raise HTTPException(499, "the client closed the request") from None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        raise HTTPException(422, "the body must be JSON (UTF-8)") from None
+
+
 def _offer(body) -> tuple[str, str, str | None]:
-    """The offer's (sdp, type, pc_id), or a 400 that says what is wrong."""
+    """The offer's (sdp, type, pc_id), or a 422 that says what is wrong."""
     if not isinstance(body, dict):
-        raise HTTPException(400, "the body must be a JSON object {sdp, type, pc_id?}")
+        raise HTTPException(422, "the body must be a JSON object {sdp, type, pc_id?}")
     sdp, kind, pc_id = body.get("sdp"), body.get("type"), body.get("pc_id")
     if kind != "offer":
-        raise HTTPException(400, f"type must be 'offer', got {kind!r}")
+        raise HTTPException(422, f"type must be 'offer', got {kind!r}")
     if not isinstance(sdp, str) or not sdp.startswith("v=0") or "m=" not in sdp:
-        raise HTTPException(400, "sdp must be an SDP offer (starting 'v=0', with media sections)")
+        raise HTTPException(422, "sdp must be an SDP offer (starting 'v=0', with media sections)")
     if pc_id is not None and not isinstance(pc_id, str):
-        raise HTTPException(400, "pc_id must be a string")
+        raise HTTPException(422, "pc_id must be a string")
     return sdp, kind, pc_id
 
 
-def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR) -> FastAPI:
+def _candidates(body) -> tuple[str, list[tuple[str, str | None, int | None]]]:
+    """A trickle-ICE patch's (pc_id, [(candidate, sdp_mid, sdp_mline_index)]), or a 422."""
+    from aiortc.sdp import candidate_from_sdp
+
+    shape = "expected {pc_id: string, candidates: [{candidate, sdp_mid, sdp_mline_index}]}"
+    if not (isinstance(body, dict) and isinstance(body.get("pc_id"), str) and isinstance(body.get("candidates"), list)):
+        raise HTTPException(422, shape)
+    if len(body["candidates"]) > MAX_CANDIDATES:
+        raise HTTPException(422, f"at most {MAX_CANDIDATES} candidates a request, got {len(body['candidates'])}")
+    out = []
+    for c in body["candidates"]:
+        if not isinstance(c, dict) or not isinstance(c.get("candidate"), str) or len(c["candidate"]) > 1024:
+            raise HTTPException(422, shape)
+        line, mid, index = c["candidate"], c.get("sdp_mid"), c.get("sdp_mline_index")
+        if mid is not None and not isinstance(mid, str):
+            raise HTTPException(422, f"sdp_mid must be a string or null, got {mid!r}")
+        if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
+            raise HTTPException(422, f"sdp_mline_index must be an integer >= 0 or null, got {index!r}")
+        if line:  # empty: the end-of-candidates marker
+            if mid is None and index is None:
+                raise HTTPException(422, "a candidate needs sdp_mid or sdp_mline_index")
+            try:
+                candidate_from_sdp(line)
+            except Exception:
+                raise HTTPException(422, f"not an ICE candidate: {line[:80]!r}") from None
+        out.append((line, mid, index))
+    return body["pc_id"], out
+
+
+def _close_fully(connection, closing: set[asyncio.Task]) -> None:
+    """pipecat 1.14 closes a peer connection that never connects from its connect-timeout task, and
+    the close's state change cancels that very task: aiortc's close is cut off, and the ICE transport's
+    UDP sockets (and ~8 MB) stay for good, one set per abandoned offer. The connection's close is run
+    as a task of its own here, which that cancel cannot reach. (Replaces the instance's private
+    `_close`; pinned pipecat.)"""
+    original = connection._close
+
+    async def close_in_own_task():
+        task = asyncio.ensure_future(original())
+        closing.add(task)
+        task.add_done_callback(closing.discard)
+        await asyncio.shield(task)
+
+    connection._close = close_in_own_task
+
+
+def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int = MAX_SESSIONS,
+               connect_timeout_s: float | None = None) -> FastAPI:
+    """max_sessions: sessions at once (503 + Retry-After past it). connect_timeout_s: how long an
+    answered offer may take to connect before it is closed (None: pipecat's 60 s)."""
     from pipecat.transports.smallwebrtc.request_handler import (
         IceCandidate,
         SmallWebRTCPatchRequest,
@@ -187,6 +267,11 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR) -> FastAPI:
         piper_model_path(cfg.piper_model)  # likewise a missing Piper voice
     handler = SmallWebRTCRequestHandler()
     sessions: set[asyncio.Task] = set()
+    # peer connections by pc_id, with the candidates each has been given; `opening`: offers for a new
+    # session between their admission and their pipeline's start (so a burst cannot pass the cap)
+    candidates_of: dict[str, int] = {}
+    opening = 0
+    closing: set[asyncio.Task] = set()  # peer connections' closes under way (`_close_fully`)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -196,6 +281,7 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR) -> FastAPI:
             task.cancel()
         await asyncio.gather(*sessions, return_exceptions=True)
         await handler.close()
+        await asyncio.gather(*closing, return_exceptions=True)
 
     app = FastAPI(title="Cadence agent", lifespan=lifespan)
     app.mount("/static", StaticFiles(directory=web_dir), name="static")
@@ -210,35 +296,51 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR) -> FastAPI:
 
     @app.post("/api/offer")
     async def offer(request: Request):
-        try:
-            body = await request.json()
-        except ValueError:
-            raise HTTPException(400, "the body must be JSON") from None
-        sdp, kind, pc_id = _offer(body)
+        nonlocal opening
+        sdp, kind, pc_id = _offer(await _json_body(request))
+        new = pc_id not in candidates_of  # else a renegotiation of a live session
+        if new and len(sessions) + opening >= max_sessions:
+            raise HTTPException(503, f"{max_sessions} sessions are running: try again shortly",
+                                headers={"Retry-After": "5"})
 
         async def start(connection):
+            _close_fully(connection, closing)
+            if connect_timeout_s is not None:
+                connection.connection_timeout_secs = connect_timeout_s
             task = asyncio.create_task(run_session(cfg, connection))
             sessions.add(task)
             task.add_done_callback(sessions.discard)
+            task.add_done_callback(lambda _t: candidates_of.pop(connection.pc_id, None))
 
+        opening += new
         try:
-            return await handler.handle_web_request(SmallWebRTCRequest(sdp=sdp, type=kind, pc_id=pc_id), start)
+            answer = await handler.handle_web_request(SmallWebRTCRequest(sdp=sdp, type=kind, pc_id=pc_id), start)
         except HTTPException:
             raise
         except Exception as e:  # aiortc rejects an SDP it cannot parse or answer
-            raise HTTPException(400, f"cannot answer this offer: {type(e).__name__} {e}".strip()) from None
+            raise HTTPException(422, f"cannot answer this offer: {type(e).__name__} {e}".strip()) from None
+        finally:
+            opening -= new
+        if answer:
+            candidates_of.setdefault(answer["pc_id"], 0)
+        return answer
 
     @app.patch("/api/offer")
     async def ice(request: Request):
+        pc_id, given = _candidates(await _json_body(request))
+        if pc_id not in candidates_of:
+            raise HTTPException(404, f"no session {pc_id!r}")
+        if candidates_of[pc_id] + len(given) > MAX_CANDIDATES:
+            raise HTTPException(422, f"at most {MAX_CANDIDATES} candidates a session")
+        candidates_of[pc_id] += len(given)
+        patch = SmallWebRTCPatchRequest(pc_id=pc_id, candidates=[
+            IceCandidate(candidate=line, sdp_mid=mid, sdp_mline_index=index) for line, mid, index in given])
         try:
-            body = await request.json()
-            patch = SmallWebRTCPatchRequest(
-                pc_id=body["pc_id"],
-                candidates=[IceCandidate(candidate=c["candidate"], sdp_mid=c["sdp_mid"],
-                                         sdp_mline_index=c["sdp_mline_index"]) for c in body["candidates"]])
-        except (ValueError, KeyError, TypeError):
-            raise HTTPException(400, "expected {pc_id, candidates: [{candidate, sdp_mid, sdp_mline_index}]}") from None
-        await handler.handle_patch_request(patch)
+            await handler.handle_patch_request(patch)
+        except HTTPException:
+            raise
+        except Exception as e:  # aiortc refuses the candidate (e.g. no such media section)
+            raise HTTPException(422, f"cannot add these candidates: {type(e).__name__} {e}".strip()) from None
         return {"status": "ok"}
 
     logger.info("agent: " + "; ".join(f"{k}: {v}" for k, v in describe(cfg).items()))

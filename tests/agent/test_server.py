@@ -7,6 +7,7 @@ silence)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import pytest
 
 from agent.demo import load_config
 from agent.pipeline import AgentConfig
-from agent.server import _offer, describe
+from agent.server import MAX_CANDIDATES, _candidates, _offer, describe
 from agent.stt import bundled_whisper_model, make_stt
 
 from .helpers import Lines
@@ -89,16 +90,55 @@ def test_malformed_offers_are_rejected():
                  {"sdp": "v=0\r\nm=audio 9", "type": "offer", "pc_id": 5}):
         with pytest.raises(HTTPException) as e:
             _offer(body)
-        assert e.value.status_code == 400
+        assert e.value.status_code == 422
 
 
-def _post(url: str, body: bytes) -> int:
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+def test_malformed_candidates_are_rejected():
+    from fastapi import HTTPException
+
+    good = {"candidate": "candidate:1 1 udp 2130706431 127.0.0.1 40000 typ host", "sdp_mid": "0",
+            "sdp_mline_index": 0}
+    assert _candidates({"pc_id": "p", "candidates": [good, {**good, "candidate": ""}]})[0] == "p"
+    for body in ({"pc_id": [], "candidates": []}, {"pc_id": {}, "candidates": []}, {"pc_id": "p"},
+                 {"pc_id": "p", "candidates": [{**good, "candidate": "garbage"}]},
+                 {"pc_id": "p", "candidates": [{**good, "candidate": "candidate:1 1 udp x 1.2.3.4 5 typ host"}]},
+                 {"pc_id": "p", "candidates": [{**good, "candidate": 12345}]},
+                 {"pc_id": "p", "candidates": [{**good, "sdp_mid": None, "sdp_mline_index": None}]},
+                 {"pc_id": "p", "candidates": [{**good, "sdp_mline_index": "x"}]},
+                 {"pc_id": "p", "candidates": [good] * (MAX_CANDIDATES + 1)}):
+        with pytest.raises(HTTPException) as e:
+            _candidates(body)
+        assert e.value.status_code == 422, body
+
+
+def _post(url: str, body: bytes, content_type: str | None = "application/json", method: str = "POST") -> int:
+    headers = {"Content-Type": content_type} if content_type else {}
+    req = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
+
+
+def test_signalling_refuses_what_it_cannot_take_with_a_4xx_over_a_socket(monkeypatch):
+    """Each of these was a 500, a 400 for any reason, or a body read whole into memory (a reliability
+    probe): wrong media type 415, over the body limit 413, unparsable or ill-formed 422, an unknown
+    session 404; the server serves the next request as before."""
+    from agent.server import MAX_BODY_BYTES, create_app
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with _AppThread(create_app(AgentConfig())) as app:
+        offer = app.url + "api/offer"
+        assert _post(offer, b'{"sdp": "v=0", "type": "offer"}', content_type="text/plain") == 415
+        assert _post(offer, b'{"sdp": "v=0", "type": "offer"}', content_type=None) == 415
+        assert _post(offer, b'{"sdp": "' + b"v" * MAX_BODY_BYTES + b'"}') == 413
+        assert _post(offer, b"not json") == 422
+        assert _post(offer, b'{"sdp": "v=0\\r\\nm=audio nonsense", "type": "offer"}') == 422
+        assert _post(offer, b'{"pc_id": [], "candidates": []}', method="PATCH") == 422
+        assert _post(offer, b'{"pc_id": "nobody", "candidates": []}', method="PATCH") == 404
+        with urllib.request.urlopen(app.url + "api/config", timeout=10) as r:
+            assert r.status == 200
 
 
 @pytest.mark.slow
@@ -120,9 +160,9 @@ def test_cadence_demo_serves_the_page_and_stops_cleanly_on_ctrl_c(tiny_checkpoin
             config = json.load(r)
         assert config["llm"] == "OFFLINE SCRIPTED LLM (not a language model)"
         assert config["tts"].startswith("Cadence engine at ws://127.0.0.1:")
-        assert _post(url + "api/offer", b'{"sdp": "hello", "type": "offer"}') == 400
-        assert _post(url + "api/offer", b"not json") == 400
-        assert _post(url + "api/offer", b'{"sdp": "v=0\\r\\nm=audio nonsense", "type": "offer"}') == 400
+        assert _post(url + "api/offer", b'{"sdp": "hello", "type": "offer"}') == 422
+        assert _post(url + "api/offer", b"not json") == 422
+        assert _post(url + "api/offer", b'{"sdp": "v=0\\r\\nm=audio nonsense", "type": "offer"}') == 422
 
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -268,3 +308,53 @@ def test_with_no_tts_the_agent_answers_in_text():
     assert "".join(e["text"] for e in sent if e["type"] == "bot") == reply
     assert all(e.get("token") for e in sent if e["type"] == "bot")
     assert [m["content"] for m in context.get_messages() if m.get("role") == "assistant"] == [reply]
+
+
+def _sockets() -> int:
+    """Sockets this process holds (the server runs on a thread of it)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed since the listing
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+@pytest.mark.slow
+def test_an_abandoned_offer_frees_its_sockets_and_sessions_past_the_cap_get_503(monkeypatch):
+    """A client that goes away after its offer: its connect timeout closes the session and every
+    socket of it (pipecat's close was cut off by its own timeout task, leaking a UDP socket pair a
+    time); meanwhile a second offer past the cap of one session is a 503, and is taken once the
+    first is gone."""
+    import asyncio
+
+    from aiortc import RTCPeerConnection
+    from aiortc.mediastreams import AudioStreamTrack
+
+    from agent.server import create_app
+
+    async def abandoned_offer() -> bytes:
+        pc = RTCPeerConnection()
+        pc.addTrack(AudioStreamTrack())
+        pc.createDataChannel("events")
+        await pc.setLocalDescription(await pc.createOffer())
+        body = json.dumps({"sdp": pc.localDescription.sdp, "type": "offer"}).encode()
+        await pc.close()
+        return body
+
+    def wait_until(cond, seconds: float, what: str) -> None:
+        deadline = time.monotonic() + seconds
+        while not cond():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.2)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with _AppThread(create_app(AgentConfig(), max_sessions=1, connect_timeout_s=1.0)) as app:
+        offer = app.url + "api/offer"
+        first, second = asyncio.run(abandoned_offer()), asyncio.run(abandoned_offer())
+        idle = _sockets()
+        assert _post(offer, first) == 200
+        assert _sockets() > idle  # the session's ICE sockets
+        assert _post(offer, second) == 503
+        wait_until(lambda: _sockets() <= idle, 30, "the abandoned session's sockets were not freed")
+        wait_until(lambda: _post(offer, second) == 200, 10, "the cap was not freed")
+        wait_until(lambda: _sockets() <= idle, 30, "the second abandoned session's sockets were not freed")
