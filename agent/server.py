@@ -309,21 +309,19 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int =
                 connection.connection_timeout_secs = connect_timeout_s
             task = asyncio.create_task(run_session(cfg, connection))
             sessions.add(task)
+            candidates_of[connection.pc_id] = 0
             task.add_done_callback(sessions.discard)
             task.add_done_callback(lambda _t: candidates_of.pop(connection.pc_id, None))
 
         opening += new
         try:
-            answer = await handler.handle_web_request(SmallWebRTCRequest(sdp=sdp, type=kind, pc_id=pc_id), start)
+            return await handler.handle_web_request(SmallWebRTCRequest(sdp=sdp, type=kind, pc_id=pc_id), start)
         except HTTPException:
             raise
         except Exception as e:  # aiortc rejects an SDP it cannot parse or answer
             raise HTTPException(422, f"cannot answer this offer: {type(e).__name__} {e}".strip()) from None
         finally:
             opening -= new
-        if answer:
-            candidates_of.setdefault(answer["pc_id"], 0)
-        return answer
 
     @app.patch("/api/offer")
     async def ice(request: Request):
