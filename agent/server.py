@@ -298,7 +298,9 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int =
     async def offer(request: Request):
         nonlocal opening
         sdp, kind, pc_id = _offer(await _json_body(request))
-        new = pc_id not in candidates_of  # else a renegotiation of a live session
+        # a new session unless pipecat will renegotiate a live one (its own test: `_pcs_map`, pinned
+        # pipecat; our session bookkeeping ends later than its connection, so it cannot stand in)
+        new = pc_id is None or pc_id not in handler._pcs_map
         if new and len(sessions) + opening >= max_sessions:
             raise HTTPException(503, f"{max_sessions} sessions are running: try again shortly",
                                 headers={"Retry-After": "5"})

@@ -14,8 +14,10 @@ one's outputs, as a layer's products do. Timed as CUDA graphs on one GPU, µs a 
   persistent     one launch for every round, a grid-wide barrier between rounds (a spin on a global
                  counter), weights read after it
   persistent_early  the same with each round's weights read before its barrier
-  barrier        the persistent kernel without weights: the barrier alone (polling with volatile loads)
-  barrier_atomic the same polling with acquire atomics
+  barrier        the persistent kernel without weights: the barrier alone (every thread polls with
+                 volatile loads)
+  barrier_atomic the same, one thread polling with acquire loads (Triton lowers an acquire atomic add
+                 of 0 so), the others waiting at a CTA barrier
 
 beside the round's weight-read floor at the copy bandwidth measured in the same run. A persistent
 launch uses at most one program per SM, so that all of them are resident (the barrier waits for
@@ -48,11 +50,11 @@ if HAVE_TRITON:
     def _grid_barrier(counter_ptr, target, POLL_ATOMIC: tl.constexpr):
         """Arrive, then wait until `target` arrivals (all programs, this many times) have been counted.
         The CTA barrier first orders every thread's stores before the release. The wait polls with
-        volatile loads (POLL_ATOMIC: with acquire atomics, which from every SM queue behind the
-        arrivals on the one address), then takes one acquire and a CTA barrier, which order the
-        program's later loads after the other programs' stores (as a cooperative grid sync does). The
-        acquire's result feeds a loop condition: an atomic add of 0 whose result is unused is dropped
-        by the compiler (seen in the sm90 PTX)."""
+        volatile loads from every thread (POLL_ATOMIC: acquire loads from one thread, between CTA
+        barriers: Triton lowers an acquire atomic add of 0 to that), then takes one acquire and a CTA
+        barrier, which order the program's later loads after the other programs' stores (as a
+        cooperative grid sync does). The acquire's result feeds a loop condition: an atomic add of 0
+        whose result is unused is dropped by the compiler (seen in the sm90 PTX)."""
         tl.debug_barrier()
         tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
         if not POLL_ATOMIC:
@@ -71,7 +73,9 @@ if HAVE_TRITON:
         """Rounds first_round .. first_round + rounds - 1: y [total rounds + 1, d] fp32, round r reads
         row r and writes row r + 1, this program's BLOCK_N features of it. EARLY: the round's weights
         (whole rows, D_P >= d) load before the barrier (BARRIER) or PDL wait (PDL) that makes row r
-        visible; otherwise after it, BLOCK_K columns at a time. WEIGHTS False: y_{r+1} = y_r + 1."""
+        visible; otherwise after it, BLOCK_K columns at a time. WEIGHTS False: y_{r+1}[f] =
+        y_r[(f + BLOCK_N) mod d] + 1, another program's features, so that a barrier that opens early
+        shows."""
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         f_ok = feats < d
         nprog = tl.num_programs(0)
@@ -103,7 +107,7 @@ if HAVE_TRITON:
                         x = tl.load(x_at + ks, mask=k_ok, other=0.0, cache_modifier=".cg")
                         acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
                 else:
-                    acc = tl.load(x_at + feats, mask=f_ok, other=0.0, cache_modifier=".cg") + 1.0
+                    acc = tl.load(x_at + (feats + BLOCK_N) % d, mask=f_ok, other=0.0, cache_modifier=".cg") + 1.0
             if WEIGHTS:
                 acc = acc * scale
             tl.store(y_ptr + (r + 1) * d + feats, acc, mask=f_ok)
@@ -139,11 +143,16 @@ def run_chain(variant: str, w: torch.Tensor, y: torch.Tensor, counter: torch.Ten
                         POLL_ATOMIC=variant == "barrier_atomic", **common)
 
 
-def chain_ref(variant: str, w: torch.Tensor, y0: torch.Tensor, rounds: int, scale: float) -> torch.Tensor:
-    """The chain's last row in fp32 torch."""
+def chain_ref(variant: str, w: torch.Tensor, y0: torch.Tensor, rounds: int, scale: float,
+              block_n: int) -> torch.Tensor:
+    """The chain's last row in fp32 torch (block_n: the launch's features a program, which the
+    weightless variants shift by)."""
     y = y0.float()
     for r in range(rounds):
-        y = y + 1.0 if variant.startswith("barrier") else scale * (w[r % w.shape[0]].float() @ y)
+        if variant.startswith("barrier"):
+            y = torch.roll(y, -(block_n % y.shape[0])) + 1.0
+        else:
+            y = scale * (w[r % w.shape[0]].float() @ y)
     return y
 
 
@@ -203,7 +212,7 @@ def measure(sides: list[int], rounds: int, l2_bytes: int = 120 << 20) -> dict:
             y[1:] = 0
             run()
             torch.cuda.synchronize()
-            ref = chain_ref(variant, w, y[0], rounds, scale)
+            ref = chain_ref(variant, w, y[0], rounds, scale, row["block_n"])
             err = ((y[rounds] - ref).norm() / ref.norm()).item()
             arrivals = int(counter.item()) if variant.startswith(("persistent", "barrier")) else None
             row[variant] = {"us_per_round": _graph_us(run) / rounds, "rel_err": err, "arrivals": arrivals,

@@ -27,9 +27,10 @@ def _chain(d=48, n_mats=3, rounds=4, seed=0):
 def test_every_variant_computes_the_chain(variant):
     w, y, counter, scale = _chain()
     rounds = y.shape[0] - 1
-    programs = 4 if variant == "launch" else 1  # launch: 4 programs of 16 features; persistent: one of 64
+    programs = 4 if variant == "launch" else 1  # launch: 3 programs of 16 features; persistent: one of 64
     run_chain(variant, w, y, counter, rounds, programs, scale, block_k=16)
-    torch.testing.assert_close(y[rounds], chain_ref(variant, w, y[0], rounds, scale), rtol=1e-4, atol=1e-4)
+    ref = chain_ref(variant, w, y[0], rounds, scale, block_n_for(48, programs))
+    torch.testing.assert_close(y[rounds], ref, rtol=1e-4, atol=1e-4)
     if variant != "launch":  # one arrival a program at each barrier (before every round but the first)
         assert counter.item() == rounds - 1
 

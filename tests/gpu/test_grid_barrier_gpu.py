@@ -1,6 +1,7 @@
 """bench.grid_barrier on the GPU: every variant of the chain, the persistent ones with all programs
-resident and spinning on one counter, computes the torch chain, and each barrier counted every
-program once (a barrier that let a program through early would give another chain or count)."""
+resident and spinning on one counter, computes the torch chain (each round reads other programs'
+outputs of the round before, so a barrier that let a program through early gives another chain), and
+each barrier counted every program once."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_chain_on_the_gpu_equals_torch(cuda, d, variant):
         y[1:] = float("nan")
         run_chain(variant, w, y, counter, rounds, sms, scale, num_warps=8 if d >= 2048 else 4)
         torch.cuda.synchronize()
-        ref = chain_ref(variant, w, y[0], rounds, scale)
+        ref = chain_ref(variant, w, y[0], rounds, scale, block_n_for(d, sms))
         assert ((y[rounds] - ref).norm() / ref.norm()).item() < 1e-4
         if variant != "launch" and variant != "launch_pdl":
             assert counter.item() == (rounds - 1) * math.ceil(d / block_n_for(d, sms))

@@ -4,6 +4,7 @@ unready, never confirm a cancel; plus a client that stops reading."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
@@ -233,6 +234,12 @@ def test_connections_that_never_finish_a_request_are_closed():
         while 'status="499"} 1.0' not in httpx.get(s.url + "/metrics").text:  # the body's handler saw it go
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        with socket.create_connection(addr) as crlf:  # a response, then a stray CRLF: no request, no reprieve
+            crlf.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            crlf.settimeout(5)
+            assert crlf.recv(4096).startswith(b"HTTP/1.1 200")
+            crlf.sendall(b"\r\n")
+            assert 1.0 < _closed_within(crlf, 4) < 2.5
         with httpx.Client(timeout=10) as client:  # keep-alive: one connection, idle 0.9 s between requests
             for _ in range(2):
                 assert client.post(s.url + "/v1/audio/speech", json=BODY).status_code == 200
@@ -266,3 +273,49 @@ def test_a_context_idle_with_its_input_open_is_cancelled_and_others_are_not():
         fed = [m for m in messages if m.get("context_id") == "fed"]
         assert not [m for m in fed if m["type"] == "error"] and fed[-1]["reason"] != "cancelled", fed
         s.wait_empty()
+
+
+def test_a_request_pipelined_behind_a_streaming_response_does_not_cut_it():
+    """The second request's deadline starts with its turn: the first response (about 2 s of
+    streaming) arrives whole although the second, sent at once, never sends its body."""
+    cfg = ServerConfig(request_read_timeout_s=0.5, keep_alive_s=5)
+    with ServerThread(FakeEngine(frame_s=0.02), cfg) as s:
+        s.wait_ready(5)
+        body = json.dumps({**BODY, "input": "A sentence long enough to stream for a second or two. " * 2}).encode()
+        head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        with socket.create_connection(("127.0.0.1", s.port)) as sock:
+            sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body + head + b"Content-Length: 50\r\n\r\n")
+            sock.settimeout(10)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200") and b"\r\n0\r\n\r\n" in data, data[:200]
+
+
+class MidStreamBugEngine(FakeEngine):
+    """Its streams fail like a bug (an exception, not an error event) after their first audio."""
+
+    def open_stream(self, options, text="", *, end_input=False):
+        stream = super().open_stream(options, text, end_input=end_input)
+        events = stream.events
+
+        async def failing():
+            async for event in events():
+                yield event
+                raise RuntimeError("a bug mid-stream")
+
+        stream.events = failing
+        return stream
+
+
+def test_a_bug_after_the_status_line_is_counted_once():
+    with ServerThread(MidStreamBugEngine(), ServerConfig()) as s:
+        s.wait_ready(5)
+        with (httpx.Client(timeout=10) as client, contextlib.suppress(httpx.HTTPError),
+              client.stream("POST", s.url + "/v1/audio/speech", json=BODY) as r):
+            assert r.status_code == 200
+            for _ in r.iter_raw():
+                pass
+        text = httpx.get(s.url + "/metrics").text
+        assert 'cadence_http_responses_total{endpoint="/v1/audio/speech",status="200"} 1.0' in text
+        assert 'status="500"' not in text, text

@@ -103,8 +103,10 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None, *,
         return JSONResponse(err.http_body(), exc.status_code, headers=exc.headers)
 
     async def internal_error(request: Request, exc: Exception) -> Response:
-        # Runs in Starlette's outermost middleware, outside HttpGuard's count: counted here.
-        metrics.http_responses.labels(endpoint_label(request.url.path), "500").inc()
+        # Runs in Starlette's outermost middleware, outside HttpGuard's count: counted here, unless
+        # the response had started (then nothing more is sent, and HttpGuard counted its status).
+        if not request.scope.get(RESPONSE_STARTED):
+            metrics.http_responses.labels(endpoint_label(request.url.path), "500").inc()
         err = ApiError("internal_error", "internal server error")
         return JSONResponse(err.http_body(), 500)
 
@@ -142,6 +144,9 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None, *,
     return app
 
 
+RESPONSE_STARTED = "cadence.response_started"  # scope key: HttpGuard has counted this response
+
+
 def endpoint_label(path: str) -> str:
     """The `endpoint` label of a request path (unknown paths share one, so labels stay few)."""
     return path if path in KNOWN_PATHS else "other"
@@ -169,6 +174,7 @@ class HttpGuard:
 
         async def counted_send(message: Message) -> None:
             if message["type"] == "http.response.start":
+                scope[RESPONSE_STARTED] = True
                 self.metrics.http_responses.labels(endpoint, str(message["status"])).inc()
             await send(message)
 

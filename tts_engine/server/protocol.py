@@ -5,9 +5,10 @@ nothing, or sends its headers or body a byte at a time (slowloris), held its soc
 descriptor for as long as it liked: 2 x 10,000 such connections used every descriptor the server
 had, and /health then failed. Here a connection must start a request within `keep_alive_s` of
 connecting (as long as a kept-alive connection may idle) and deliver the whole of it, headers and
-body, within `request_read_timeout_s` of its first byte; otherwise it is closed (a request whose
-handler already runs then sees a disconnect: a 499 in the metrics, server/http_speech.py). A
-WebSocket upgrade ends the deadline: the WebSocket protocol has its own pings.
+body, within `request_read_timeout_s` of its first byte (a request pipelined behind a response in
+flight: of its turn), and start the next within `keep_alive_s` of a response; otherwise it is closed
+(a request whose handler already runs then sees a disconnect: a 499 in the metrics,
+server/http_speech.py). A WebSocket upgrade ends the deadline: the WebSocket protocol has its own pings.
 """
 
 from __future__ import annotations
@@ -46,12 +47,25 @@ def timed_protocol(request_read_timeout_s: float, idle_s: float) -> type[HttpToo
             self._arm(idle_s)
 
         def on_message_begin(self) -> None:
+            in_flight = self.cycle is not None and not self.cycle.response_complete
             super().on_message_begin()
-            self._arm(request_read_timeout_s)
+            if not in_flight:  # a pipelined request's deadline starts with its turn (on_response_complete)
+                self._arm(request_read_timeout_s)
 
         def on_message_complete(self) -> None:
             self._disarm()
             super().on_message_complete()
+
+        def on_response_complete(self) -> None:
+            pipelined = bool(self.pipeline)
+            super().on_response_complete()
+            if self.transport.is_closing():
+                return
+            if pipelined:  # uvicorn started the next request; its body may still be on its way
+                if self.cycle.more_body:
+                    self._arm(request_read_timeout_s)
+            else:  # idle again: bytes that start no request (a stray CRLF) must not keep it open
+                self._arm(idle_s)
 
         def handle_websocket_upgrade(self) -> None:
             self._disarm()  # the transport is the WebSocket protocol's from here
