@@ -201,8 +201,9 @@ def measure(sides: list[int], rounds: int, l2_bytes: int = 120 << 20) -> dict:
         y[0] = torch.randn(d, device="cuda", generator=g)
         counter = torch.zeros(1, dtype=torch.int32, device="cuda")
         scale = 1.0 / math.sqrt(d)
-        row = {"weights_mb_per_round": 2 * d * d / 1e6, "matrices": n_mats, "block_n": block_n_for(d, sms),
-               "programs": math.ceil(d / block_n_for(d, sms)),
+        block_n = block_n_for(d, sms)
+        row = {"weights_mb_per_round": 2 * d * d / 1e6, "matrices": n_mats, "block_n": block_n,
+               "programs": math.ceil(d / block_n),
                "floor_us_per_round": 2 * d * d / (bandwidth * 1e12) * 1e6}  # as docs/benchmarks.md's floors
         for variant in VARIANTS:
             if variant == "launch_pdl" and not pdl_supported(w.device):

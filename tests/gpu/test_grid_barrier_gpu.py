@@ -26,11 +26,12 @@ def test_chain_on_the_gpu_equals_torch(cuda, d, variant):
     y[0] = torch.randn(d, device="cuda", generator=g)
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")
     scale = 1.0 / math.sqrt(d)
+    block_n = block_n_for(d, sms)
     for _ in range(3):  # the same chain again from a zeroed counter: no state carried between launches
         y[1:] = float("nan")
         run_chain(variant, w, y, counter, rounds, sms, scale, num_warps=8 if d >= 2048 else 4)
         torch.cuda.synchronize()
-        ref = chain_ref(variant, w, y[0], rounds, scale, block_n_for(d, sms))
+        ref = chain_ref(variant, w, y[0], rounds, scale, block_n)
         assert ((y[rounds] - ref).norm() / ref.norm()).item() < 1e-4
         if variant != "launch" and variant != "launch_pdl":
-            assert counter.item() == (rounds - 1) * math.ceil(d / block_n_for(d, sms))
+            assert counter.item() == (rounds - 1) * math.ceil(d / block_n)

@@ -156,7 +156,7 @@ class ModelRunner(PromptPrefill):
         self.talker_pdl = pdl_here if opts.talker_pdl is None else opts.talker_pdl  # steps of <= talker_gemv_rows rows
         self.talker_pdl_launch = TALKER_PDL_LAUNCH
         # In those PDL steps the attention reads the cache's earlier positions before its wait
-        # (kernels/decode_attention.py `early`, version 3); off until a GPU has tested and timed it.
+        # (kernels/decode_attention.py `early`, version 3); its GPU tests pass (run 15); off until timed.
         self.talker_attention_early = False
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
