@@ -1,11 +1,22 @@
-"""Where a frame step's GPU time goes: per-kernel device times of one frame step at batch 1 and 32.
+"""Where the batch-1 critical path's GPU time goes, kernel by kernel (issue 3's kernel targets).
 
-    python -m bench.profile_step --out bench/results/profile.json
+    python -m bench.profile_step --out bench/results/profile-h200-<commit>.json
 
-Runs the frame step eagerly (Triton path, 1.7B config, random bf16 weights built on the device)
-under torch.profiler and sums device time per kernel name. Eager launches leave gaps between
-kernels that the captured graph does not have, so the sum of kernel times (not the wall time) is
-what to compare with the graph replay time of bench/latency.py: the difference is launch gaps.
+1.7B config, random bf16 weights built on the device, Triton path, under torch.profiler (CUDA
+activity only):
+  code_predictor_frame, talker_step, frame_step   captured graphs at each batch of --batches, as the
+        engine replays them (PDL on where supported). Per kernel in launch order: its device start
+        and end, and its *increment*: how far it moved the latest end so far. Under PDL a kernel
+        starts before the one before it ends (it loads its weights, then waits), so durations
+        overlap and their sum says little; the increments add up to the span, and they say which
+        launches stand on the critical path and for how long.
+  ..._nopdl   the same graphs with PDL off (the same kernels launched plainly): durations alone.
+  prefill_<T>, prefill_<T>_mma   one prompt of T rows, eager, on cuBLAS and on the tensor-core GEMV
+        (`prefill_mma_rows`): per-name sums (run 16: the tensor-core prefill 2.32 ms against 1.60 in
+        graphs, although the sweep's products are faster per layer).
+Each table groups kernels by name (count, sum and mean of durations and increments) and keeps the
+ordered list. The profiler's own tracing adds time between launches of a graph, so the spans here
+exceed bench.latency's CUDA-event times; the per-kernel durations are what to read.
 """
 
 from __future__ import annotations
@@ -20,49 +31,114 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 
-def kernel_table(runner, b: int) -> dict:
-    slots = torch.arange(b, device="cuda")
-    frames = torch.full((b,), 5, device="cuda")
-    positions = torch.full((b,), 40, device="cuda")
-    text = torch.zeros(b, dtype=torch.long, device="cuda")
-    with torch.inference_mode():
-        for _ in range(3):
-            runner._frame_step(slots, frames, positions, text)
+def _kernels(fn) -> list[dict]:
+    """fn() profiled once after warm-up -> its device activities in start order (`ordered`)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            runner._frame_step(slots, frames, positions, text)
-            torch.cuda.synchronize()
-    per_kernel: dict[str, list[float]] = defaultdict(list)
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            per_kernel[ev.name].append(ev.device_time_total / 1e3)
-    rows = sorted(((name, len(t), sum(t)) for name, t in per_kernel.items()), key=lambda r: -r[2])
-    return {"kernels": sum(r[1] for r in rows), "kernel_ms": sum(r[2] for r in rows),
-            "top": [{"name": n[:120], "count": c, "ms": round(ms, 4)} for n, c, ms in rows[:40]]}
+    return ordered([(ev.name, ev.time_range.start, ev.time_range.end) for ev in prof.events()
+                    if ev.device_type == torch.autograd.DeviceType.CUDA])
+
+
+def ordered(spans: list[tuple[str, float, float]]) -> list[dict]:
+    """(name, start, end) in µs -> kernels in start order: start from the first one, duration, and
+    increment (how far the kernel moved the latest end seen so far; 0 when it ended inside another)."""
+    spans = sorted(spans, key=lambda s: s[1])
+    if not spans:
+        return []
+    t0 = latest = spans[0][1]
+    out = []
+    for name, start, end in spans:
+        out.append({"name": name[:100], "start_us": round(start - t0, 2), "us": round(end - start, 2),
+                    "increment_us": round(max(0.0, end - latest), 2)})
+        latest = max(latest, end)
+    return out
+
+
+def summary(kernels: list[dict]) -> dict:
+    """Ordered kernels -> totals and a per-name table (largest increment first)."""
+    by_name: dict[str, list[dict]] = defaultdict(list)
+    for k in kernels:
+        by_name[k["name"]].append(k)
+    table = [{"name": name, "count": len(ks), "sum_us": round(sum(k["us"] for k in ks), 1),
+              "mean_us": round(sum(k["us"] for k in ks) / len(ks), 2),
+              "increment_sum_us": round(sum(k["increment_us"] for k in ks), 1),
+              "increment_mean_us": round(sum(k["increment_us"] for k in ks) / len(ks), 2)}
+             for name, ks in by_name.items()]
+    table.sort(key=lambda r: -r["increment_sum_us"])
+    return {"kernels": len(kernels), "span_us": round(max((k["start_us"] + k["us"] for k in kernels), default=0.0), 1),
+            "duration_sum_us": round(sum(k["us"] for k in kernels), 1), "by_name": table, "ordered": kernels}
+
+
+def _print(name: str, s: dict, top: int = 14) -> None:
+    print(f"{name}: {s['kernels']} kernels, span {s['span_us']} us, durations {s['duration_sum_us']} us", flush=True)
+    for r in s["by_name"][:top]:
+        print(f"  x{r['count']:4d}  incr {r['increment_sum_us']:8.1f} us (mean {r['increment_mean_us']:6.2f})"
+              f"  dur mean {r['mean_us']:6.2f} us  {r['name'][:90]}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.profile_step")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--batches", default="1", help="comma-separated batch sizes of the graphs profiled")
+    p.add_argument("--prefill", default="12,40", help="prompt lengths of the eager prefill profiles")
     args = p.parse_args(argv)
+    from bench.cuda_timing import graph_of
+    from bench.latency import _stage_fns
     from tts_engine.checkpoint import random_model
+    from tts_engine.kernels.backend import pdl_supported
+    from tts_engine.runtime.options import MAX_PREFILL_MMA_ROWS
     from tts_engine.runtime.runner import ModelRunner
     from tts_engine.sampling import SamplingParams
 
+    if not torch.cuda.is_available():
+        p.error("bench.profile_step needs a CUDA device")
     _, model = random_model("1.7b", torch.bfloat16, torch.device("cuda"))
-    runner = ModelRunner(model, max_slots=32, max_context=256)
+    batches = [int(b) for b in args.batches.split(",")]
+    runner = ModelRunner(model, max_slots=max(batches), max_context=256)
     runner.k_cache.normal_()
     runner.v_cache.normal_()
-    for slot in range(32):
+    t_len = 40
+    prompt = torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
+    for slot in range(runner.max_slots):
         runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
-    out = {}
-    for b in (1, 32):
-        out[b] = kernel_table(runner, b)
-        print(f"batch {b}: {out[b]['kernels']} kernels, {out[b]['kernel_ms']:.3f} ms of kernel time", flush=True)
-        for r in out[b]["top"][:15]:
-            print(f"  {r['ms']:8.4f} ms  x{r['count']:4d}  {r['name']}", flush=True)
+        runner.prefill(slot, prompt)
+    out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batches": batches}
+    pdl = pdl_supported(runner.device)
+    cp = runner.code_predictor
+    with torch.inference_mode():
+        for b in batches:
+            fns = _stage_fns(runner, b, t_len)
+            for stage in ("code_predictor_frame", "talker_step", "frame_step"):
+                out[f"{stage}_b{b}"] = s = summary(_kernels(graph_of(fns[stage])))
+                _print(f"{stage} b{b}", s)
+            if pdl and b == 1:  # the same kernels without PDL: their durations alone
+                before = cp.pdl, runner.talker_pdl
+                cp.pdl, runner.talker_pdl = False, False
+                try:
+                    for stage in ("code_predictor_frame", "talker_step"):
+                        out[f"{stage}_b{b}_nopdl"] = s = summary(_kernels(graph_of(fns[stage])))
+                        _print(f"{stage} b{b} without PDL", s)
+                finally:
+                    cp.pdl, runner.talker_pdl = before
+        configured = runner.prefill_mma_rows
+        try:
+            for t in (int(v) for v in args.prefill.split(",") if v):
+                x = torch.randn(t, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
+                for suffix, rows in (("", 0), ("_mma", MAX_PREFILL_MMA_ROWS if runner.use_triton else 0)):
+                    if suffix and (not rows or t > rows):
+                        continue
+                    runner.prefill_mma_rows = rows
+                    s = summary(_kernels(lambda x=x: runner.prefill(0, x)))
+                    out[f"prefill_{t}{suffix}"] = s
+                    _print(f"prefill {t} rows{suffix} (eager)", s, top=10)
+        finally:
+            runner.prefill_mma_rows = configured
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2))
+    args.out.write_text(json.dumps(out))
     return 0
 
 

@@ -18,6 +18,8 @@
 #                                                               way around the engine per --first-audio-yield-ms)
 #   PART=barrier ... bash bench/gpu/run3.sh                     bench.grid_barrier (would a persistent kernel pay: a
 #                                                               chain of products, a launch each or a grid barrier)
+#   PART=profile ... bash bench/gpu/run3.sh                     bench.profile_step (batch-1 graphs kernel by kernel,
+#                                                               with and without PDL; the prefill on both paths)
 #   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
 #                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
@@ -152,6 +154,12 @@ part_barrier() {  # bench.grid_barrier, then its GPU test
   timeout $(left 5) python3 -m pytest -q -m gpu tests/gpu/test_grid_barrier_gpu.py -p no:cacheprovider \
     > $W/barrier-tests.log 2>&1
   echo "barrier tests rc=$? $((SECONDS - t0)) s"; tail -3 $W/barrier-tests.log | cut -c1-300
+}
+
+part_profile() {  # bench.profile_step: where the batch-1 critical path's device time goes
+  limit=$(left 5); limit=$(( limit < ${PROFILE_LIMIT:-150} ? limit : ${PROFILE_LIMIT:-150} ))
+  timeout $limit python3 -m bench.profile_step --batches ${PROFILE_BATCHES:-1} --out $W/profile.json > $W/profile.log 2>&1
+  echo "profile rc=$? $((SECONDS - t0)) s"; grep -vE "^ +x" $W/profile.log | cut -c1-300 | tail -20
 }
 
 part_peers() {
