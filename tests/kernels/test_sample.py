@@ -57,6 +57,26 @@ def test_code_predictor_draw_is_the_reference_inverse_cdf(device, dtype, codeboo
     assert (out[:, [j for j in range(15) if j != codebook - 1]] == -7).all(), "wrote outside its column"
 
 
+def test_top_k_threshold_with_ties_and_extreme_k(device):
+    """Scores on a coarse grid (runs of equal scores straddle the k-th), k from 1 to V - 1, and rows
+    whose scores span the whole float range: the search's threshold is the k-th largest score."""
+    g = torch.Generator().manual_seed(11)
+    ks = [1, 2, 3, 7, 50, 2047, 50, 50]
+    b = len(ks)
+    logits = (torch.randn(b, 2048, generator=g) * 2).round() / 2  # ~20 distinct scores a row
+    # The keys span nearly the whole float range and the scores around the k-th are adjacent floats
+    # (keys 1 apart): the search must end on the k-th key itself, not within a few of it.
+    logits[6] = -3e38
+    logits[6, :100] = torch.full((100,), 1.0).view(torch.int32).add(torch.arange(100, dtype=torch.int32)).view(torch.float32)
+    logits[7, 1500:] = 1e30
+    s = settings(b, g, device, top_k=ks, top_p=[1.0] * b)
+    s["temperature"] = torch.full((b,), 1.0, device=device)
+    out = torch.empty(b, dtype=torch.long, device=device)
+    sample_rows(logits.to(device), out, codebook=3, **s)
+    check_picks(out, sample_rows_ref(logits, codebook=3, **{k: v.cpu() for k, v in s.items()}),
+                s["do_sample"].cpu(), "ties")
+
+
 def test_many_uniforms_cover_the_kept_set_only(device):
     """One row, 400 frames: every pick in the reference's top-k set, and the picks spread over it."""
     g = torch.Generator().manual_seed(7)
