@@ -67,7 +67,8 @@ def test_top_k_threshold_with_ties_and_extreme_k(device):
     # The keys span nearly the whole float range and the scores around the k-th are adjacent floats
     # (keys 1 apart): the search must end on the k-th key itself, not within a few of it.
     logits[6] = -3e38
-    logits[6, :100] = torch.full((100,), 1.0).view(torch.int32).add(torch.arange(100, dtype=torch.int32)).view(torch.float32)
+    one = torch.full((100,), 1.0).view(torch.int32)
+    logits[6, :100] = (one + torch.arange(100, dtype=torch.int32)).view(torch.float32)
     logits[7, 1500:] = 1e30
     s = settings(b, g, device, top_k=ks, top_p=[1.0] * b)
     s["temperature"] = torch.full((b,), 1.0, device=device)
