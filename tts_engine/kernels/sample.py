@@ -9,8 +9,8 @@ registers and does it all:
   - codebook 0 only: repetition penalty over the slot's `seen` ids, EOS masked before
     min_new_tokens or for forced-length rows, suppression of the control ids, and the picked id
     marked in `seen`;
-  - top-k as an exact selection: a 16-way search over the fp32 scores' order-preserving int32 keys
-    finds the k-th largest score (8 passes of 16 counts), the same threshold a sort gives;
+  - top-k as an exact selection: bisection over the fp32 scores' order-preserving int32 keys
+    finds the k-th largest score (32 counting passes), the same threshold a sort gives;
   - top-p as a bisection over the same keys for the largest score whose ascending mass stays
     <= 1 - top_p (the tokens a sorted cumsum drops);
   - the uniform is the counter hash of (seed, frame, codebook) computed in the kernel (bit-identical
@@ -87,19 +87,16 @@ if HAVE_TRITON:
             key = tl.where(valid, _order_key(s), -(1 << 40))
             top_k = tl.load(top_k_ptr + row)
             if (top_k > 0) & (top_k < n_vocab):
-                # Largest key with at least k keys >= it: the k-th largest score. A 16-way search:
-                # 16 probes in (lo, hi] a pass, at most ceil(span / 16) apart, so the span (< 2^32)
-                # shrinks 16x a pass and 8 passes end it (a bisection took 33, each a block-wide
-                # reduction: ~10 of the kernel's ~14 us at batch 1, run 16's profile).
+                # Largest key with at least k keys >= it: the k-th largest score. These 33 passes are
+                # ~10 of the kernel's ~14 us at batch 1 (run 16's profile); a 16-way search (8 passes
+                # of 16 int64 counts over a [16, V] compare) was slower there: 23 us.
                 lo = tl.min(tl.where(valid, key, 1 << 40), axis=0)
                 hi = tl.max(key, axis=0)
-                way = tl.arange(0, 16).to(tl.int64)
-                for _ in range(8):
-                    probes = lo + ((hi - lo) * (way + 1) + 15) // 16  # [16], the last one hi
-                    count = tl.sum(((key[None, :] >= probes[:, None]) & valid[None, :]).to(tl.int32), axis=1)
-                    enough = count >= top_k  # a prefix of the probes: the count falls as they rise
-                    lo = tl.max(tl.where(enough, probes, lo), axis=0)
-                    hi = tl.min(tl.where(enough, hi, probes - 1), axis=0)
+                for _ in range(33):
+                    mid = lo + (hi - lo + 1) // 2
+                    enough = tl.sum(((key >= mid) & valid).to(tl.int32), axis=0) >= top_k
+                    lo = tl.where(enough, mid, lo)
+                    hi = tl.where(enough, hi, mid - 1)
                 s = tl.where(key >= lo, s, neg_inf)
                 key = tl.where(valid, _order_key(s), -(1 << 40))
             top_p = tl.load(top_p_ptr + row)
