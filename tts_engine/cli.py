@@ -135,7 +135,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--first-audio-yield-ms", type=float, default=0.0,
                    help="after a stream's first audio the engine thread hands it to the server's event loop at "
                         "once and sleeps this long, so the loop is not kept waiting for the GIL while it writes "
-                        "the audio out (default 0: off; run 15 saw no shorter way out on the GPU host)")
+                        "the audio out (default 0: off; runs 15-16 measured no change on the GPU host)")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024)
     p.add_argument("--max-text-chars", type=int, default=5000)
     p.add_argument("--max-ws-message-bytes", type=int, default=1024 * 1024)

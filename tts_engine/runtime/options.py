@@ -46,7 +46,8 @@ class FastPathOptions:
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # runner.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
     # on cuBLAS (run 14; a talker step reading the same 2.8 GB at batch 1 takes 1.24), the largest part of
-    # first audio on the socket. Off: run 15 measured +1.2 ms of device time with this unswept table.
+    # first audio on the socket. Off: run 15 measured +1.2 ms of device time; run 16's profile: the norm
+    # prologues of qkv and gate/up cost 9-12 µs each, and without them the products only tie cuBLAS.
     prefill_mma_rows: int = 0
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).

@@ -90,9 +90,11 @@ TALKER_PDL_MIXED = {**TALKER_PDL_LAUNCH, "qkv": dict(block_n=8, block_k=512, pdl
                     "down": dict(block_n=4, block_k=512, pdl=True, **LATE_SUM)}
 
 # With `FastPathOptions.prefill_mma_rows`: the talker's products in a prefill of up to 64 rows on the
-# tensor-core kernel (rows padded to 16 / 32 / 64). Not yet swept on talker shapes (`bench.kernels
-# --gemv-sweep --shapes talker --batches 16,32,64` times these against cuBLAS): 128-192 programs a
-# product for the H200's 132 SMs, and at 64 rows within its shared memory (gate/up: 96 KB).
+# tensor-core kernel (rows padded to 16 / 32 / 64): 128-192 programs a product for the H200's 132 SMs,
+# and at 64 rows within its shared memory (gate/up: 96 KB). Run 16 swept the talker's shapes (close to
+# this table: bench/results/run16-h200/call1/gemv-sweep.json) and profiled the prefill: the products
+# with the RMSNorm in their prologue (qkv, gate/up) lose 9-12 µs each to it, so the prefill is slower
+# than cuBLAS's (12 rows 2.32 against 1.60 ms); without the prologue it would only tie. Off.
 PREFILL_MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4),
                       "o": dict(mma=True, block_n=16, block_k=256, stages=3, num_warps=4),
                       "gate_up": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4),
@@ -156,7 +158,8 @@ class ModelRunner(PromptPrefill):
         self.talker_pdl = pdl_here if opts.talker_pdl is None else opts.talker_pdl  # steps of <= talker_gemv_rows rows
         self.talker_pdl_launch = TALKER_PDL_LAUNCH
         # In those PDL steps the attention reads the cache's earlier positions before its wait
-        # (kernels/decode_attention.py `early`, version 3); its GPU tests pass (run 15); off until timed.
+        # (kernels/decode_attention.py `early`, version 3); its GPU tests pass (run 15); run 16: a step
+        # 1.242 ms against 1.250, within noise, so off.
         self.talker_attention_early = False
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
