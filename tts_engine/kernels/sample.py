@@ -140,13 +140,14 @@ if HAVE_TRITON:
 def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Tensor, temperature: torch.Tensor,
                 top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor, frame: torch.Tensor, codebook: int,
                 codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None,
-                pdl: bool = False) -> None:
+                pdl: bool = False, num_warps: int = 8) -> None:
     """logits [B, V] (any float dtype, last dim contiguous); settings [B] tensors (do_sample bool,
     temperature/top_p f32, top_k/seed/frame i64); out: i64 [B] view (any stride) for the ids.
 
     codebook0: dict(penalty [B] f32, min_new [B] i64, eos_ok [B] bool, slots [B] i64, seen [S, V]
     bool (read, and the picked ids set), suppress [V] bool, eos_id int) for the talker's codebook.
-    gather: (table [V, H], x_out [B, H] view with contiguous rows): x_out[b] = table[id[b]]."""
+    gather: (table [V, H], x_out [B, H] view with contiguous rows): x_out[b] = table[id[b]].
+    num_warps: a row's program's warps (they set the order of its sums; bench.sample_kernel times them)."""
     b, v = logits.shape
     if v > 4096:
         raise ValueError(f"sample_rows holds a row in registers: vocab {v} > 4096")
@@ -163,7 +164,7 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
         seen if seen is not None else dummy, c0.get("suppress", dummy), c0.get("eos_id", 0),
         out, out.stride(0), table, emb_dim, x_out, x_out.stride(0) if gather is not None else 0,
         CODEBOOK0=codebook0 is not None, GATHER=gather is not None, BLOCK=next_pow2(v),
-        EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), num_warps=8,
+        EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), num_warps=num_warps,
         PDL=pdl, **pdl_launch(pdl))
 
 

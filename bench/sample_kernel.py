@@ -1,0 +1,76 @@
+"""The sampling kernel's time per draw by warps a row (run 16's profile: 14 µs of a 118 µs batch-1
+code-predictor pass, most of it the top-k threshold's 33 block-wide counts; fewer warps make each
+count a shorter reduction).
+
+    python -m bench.sample_kernel --out bench/results/sample-kernel-h200-<commit>.json
+
+Code-predictor draws (vocabulary 2048, top-k 50, temperature 0.9, the next input's row gathered) and
+talker draws (3072 with the codebook-0 processors), at batch 1 and 64, timed as 20 calls in a CUDA
+graph (bench.kernels.graph_ms; launches without PDL), each warp count's picks checked against 8 warps'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from functools import partial
+from pathlib import Path
+
+import torch
+
+
+def _draw_args(b: int, v: int, g: torch.Generator, talker: bool) -> tuple[torch.Tensor, dict]:
+    dev = "cuda"
+    logits = (torch.randn(b, v, generator=g) * 3).to(dev)
+    kw = dict(do_sample=torch.ones(b, dtype=torch.bool, device=dev), temperature=torch.full((b,), 0.9, device=dev),
+              top_k=torch.full((b,), 50, device=dev), top_p=torch.ones(b, device=dev),
+              seed=torch.arange(b, device=dev), frame=torch.full((b,), 7, device=dev), codebook=0 if talker else 3)
+    if talker:
+        kw["codebook0"] = dict(penalty=torch.full((b,), 1.05, device=dev),
+                               min_new=torch.zeros(b, dtype=torch.long, device=dev),
+                               eos_ok=torch.ones(b, dtype=torch.bool, device=dev), slots=torch.arange(b, device=dev),
+                               seen=torch.zeros(b, v, dtype=torch.bool, device=dev),
+                               suppress=torch.zeros(v, dtype=torch.bool, device=dev), eos_id=v - 2)
+    else:
+        kw["gather"] = (torch.randn(v, 1024, device=dev, dtype=torch.bfloat16),
+                        torch.empty(b, 1024, device=dev, dtype=torch.bfloat16))
+    return logits, kw
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.sample_kernel")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--warps", default="1,2,4,8")
+    args = p.parse_args(argv)
+    from bench.kernels import SETS, graph_ms
+    from tts_engine.kernels.sample import sample_rows
+
+    if not torch.cuda.is_available():
+        p.error("bench.sample_kernel needs a CUDA device")
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "us": {}}
+    g = torch.Generator().manual_seed(0)
+    for name, v, talker in (("code_predictor", 2048, False), ("talker", 3072, True)):
+        for b in (1, 64):
+            logits, kw = _draw_args(b, v, g, talker)
+            ids = {}
+            for w in sorted((int(x) for x in args.warps.split(",")), reverse=True):
+                if talker:
+                    kw["codebook0"]["seen"].zero_()  # the draw marks its pick: the same state for each
+                picks = torch.empty(b, dtype=torch.long, device="cuda")
+                sample_rows(logits, picks, num_warps=w, **kw)
+                ids[w] = picks.cpu()
+                fns = [partial(sample_rows, logits, torch.empty(b, dtype=torch.long, device="cuda"), num_warps=w, **kw)
+                       for _ in range(SETS)]
+                us = graph_ms(fns) * 1e3
+                out["us"][f"{name}_b{b}_w{w}"] = round(us, 2)
+                same = int((ids[w] == ids[max(ids)]).sum())
+                out["us"][f"{name}_b{b}_w{w}_same_picks"] = same
+                print(f"{name} b{b} warps {w}: {us:6.2f} us a draw, {same}/{b} picks as the most warps'", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
