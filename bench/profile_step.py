@@ -10,7 +10,8 @@ activity only):
         starts before the one before it ends (it loads its weights, then waits), so durations
         overlap and their sum says little; the increments add up to the span, and they say which
         launches stand on the critical path and for how long.
-  ..._nopdl   the same graphs with PDL off (the same kernels launched plainly): durations alone.
+  ..._nopdl   the same stages with PDL off (the engine's tables without it: the sliced GEMV kernels
+        instead of the whole-row ones): durations alone.
   prefill_<T>, prefill_<T>_mma   one prompt of T rows, eager, on cuBLAS and on the tensor-core GEMV
         (`prefill_mma_rows`): per-name sums (run 16: the tensor-core prefill 2.32 ms against 1.60 in
         graphs, although the sweep's products are faster per layer).
