@@ -1,12 +1,13 @@
-"""The sampling kernel's time per draw by warps a row (run 16's profile: 14 µs of a 118 µs batch-1
-code-predictor pass, most of it the top-k threshold's 33 block-wide counts; fewer warps make each
-count a shorter reduction).
+"""The sampling kernel's time per draw by warps a row and by top-k search (run 16's profile: 14 µs of a
+118 µs batch-1 code-predictor pass, most of it the top-k threshold's 33 block-wide counts; fewer warps
+make each count a shorter reduction, `top_k_window` n makes n of them plus a short walk).
 
     python -m bench.sample_kernel --out bench/results/sample-kernel-h200-<commit>.json
 
 Code-predictor draws (vocabulary 2048, top-k 50, temperature 0.9, the next input's row gathered) and
 talker draws (3072 with the codebook-0 processors), at batch 1 and 64, timed as 20 calls in a CUDA
-graph (bench.kernels.graph_ms; launches without PDL), each warp count's picks checked against 8 warps'.
+graph (bench.kernels.graph_ms; launches without PDL), each variant's picks checked against the default's
+(8 warps, the key bisection).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _draw_args(b: int, v: int, g: torch.Generator, talker: bool) -> tuple[torch.
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.sample_kernel")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--warps", default="1,2,4,8")
+    p.add_argument("--warps", default="8,4,2,1")
+    p.add_argument("--windows", default="0,10,12", help="top_k_window values (0: the key bisection)")
     args = p.parse_args(argv)
     from bench.kernels import SETS, graph_ms
     from tts_engine.kernels.sample import sample_rows
@@ -54,19 +56,21 @@ def main(argv: list[str] | None = None) -> int:
         for b in (1, 64):
             logits, kw = _draw_args(b, v, g, talker)
             ids = {}
-            for w in sorted((int(x) for x in args.warps.split(",")), reverse=True):
-                if talker:
-                    kw["codebook0"]["seen"].zero_()  # the draw marks its pick: the same state for each
-                picks = torch.empty(b, dtype=torch.long, device="cuda")
-                sample_rows(logits, picks, num_warps=w, **kw)
-                ids[w] = picks.cpu()
-                fns = [partial(sample_rows, logits, torch.empty(b, dtype=torch.long, device="cuda"), num_warps=w, **kw)
-                       for _ in range(SETS)]
-                us = graph_ms(fns) * 1e3
-                out["us"][f"{name}_b{b}_w{w}"] = round(us, 2)
-                same = int((ids[w] == ids[max(ids)]).sum())
-                out["us"][f"{name}_b{b}_w{w}_same_picks"] = same
-                print(f"{name} b{b} warps {w}: {us:6.2f} us a draw, {same}/{b} picks as the most warps'", flush=True)
+            for w in (int(x) for x in args.warps.split(",")):
+                for window in (int(x) for x in args.windows.split(",")):
+                    if talker:
+                        kw["codebook0"]["seen"].zero_()  # the draw marks its pick: the same state for each
+                    picks = torch.empty(b, dtype=torch.long, device="cuda")
+                    sample_rows(logits, picks, num_warps=w, top_k_window=window, **kw)
+                    ids[w, window] = picks.cpu()
+                    fns = [partial(sample_rows, logits, torch.empty(b, dtype=torch.long, device="cuda"),
+                                   num_warps=w, top_k_window=window, **kw) for _ in range(SETS)]
+                    us = graph_ms(fns) * 1e3
+                    same = int((ids[w, window] == next(iter(ids.values()))).sum())
+                    key = f"{name}_b{b}_w{w}_window{window}"
+                    out["us"][key], out["us"][key + "_same_picks"] = round(us, 2), same
+                    print(f"{name} b{b} warps {w} window {window}: {us:6.2f} us a draw, {same}/{b} picks as "
+                          "the first variant's", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
     return 0

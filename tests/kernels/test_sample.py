@@ -42,24 +42,27 @@ TOP_K = [50, 0, 1, 64, 100, 2048, 50, 50, 5, 3000, 50, 0]
 TOP_P = [1.0, 1.0, 1.0, 1.0, 0.9, 0.5, 0.7, 1.0, 1.0, 0.95, 1.0, 1.0]
 
 
+@pytest.mark.parametrize("window", [0, 10])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("codebook", [1, 2, 15])
-def test_code_predictor_draw_is_the_reference_inverse_cdf(device, dtype, codebook):
+def test_code_predictor_draw_is_the_reference_inverse_cdf(device, dtype, codebook, window):
     g = torch.Generator().manual_seed(codebook)
     b = len(TOP_K)
     logits = (torch.randn(b, 2048, generator=g) * 3).to(device, dtype)
     s = settings(b, g, device, top_k=TOP_K, top_p=TOP_P, greedy_rows=(10, 11))
     out = torch.full((b, 15), -7, dtype=torch.long, device=device)
-    sample_rows(logits, out[:, codebook - 1], codebook=codebook, **s)
+    sample_rows(logits, out[:, codebook - 1], codebook=codebook, top_k_window=window, **s)
     check_picks(out[:, codebook - 1], sample_rows_ref(logits.cpu(), codebook=codebook,
                                                       **{k: v.cpu() for k, v in s.items()}),
-                s["do_sample"].cpu(), f"codebook {codebook} {dtype}")
+                s["do_sample"].cpu(), f"codebook {codebook} {dtype} window {window}")
     assert (out[:, [j for j in range(15) if j != codebook - 1]] == -7).all(), "wrote outside its column"
 
 
-def test_top_k_threshold_with_ties_and_extreme_k(device):
+@pytest.mark.parametrize("window", [0, 1, 12])
+def test_top_k_threshold_with_ties_and_extreme_k(device, window):
     """Scores on a coarse grid (runs of equal scores straddle the k-th), k from 1 to V - 1, and rows
-    whose scores span the whole float range: the search's threshold is the k-th largest score."""
+    whose scores span the whole float range: the search's threshold is the k-th largest score, by the
+    key bisection (window 0) and by the value halvings and the window's walk (1 halving: a long walk)."""
     g = torch.Generator().manual_seed(11)
     ks = [1, 2, 3, 7, 50, 2047, 50, 50]
     b = len(ks)
@@ -73,9 +76,9 @@ def test_top_k_threshold_with_ties_and_extreme_k(device):
     s = settings(b, g, device, top_k=ks, top_p=[1.0] * b)
     s["temperature"] = torch.full((b,), 1.0, device=device)
     out = torch.empty(b, dtype=torch.long, device=device)
-    sample_rows(logits.to(device), out, codebook=3, **s)
+    sample_rows(logits.to(device), out, codebook=3, top_k_window=window, **s)
     check_picks(out, sample_rows_ref(logits, codebook=3, **{k: v.cpu() for k, v in s.items()}),
-                s["do_sample"].cpu(), "ties")
+                s["do_sample"].cpu(), f"ties, window {window}")
 
 
 def test_many_uniforms_cover_the_kept_set_only(device):
@@ -121,7 +124,8 @@ def codebook0_inputs(b: int, g: torch.Generator, device) -> tuple[torch.Tensor, 
     return logits, c0
 
 
-def test_codebook0_processors_penalty_eos_and_suppression(device):
+@pytest.mark.parametrize("window", [0, 10])
+def test_codebook0_processors_penalty_eos_and_suppression(device, window):
     g = torch.Generator().manual_seed(11)
     b = 6
     logits, c0 = codebook0_inputs(b, g, device)
@@ -133,8 +137,8 @@ def test_codebook0_processors_penalty_eos_and_suppression(device):
                                                                  for k, v in c0.items()},
                            **{k: v.cpu() for k, v in s.items()})
     out = torch.empty(b, dtype=torch.long, device=device)
-    sample_rows(logits, out, codebook=0, codebook0=c0, **s)
-    check_picks(out, want, s["do_sample"].cpu(), "codebook 0")
+    sample_rows(logits, out, codebook=0, codebook0=c0, top_k_window=window, **s)
+    check_picks(out, want, s["do_sample"].cpu(), f"codebook 0, window {window}")
     assert int(out[0]) != c0["eos_id"] and int(out[1]) < 3072 - 1024
     marked = seen_before.cpu().clone()
     marked[c0["slots"].cpu(), out.cpu()] = True

@@ -58,12 +58,36 @@ if HAVE_TRITON:
         return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.int64)
 
     @triton.jit
+    def _top_k_window(s, valid, top_k, COARSE: tl.constexpr):
+        """s [BLOCK] fp32 (-inf: masked) -> s with the scores below the k-th largest set to -inf, the
+        same kept set as the key bisection, in fewer block-wide reductions: COARSE halvings of the
+        finite scores' value range keep count(s >= lo) >= k > count(s >= hi), then the window [lo, hi)
+        (~1 score after 10-12 halvings of 2048 spread ones) is walked down from hi by distinct value
+        until k scores are reached (ties counted at once). Exact: every score is compared, none rounded."""
+        neg_inf = float("-inf")
+        finite = valid & (s > neg_inf)
+        lo = tl.min(tl.where(finite, s, float("inf")), axis=0)
+        hi = tl.max(tl.where(finite, s, neg_inf), axis=0)
+        for _ in range(COARSE):
+            mid = lo * 0.5 + hi * 0.5  # no overflow at +-3e38
+            enough = tl.sum((finite & (s >= mid)).to(tl.int32), axis=0) >= top_k
+            lo = tl.where(enough, mid, lo)
+            hi = tl.where(enough, hi, mid)
+        # Fewer than k scores >= hi (or hi the maximum with k of them: then the walk takes nothing).
+        need = top_k - tl.sum((finite & (s >= hi)).to(tl.int32), axis=0)
+        kth = hi
+        while (need > 0) & (kth > lo):
+            kth = tl.max(tl.where(finite & (s < kth), s, neg_inf), axis=0)
+            need -= tl.sum((finite & (s == kth)).to(tl.int32), axis=0)
+        return tl.where(s >= kth, s, neg_inf)
+
+    @triton.jit
     def _sample_kernel(logits_ptr, logits_stride, n_vocab,
                        do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seed_ptr, frame_ptr, codebook,
                        penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr, eos_id,
                        out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride,
                        CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, BLOCK: tl.constexpr,
-                       EMB_BLOCK: tl.constexpr, PDL: tl.constexpr):
+                       EMB_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr):
         pdl_start(PDL)
         row = tl.program_id(0).to(tl.int64)
         ids = tl.arange(0, BLOCK)
@@ -87,17 +111,20 @@ if HAVE_TRITON:
             key = tl.where(valid, _order_key(s), -(1 << 40))
             top_k = tl.load(top_k_ptr + row)
             if (top_k > 0) & (top_k < n_vocab):
-                # Largest key with at least k keys >= it: the k-th largest score. These 33 passes are
-                # ~10 of the kernel's ~14 us at batch 1 (run 16's profile); a 16-way search (8 passes
-                # of 16 int64 counts over a [16, V] compare) was slower there: 23 us.
-                lo = tl.min(tl.where(valid, key, 1 << 40), axis=0)
-                hi = tl.max(key, axis=0)
-                for _ in range(33):
-                    mid = lo + (hi - lo + 1) // 2
-                    enough = tl.sum(((key >= mid) & valid).to(tl.int32), axis=0) >= top_k
-                    lo = tl.where(enough, mid, lo)
-                    hi = tl.where(enough, hi, mid - 1)
-                s = tl.where(key >= lo, s, neg_inf)
+                if TOPK_WINDOW > 0:
+                    s = _top_k_window(s, valid, top_k, TOPK_WINDOW)
+                else:
+                    # Largest key with at least k keys >= it: the k-th largest score. These 33 passes are
+                    # ~10 of the kernel's ~14 us at batch 1 (run 16's profile); a 16-way search (8 passes
+                    # of 16 int64 counts over a [16, V] compare) was slower there: 23 us.
+                    lo = tl.min(tl.where(valid, key, 1 << 40), axis=0)
+                    hi = tl.max(key, axis=0)
+                    for _ in range(33):
+                        mid = lo + (hi - lo + 1) // 2
+                        enough = tl.sum(((key >= mid) & valid).to(tl.int32), axis=0) >= top_k
+                        lo = tl.where(enough, mid, lo)
+                        hi = tl.where(enough, hi, mid - 1)
+                    s = tl.where(key >= lo, s, neg_inf)
                 key = tl.where(valid, _order_key(s), -(1 << 40))
             top_p = tl.load(top_p_ptr + row)
             if top_p < 1.0:
@@ -140,14 +167,16 @@ if HAVE_TRITON:
 def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Tensor, temperature: torch.Tensor,
                 top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor, frame: torch.Tensor, codebook: int,
                 codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None,
-                pdl: bool = False, num_warps: int = 8) -> None:
+                pdl: bool = False, num_warps: int = 8, top_k_window: int = 0) -> None:
     """logits [B, V] (any float dtype, last dim contiguous); settings [B] tensors (do_sample bool,
     temperature/top_p f32, top_k/seed/frame i64); out: i64 [B] view (any stride) for the ids.
 
     codebook0: dict(penalty [B] f32, min_new [B] i64, eos_ok [B] bool, slots [B] i64, seen [S, V]
     bool (read, and the picked ids set), suppress [V] bool, eos_id int) for the talker's codebook.
     gather: (table [V, H], x_out [B, H] view with contiguous rows): x_out[b] = table[id[b]].
-    num_warps: a row's program's warps (they set the order of its sums; bench.sample_kernel times them)."""
+    num_warps: a row's program's warps (they set the order of its sums; bench.sample_kernel times them).
+    top_k_window: 0, top-k's threshold by the 33-pass key bisection (the default); n > 0, by n halvings of
+    the value range and a walk down the window left (`_top_k_window`; the same kept set, untimed)."""
     b, v = logits.shape
     if v > 4096:
         raise ValueError(f"sample_rows holds a row in registers: vocab {v} > 4096")
@@ -165,7 +194,7 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
         out, out.stride(0), table, emb_dim, x_out, x_out.stride(0) if gather is not None else 0,
         CODEBOOK0=codebook0 is not None, GATHER=gather is not None, BLOCK=next_pow2(v),
         EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), num_warps=num_warps,
-        PDL=pdl, **pdl_launch(pdl))
+        PDL=pdl, TOPK_WINDOW=top_k_window, **pdl_launch(pdl))
 
 
 def sample_rows_ref(logits: torch.Tensor, *, do_sample, temperature, top_k, top_p, seed, frame, codebook: int,
