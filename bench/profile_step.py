@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             for stage in ("code_predictor_frame", "talker_step", "frame_step"):
                 out[f"{stage}_b{b}"] = s = summary(_kernels(graph_of(fns[stage])))
                 _print(f"{stage} b{b}", s)
-            if pdl and b == 1:  # the same kernels without PDL: their durations alone
+            if pdl and b == 1:  # PDL off (sliced GEMVs in the code predictor): durations alone
                 before = cp.pdl, runner.talker_pdl
                 cp.pdl, runner.talker_pdl = False, False
                 try:
