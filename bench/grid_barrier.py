@@ -213,7 +213,7 @@ def measure(sides: list[int], rounds: int, l2_bytes: int = 120 << 20) -> dict:
             y[1:] = 0
             run()
             torch.cuda.synchronize()
-            ref = chain_ref(variant, w, y[0], rounds, scale, row["block_n"])
+            ref = chain_ref(variant, w, y[0], rounds, scale, block_n)
             err = ((y[rounds] - ref).norm() / ref.norm()).item()
             arrivals = int(counter.item()) if variant.startswith(("persistent", "barrier")) else None
             row[variant] = {"us_per_round": _graph_us(run) / rounds, "rel_err": err, "arrivals": arrivals,
