@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default=",".join(map(str, BATCHES)),
                    help="stage timings at these batch sizes (comma-separated; the issue's table needs 1,8,32,64)")
     p.add_argument("--skip-reference", action="store_true", help="no plain reference loop (fp32, ~1 min)")
+    p.add_argument("--draw", metavar="WARPS,WINDOW", help="every draw's launch (bench.sample_kernel's `best`)")
     p.add_argument("--talker-launch-from", type=Path,
                    help="a `bench.kernels --gemv-sweep --shapes talker` JSON: the talker's GEMVs run with its "
                         "fastest configurations at 1 row instead of runner.TALKER_GEMV_LAUNCH")
@@ -316,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checkpoint written in {time.time() - t0:.0f} s", flush=True)
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
               "commit": os.environ.get("CADENCE_COMMIT", "unknown"), "model": args.size}
+    from bench.sample_kernel import set_draw
+
+    result["draw"] = set_draw(args.draw)
     result["copy_bandwidth_tbs"] = bandwidth_tbs()
     cfg = ModelConfig.from_file(args.model / "config.json")
     with torch.device("meta"):

@@ -86,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--batches", default="1", help="comma-separated batch sizes of the graphs profiled")
     p.add_argument("--prefill", default="12,40", help="prompt lengths of the eager prefill profiles")
+    p.add_argument("--draw", metavar="WARPS,WINDOW", help="every draw's launch (bench.sample_kernel's `best`)")
     args = p.parse_args(argv)
     from bench.cuda_timing import graph_of
     from bench.latency import _stage_fns
+    from bench.sample_kernel import set_draw
     from tts_engine.checkpoint import random_model
     from tts_engine.kernels.backend import pdl_supported
     from tts_engine.runtime.options import MAX_PREFILL_MMA_ROWS
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     for slot in range(runner.max_slots):
         runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
         runner.prefill(slot, prompt)
-    out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batches": batches}
+    out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batches": batches,
+                 "draw": set_draw(args.draw)}
     pdl = pdl_supported(runner.device)
     cp = runner.code_predictor
     with torch.inference_mode():

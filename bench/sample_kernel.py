@@ -7,7 +7,8 @@ make each count a shorter reduction, `top_k_window` n makes n of them plus a sho
 Code-predictor draws (vocabulary 2048, top-k 50, temperature 0.9, the next input's row gathered) and
 talker draws (3072 with the codebook-0 processors), at batch 1 and 64, timed as 20 calls in a CUDA
 graph (bench.kernels.graph_ms; launches without PDL), each variant's picks checked against the default's
-(8 warps, the key bisection).
+(8 warps, the key bisection). `best` names the variant with the least code-predictor time at batch 1
+plus batch 64 as `--draw WARPS,WINDOW` for bench.latency and bench.profile_step.
 """
 
 from __future__ import annotations
@@ -37,6 +38,18 @@ def _draw_args(b: int, v: int, g: torch.Generator, talker: bool) -> tuple[torch.
         kw["gather"] = (torch.randn(v, 1024, device=dev, dtype=torch.bfloat16),
                         torch.empty(b, 1024, device=dev, dtype=torch.bfloat16))
     return logits, kw
+
+
+def set_draw(spec: str | None) -> dict:
+    """`--draw WARPS,WINDOW` -> sample.DRAW_LAUNCH set for every draw built after it (None: unchanged)."""
+    from tts_engine.kernels.sample import DRAW_LAUNCH
+
+    if spec:
+        warps, window = (int(v) for v in spec.split(","))
+        if warps not in (1, 2, 4, 8, 16) or window < 0:
+            raise ValueError(f"--draw {spec!r}: WARPS in 1, 2, 4, 8, 16 and WINDOW >= 0")
+        DRAW_LAUNCH.update(num_warps=warps, top_k_window=window)
+    return dict(DRAW_LAUNCH)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
                     out["us"][key], out["us"][key + "_same_picks"] = round(us, 2), same
                     print(f"{name} b{b} warps {w} window {window}: {us:6.2f} us a draw, {same}/{b} picks as "
                           "the first variant's", flush=True)
+    variants = {k.rsplit("_b1_", 1)[1]: v for k, v in out["us"].items()
+                if k.startswith("code_predictor_b1_") and not k.endswith("_same_picks")}
+    best = min(variants, key=lambda var: variants[var] + out["us"][f"code_predictor_b64_{var}"])
+    warps, window = best.removeprefix("w").split("_window")
+    out["best"] = f"{warps},{window}"
+    print(f"best: {out['best']}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
     return 0

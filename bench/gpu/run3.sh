@@ -20,6 +20,9 @@
 #                                                               chain of products, a launch each or a grid barrier)
 #   PART=profile ... bash bench/gpu/run3.sh                     bench.profile_step (batch-1 graphs kernel by kernel,
 #                                                               with and without PDL; the prefill on both paths)
+#   PART=draw ... bash bench/gpu/run3.sh                        bench.sample_kernel (warps x top-k search), then the
+#                                                               kernel's tests, bench.profile_step and bench.latency's
+#                                                               stages with its `best` and with DRAWS (default 8,0)
 #   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
 #                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
@@ -160,6 +163,22 @@ part_profile() {  # bench.profile_step: where the batch-1 critical path's device
   limit=$(left 5); limit=$(( limit < ${PROFILE_LIMIT:-150} ? limit : ${PROFILE_LIMIT:-150} ))
   timeout $limit python3 -m bench.profile_step --batches ${PROFILE_BATCHES:-1} --out $W/profile.json > $W/profile.log 2>&1
   echo "profile rc=$? $((SECONDS - t0)) s"; grep -vE "^ +x" $W/profile.log | cut -c1-300 | tail -20
+}
+
+part_draw() {  # the sampling kernel's launch: timed alone, then in the engine's graphs
+  timeout $(left 5) python3 -m bench.sample_kernel --out $W/sample-kernel.json > $W/sample-kernel.log 2>&1
+  echo "sample kernel rc=$? $((SECONDS - t0)) s"; cut -c1-200 $W/sample-kernel.log
+  best=$(python3 -c "import json; print(json.load(open('$W/sample-kernel.json'))['best'])") || best=8,0
+  timeout $(left 5) python3 -m pytest -q tests/kernels/test_sample.py -p no:cacheprovider > $W/sample-tests.log 2>&1
+  echo "sample tests rc=$? $((SECONDS - t0)) s"; tail -3 $W/sample-tests.log | cut -c1-300
+  for draw in $(printf "%s\n" $best ${DRAWS:-8,0} | awk '!seen[$0]++'); do
+    timeout $(left 5) python3 -m bench.profile_step --prefill "" --draw $draw --out $W/profile-$draw.json \
+      > $W/profile-$draw.log 2>&1
+    echo "profile $draw rc=$? $((SECONDS - t0)) s"; grep -E "^[a-z]|sample" $W/profile-$draw.log | cut -c1-200 | head -12
+    timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --modes triton --skip-codec --skip-socket \
+      --skip-reference --batches ${DRAW_BATCHES:-1,8,32,64} --draw $draw --out $W/latency-$draw.json > $W/latency-$draw.log 2>&1
+    echo "latency $draw rc=$? $((SECONDS - t0)) s"; grep -E "^batch [0-9]+:" $W/latency-$draw.log | cut -c1-170
+  done
 }
 
 part_peers() {

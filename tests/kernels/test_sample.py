@@ -155,3 +155,30 @@ def test_gathers_the_picked_ids_embedding(device):
     out = torch.empty(b, dtype=torch.long, device=device)
     sample_rows(logits, out, codebook=2, gather=(table, x), **s)
     assert torch.equal(x, table[out]), "x_out rows are the picked ids' embeddings"
+
+
+@pytest.mark.parametrize("window", [0, 10])
+@pytest.mark.parametrize("warps", [1, 2, 4, 8])
+def test_every_draw_launch_picks_within_the_reference_interval(device, warps, window):
+    """bench.sample_kernel's variants (warps a row, top-k search) pick the reference's ids, for the
+    code predictor's draw with its gather and for the talker's codebook 0 (the warps only change the
+    order of a row's sums: under the interpreter they are one program either way)."""
+    g = torch.Generator().manual_seed(warps * 10 + window)
+    b = len(TOP_K)
+    logits = (torch.randn(b, 2048, generator=g) * 3).to(device, torch.bfloat16)
+    s = settings(b, g, device, top_k=TOP_K, top_p=TOP_P, greedy_rows=(10,))
+    table = torch.randn(2048, 1024, generator=g).to(device, torch.bfloat16)
+    x = torch.empty(b, 1024, device=device, dtype=torch.bfloat16)
+    out = torch.empty(b, dtype=torch.long, device=device)
+    sample_rows(logits, out, codebook=5, gather=(table, x), num_warps=warps, top_k_window=window, **s)
+    check_picks(out, sample_rows_ref(logits.cpu(), codebook=5, **{k: v.cpu() for k, v in s.items()}),
+                s["do_sample"].cpu(), f"{warps} warps, window {window}")
+    assert torch.equal(x, table[out])
+    logits0, c0 = codebook0_inputs(6, g, device)
+    s0 = settings(6, g, device, top_k=[50, 0, 50, 10, 50, 50], top_p=[1.0, 0.8, 1.0, 1.0, 1.0, 1.0])
+    want = sample_rows_ref(logits0.cpu(), codebook=0, codebook0={k: (v.cpu() if torch.is_tensor(v) else v)
+                                                                  for k, v in c0.items()},
+                           **{k: v.cpu() for k, v in s0.items()})
+    out0 = torch.empty(6, dtype=torch.long, device=device)
+    sample_rows(logits0, out0, codebook=0, codebook0=c0, num_warps=warps, top_k_window=window, **s0)
+    check_picks(out0, want, s0["do_sample"].cpu(), f"codebook 0, {warps} warps, window {window}")

@@ -41,6 +41,12 @@ if HAVE_TRITON:
 
 _MASK64 = (1 << 64) - 1
 
+# Every draw's launch, unless a call names its own: a row's program's warps (they set the order of
+# its sums, so one setting serves every batch: a seeded request's codes may not depend on its batch)
+# and the top-k search (0: the key bisection; n: `_top_k_window`). Module-level so a benchmark can
+# try another before the engine's graphs are captured (bench.latency / bench.profile_step --draw).
+DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 0}
+
 
 if HAVE_TRITON:
 
@@ -167,7 +173,7 @@ if HAVE_TRITON:
 def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Tensor, temperature: torch.Tensor,
                 top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor, frame: torch.Tensor, codebook: int,
                 codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None,
-                pdl: bool = False, num_warps: int = 8, top_k_window: int = 0) -> None:
+                pdl: bool = False, num_warps: int | None = None, top_k_window: int | None = None) -> None:
     """logits [B, V] (any float dtype, last dim contiguous); settings [B] tensors (do_sample bool,
     temperature/top_p f32, top_k/seed/frame i64); out: i64 [B] view (any stride) for the ids.
 
@@ -175,8 +181,10 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
     bool (read, and the picked ids set), suppress [V] bool, eos_id int) for the talker's codebook.
     gather: (table [V, H], x_out [B, H] view with contiguous rows): x_out[b] = table[id[b]].
     num_warps: a row's program's warps (they set the order of its sums; bench.sample_kernel times them).
-    top_k_window: 0, top-k's threshold by the 33-pass key bisection (the default); n > 0, by n halvings of
-    the value range and a walk down the window left (`_top_k_window`; the same kept set, untimed)."""
+    top_k_window: 0, top-k's threshold by the 33-pass key bisection; n > 0, by n halvings of the value
+    range and a walk down the window left (`_top_k_window`; the same kept set). None: DRAW_LAUNCH's."""
+    num_warps = DRAW_LAUNCH["num_warps"] if num_warps is None else num_warps
+    top_k_window = DRAW_LAUNCH["top_k_window"] if top_k_window is None else top_k_window
     b, v = logits.shape
     if v > 4096:
         raise ValueError(f"sample_rows holds a row in registers: vocab {v} > 4096")
