@@ -9,8 +9,9 @@ registers and does it all:
   - codebook 0 only: repetition penalty over the slot's `seen` ids, EOS masked before
     min_new_tokens or for forced-length rows, suppression of the control ids, and the picked id
     marked in `seen`;
-  - top-k as an exact selection: bisection over the fp32 scores' order-preserving int32 keys
-    finds the k-th largest score (32 counting passes), the same threshold a sort gives;
+  - top-k as an exact selection: the k-th largest score, the same threshold a sort gives, found by
+    halvings of the scores' value range and a walk down the window left (`_top_k_window`, the
+    default), or by bisection over the fp32 scores' order-preserving int32 keys (33 counting passes);
   - top-p as a bisection over the same keys for the largest score whose ascending mass stays
     <= 1 - top_p (the tokens a sorted cumsum drops);
   - the uniform is the counter hash of (seed, frame, codebook) computed in the kernel (bit-identical
@@ -45,7 +46,10 @@ _MASK64 = (1 << 64) - 1
 # its sums, so one setting serves every batch: a seeded request's codes may not depend on its batch)
 # and the top-k search (0: the key bisection; n: `_top_k_window`). Module-level so a benchmark can
 # try another before the engine's graphs are captured (bench.latency / bench.profile_step --draw).
-DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 0}
+# Run 17 (bench.sample_kernel, H200, µs a code-predictor draw at batch 1 / 64): 8 warps with the key
+# bisection 12.8 / 13.1, with 10 or 12 halvings 8.1-8.4 / 8.8-9.1; 4 warps about the same, 2 and 1 slower
+# (17 and 26 µs: a warp's 64 scores a thread are summed serially). In the frame: 1.699 ms against 1.762.
+DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 12}
 
 
 if HAVE_TRITON:
@@ -110,8 +114,9 @@ if HAVE_TRITON:
             s = tl.where((ids == eos_id) & block_eos, neg_inf, s)
             suppressed = tl.load(suppress_ptr + ids, mask=valid, other=1) != 0
             s = tl.where(suppressed, neg_inf, s)
-        code = tl.argmax(s, axis=0).to(tl.int64)
-        if tl.load(do_sample_ptr + row) != 0:
+        if tl.load(do_sample_ptr + row) == 0:
+            code = tl.argmax(s, axis=0).to(tl.int64)  # greedy rows alone: two block-wide reductions
+        else:
             t = tl.load(temperature_ptr + row)
             s = tl.math.div_rn(s, t + tl.zeros_like(s))
             key = tl.where(valid, _order_key(s), -(1 << 40))
