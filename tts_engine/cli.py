@@ -83,6 +83,11 @@ def _add_serve(sub) -> None:
     p.add_argument("--gil-switch-ms", type=float, default=0.5,
                    help="Python's thread switch interval (sys.setswitchinterval; its own default is 5 ms): how long "
                         "the engine thread can wait for the GIL while the HTTP/WebSocket thread runs Python")
+    p.add_argument("--cpu-wake-latency-us", type=int, default=None, metavar="US",
+                   help="while serving, hold a Linux PM QoS request (/dev/cpu_dma_latency, needs root) that keeps "
+                        "idle CPUs out of idle states slower than US to leave (0: idle CPUs poll); every thread "
+                        "handoff on the way to first audio then wakes faster, for more power drawn while idle "
+                        "(server/cpu_wake.py; default: not held)")
     p.add_argument("--profile-engine", type=Path, default=None, metavar="PATH",
                    help="write a cProfile of the engine thread's first --profile-seconds of work to PATH, and "
                         "its sampled stacks to PATH.stacks and PATH.top.txt (diagnosis only: profiling slows "
@@ -208,6 +213,8 @@ def _serve(args) -> int:
     scheduler = SchedulerConfig(**policy).validate()  # a bad value: one line, exit 2
     if not args.gil_switch_ms > 0:
         raise ValueError(f"--gil-switch-ms must be > 0, got {args.gil_switch_ms}")
+    if args.cpu_wake_latency_us is not None and args.cpu_wake_latency_us < 0:
+        raise ValueError(f"--cpu-wake-latency-us must be >= 0, got {args.cpu_wake_latency_us}")
     if not args.first_audio_yield_ms >= 0:
         raise ValueError(f"--first-audio-yield-ms must be >= 0, got {args.first_audio_yield_ms}")
     from .runtime.options import FastPathOptions
@@ -244,7 +251,12 @@ def _serve(args) -> int:
     host, port = sock.getsockname()[:2]
     print(f"cadence serve: listening on http://{host}:{port} (model {args.model}, device {args.device})",
           file=sys.stderr)
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
+    from .server.cpu_wake import CpuWakeLatency
+
+    held = args.cpu_wake_latency_us
+    wake = CpuWakeLatency(held) if held is not None else contextlib.nullcontext()
+    # uvicorn re-raises Ctrl-C after its graceful shutdown
+    with contextlib.suppress(KeyboardInterrupt), wake:
         serve(engine, cfg, sock)
     print("cadence serve: stopped", file=sys.stderr)
     return 0
