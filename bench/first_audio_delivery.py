@@ -9,6 +9,8 @@ switch interval 0.5 ms); sequential requests come over a real socket from this p
   request   the client has written the request
   handler   the HTTP handler starts (server/http_speech.py `SpeechResponse.started`)
   opened    the engine's stream is made (engine/stream.py `Stream.__init__`, inside `open_stream`)
+  drained   the engine thread takes the open command (engine/commands.py `Commands._open`)
+  issued    its prefill is handed to the device (engine/executor.py `_mark_issued`)
   posted    the engine thread posts the stream's first audio event (engine/outbox.py `Outbox.post`)
   received  the event loop takes it (engine/stream.py `Stream.receive`)
   sent      the handler's `send` of its body has returned (server/http_speech.py `_note_audio`)
@@ -28,7 +30,7 @@ import time
 from itertools import pairwise
 from pathlib import Path
 
-MARKS = ("request", "handler", "opened", "posted", "received", "sent", "client")
+MARKS = ("request", "handler", "opened", "drained", "issued", "posted", "received", "sent", "client")
 SPANS = (*pairwise(MARKS), ("posted", "client"), ("request", "client"))
 
 
@@ -52,12 +54,26 @@ class Marks:
         setattr(owner, method, wrapped)
         self._undo.append((owner, method, original))
 
+    def _wrap_function(self, module, name: str, mark: str, stream_id) -> None:
+        original = getattr(module, name)
+
+        def wrapped(*args, **kwargs):
+            self.mark(stream_id(*args), mark)
+            return original(*args, **kwargs)
+
+        setattr(module, name, wrapped)
+        self._undo.append((module, name, original))
+
     def install(self) -> Marks:
+        from tts_engine.engine import executor
+        from tts_engine.engine.commands import Commands
         from tts_engine.engine.outbox import Outbox
         from tts_engine.engine.stream import Stream
         from tts_engine.server.http_speech import SpeechResponse
 
         self._wrap(Stream, "__init__", "opened", lambda stream, engine, stream_id, loop: stream_id)
+        self._wrap(Commands, "_open", "drained", lambda commands, handle, *rest: handle.id)
+        self._wrap_function(executor, "_mark_issued", "issued", lambda entry: entry.handle.id)
         self._wrap(Outbox, "post", "posted", lambda box, receiver, event: receiver.id)
         self._wrap(Stream, "receive", "received", lambda stream, event: stream.id)
         self._wrap(SpeechResponse, "_note_audio", "sent", self._handler_mark)

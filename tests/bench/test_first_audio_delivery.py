@@ -1,5 +1,5 @@
 """bench.first_audio_delivery on the tiny checkpoint (CPU): each setting is served in turn on one
-real server, every stream after the warm-ups has its three marks, and the wrapped methods, the
+real server, every stream after the warm-ups has all its marks, and the wrapped methods, the
 server and the engine are all gone afterwards."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import pytest
 from bench import first_audio_delivery
 from bench.socket_latency import wait_ready
 from tests.threads import one_torch_thread
+from tts_engine.engine import executor
+from tts_engine.engine.commands import Commands
 from tts_engine.engine.core import StreamingEngine
 from tts_engine.engine.outbox import Outbox
 from tts_engine.engine.stream import Stream
@@ -18,7 +20,7 @@ from tts_engine.server.http_speech import SpeechResponse
 
 
 def test_each_setting_gets_its_streams_marks_and_everything_is_undone(tiny_checkpoint):
-    originals = (Outbox.post, Stream.receive, SpeechResponse._note_audio)
+    originals = (Outbox.post, Stream.receive, SpeechResponse._note_audio, Commands._open, executor._mark_issued)
     engine = StreamingEngine(tiny_checkpoint, max_active_streams=2)
     with one_torch_thread():
         out = first_audio_delivery.measure(engine, [0.0, 0.5], requests=2, rounds=1)
@@ -28,7 +30,7 @@ def test_each_setting_gets_its_streams_marks_and_everything_is_undone(tiny_check
         for a, b in first_audio_delivery.SPANS:
             assert setting[f"{a}_to_{b}_ms"]["p50"] > 0
     assert engine.delivery.first_audio_yield_s == 0.0005  # the last setting's
-    assert (Outbox.post, Stream.receive, SpeechResponse._note_audio) == originals
+    assert (Outbox.post, Stream.receive, SpeechResponse._note_audio, Commands._open, executor._mark_issued) == originals
     assert not engine.alive
 
 
