@@ -5,7 +5,9 @@ the open wakes the engine thread, the device's completion wakes it again, its fi
 loop), and each wake on an idle core pays the core's exit from its idle state; on a VM the host's
 halt-polling and frequency. On the 2-core CPU machine, a tokenizer call that takes 21 µs back to back
 took 126-175 µs after 20 ms of sleep, 32 µs after 20 ms of spinning, and 43 µs after a sleep with this
-request held (docs/perf-notes.md "Version 13").
+request held (docs/perf-notes.md "Version 13"). Run 17's GPU host has no cpuidle driver (its idle is the
+hypervisor's): there the request changed nothing measurable, so `cadence serve` does not hold it unless
+asked (`--cpu-wake-latency-us`).
 
 The kernel's interface (Documentation/power/pm_qos_interface.rst): while a process holds
 /dev/cpu_dma_latency open with a 32-bit latency bound written to it, no CPU enters an idle state whose
