@@ -8,7 +8,7 @@ Code-predictor draws (vocabulary 2048, top-k 50, temperature 0.9, the next input
 talker draws (3072 with the codebook-0 processors), at batch 1 and 64, timed as 20 calls in a CUDA
 graph (bench.kernels.graph_ms; launches without PDL), each variant's picks checked against the default's
 (8 warps, the key bisection). `best` names the variant with the least code-predictor time at batch 1
-plus batch 64 as `--draw WARPS,WINDOW` for bench.latency and bench.profile_step.
+plus batch 64 as `--draw WARPS,WINDOW,WAYS` for bench.latency and bench.profile_step.
 """
 
 from __future__ import annotations
@@ -41,22 +41,24 @@ def _draw_args(b: int, v: int, g: torch.Generator, talker: bool) -> tuple[torch.
 
 
 def set_draw(spec: str | None) -> dict:
-    """`--draw WARPS,WINDOW` -> sample.DRAW_LAUNCH set for every draw built after it (None: unchanged)."""
+    """`--draw WARPS,WINDOW[,WAYS]` -> sample.DRAW_LAUNCH set for every draw built after it (None: unchanged)."""
     from tts_engine.kernels.sample import DRAW_LAUNCH
 
     if spec:
-        warps, window = (int(v) for v in spec.split(","))
-        if warps not in (1, 2, 4, 8, 16) or window < 0:
-            raise ValueError(f"--draw {spec!r}: WARPS in 1, 2, 4, 8, 16 and WINDOW >= 0")
-        DRAW_LAUNCH.update(num_warps=warps, top_k_window=window)
+        warps, window, *ways = (int(v) for v in spec.split(","))
+        ways = ways[0] if ways else 2
+        if warps not in (1, 2, 4, 8, 16) or window < 0 or ways not in (2, 3, 4):
+            raise ValueError(f"--draw {spec!r}: WARPS in 1, 2, 4, 8, 16, WINDOW >= 0 and WAYS 2, 3 or 4")
+        DRAW_LAUNCH.update(num_warps=warps, top_k_window=window, top_k_ways=ways)
     return dict(DRAW_LAUNCH)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.sample_kernel")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--warps", default="8,4,2,1")
-    p.add_argument("--windows", default="0,10,12", help="top_k_window values (0: the key bisection)")
+    p.add_argument("--warps", default="8,4", help="warps a row (run 17: 2 and 1 were 1.4-3x slower)")
+    p.add_argument("--windows", default="0,12,8/3,6/4",
+                   help="top-k searches: top_k_window values (0: the key bisection), N/W for N passes of W ways")
     args = p.parse_args(argv)
     from bench.kernels import SETS, graph_ms
     from tts_engine.kernels.sample import sample_rows
@@ -70,25 +72,27 @@ def main(argv: list[str] | None = None) -> int:
             logits, kw = _draw_args(b, v, g, talker)
             ids = {}
             for w in (int(x) for x in args.warps.split(",")):
-                for window in (int(x) for x in args.windows.split(",")):
+                for search in args.windows.split(","):
+                    window, ways = (int(x) for x in (search.split("/") if "/" in search else (search, 2)))
                     if talker:
                         kw["codebook0"]["seen"].zero_()  # the draw marks its pick: the same state for each
                     picks = torch.empty(b, dtype=torch.long, device="cuda")
-                    sample_rows(logits, picks, num_warps=w, top_k_window=window, **kw)
-                    ids[w, window] = picks.cpu()
-                    fns = [partial(sample_rows, logits, torch.empty(b, dtype=torch.long, device="cuda"),
-                                   num_warps=w, top_k_window=window, **kw) for _ in range(SETS)]
+                    launch = dict(num_warps=w, top_k_window=window, top_k_ways=ways)
+                    sample_rows(logits, picks, **launch, **kw)
+                    ids[w, search] = picks.cpu()
+                    fns = [partial(sample_rows, logits, torch.empty(b, dtype=torch.long, device="cuda"), **launch, **kw)
+                           for _ in range(SETS)]
                     us = graph_ms(fns) * 1e3
-                    same = int((ids[w, window] == next(iter(ids.values()))).sum())
-                    key = f"{name}_b{b}_w{w}_window{window}"
+                    same = int((ids[w, search] == next(iter(ids.values()))).sum())
+                    key = f"{name}_b{b}_w{w}_window{window}x{ways}"
                     out["us"][key], out["us"][key + "_same_picks"] = round(us, 2), same
-                    print(f"{name} b{b} warps {w} window {window}: {us:6.2f} us a draw, {same}/{b} picks as "
+                    print(f"{name} b{b} warps {w} window {window} x {ways}: {us:6.2f} us a draw, {same}/{b} picks as "
                           "the first variant's", flush=True)
     variants = {k.rsplit("_b1_", 1)[1]: v for k, v in out["us"].items()
                 if k.startswith("code_predictor_b1_") and not k.endswith("_same_picks")}
     best = min(variants, key=lambda var: variants[var] + out["us"][f"code_predictor_b64_{var}"])
-    warps, window = best.removeprefix("w").split("_window")
-    out["best"] = f"{warps},{window}"
+    warps, search = best.removeprefix("w").split("_window")
+    out["best"] = ",".join((warps, *search.split("x")))
     print(f"best: {out['best']}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))

@@ -22,7 +22,7 @@
 #                                                               with and without PDL; the prefill on both paths)
 #   PART=draw ... bash bench/gpu/run3.sh                        bench.sample_kernel (warps x top-k search), then the
 #                                                               kernel's tests, bench.profile_step and bench.latency's
-#                                                               stages with its `best` and with DRAWS (default 8,0)
+#                                                               stages with its `best` and with DRAWS (default 8,12,2)
 #   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
 #                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
@@ -171,7 +171,7 @@ part_draw() {  # the sampling kernel's launch: timed alone, then in the engine's
   best=$(python3 -c "import json; print(json.load(open('$W/sample-kernel.json'))['best'])") || best=8,0
   timeout $(left 5) python3 -m pytest -q tests/kernels/test_sample.py -p no:cacheprovider > $W/sample-tests.log 2>&1
   echo "sample tests rc=$? $((SECONDS - t0)) s"; tail -3 $W/sample-tests.log | cut -c1-300
-  for draw in $(printf "%s\n" $best ${DRAWS:-8,0} | awk '!seen[$0]++'); do
+  for draw in $(printf "%s\n" $best ${DRAWS:-8,12,2} | awk '!seen[$0]++'); do
     timeout $(left 5) python3 -m bench.profile_step --prefill "" --draw $draw --out $W/profile-$draw.json \
       > $W/profile-$draw.log 2>&1
     echo "profile $draw rc=$? $((SECONDS - t0)) s"; grep -E "^[a-z]|sample" $W/profile-$draw.log | cut -c1-200 | head -12

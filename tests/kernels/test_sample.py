@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
-from tts_engine.kernels.sample import sample_rows, sample_rows_ref
+from tts_engine.kernels.sample import _top_k_window, sample_rows, sample_rows_ref
 from tts_engine.sampling import counter_uniform, suppress_mask
 
 TOL = 2e-6  # the kernel sums an fp32 CDF; the reference's is float64
@@ -58,11 +60,12 @@ def test_code_predictor_draw_is_the_reference_inverse_cdf(device, dtype, codeboo
     assert (out[:, [j for j in range(15) if j != codebook - 1]] == -7).all(), "wrote outside its column"
 
 
-@pytest.mark.parametrize("window", [0, 1, 12])
-def test_top_k_threshold_with_ties_and_extreme_k(device, window):
+@pytest.mark.parametrize(("window", "ways"), [(0, 2), (1, 2), (12, 2), (1, 3), (8, 3), (1, 4), (6, 4)])
+def test_top_k_threshold_with_ties_and_extreme_k(device, window, ways):
     """Scores on a coarse grid (runs of equal scores straddle the k-th), k from 1 to V - 1, and rows
     whose scores span the whole float range: the search's threshold is the k-th largest score, by the
-    key bisection (window 0) and by the value halvings and the window's walk (1 halving: a long walk)."""
+    key bisection (window 0) and by the value range's passes (halvings, or thirds / quarters from one
+    packed count) and the window's walk (1 pass: a long walk)."""
     g = torch.Generator().manual_seed(11)
     ks = [1, 2, 3, 7, 50, 2047, 50, 50]
     b = len(ks)
@@ -76,13 +79,15 @@ def test_top_k_threshold_with_ties_and_extreme_k(device, window):
     s = settings(b, g, device, top_k=ks, top_p=[1.0] * b)
     s["temperature"] = torch.full((b,), 1.0, device=device)
     out = torch.empty(b, dtype=torch.long, device=device)
-    sample_rows(logits.to(device), out, codebook=3, top_k_window=window, **s)
+    sample_rows(logits.to(device), out, codebook=3, top_k_window=window, top_k_ways=ways, **s)
     check_picks(out, sample_rows_ref(logits, codebook=3, **{k: v.cpu() for k, v in s.items()}),
-                s["do_sample"].cpu(), f"ties, window {window}")
+                s["do_sample"].cpu(), f"ties, window {window}, {ways} ways")
 
 
-def test_many_uniforms_cover_the_kept_set_only(device):
-    """One row, 400 frames: every pick in the reference's top-k set, and the picks spread over it."""
+@pytest.mark.parametrize(("window", "ways"), [(0, 2), (12, 2), (8, 3), (6, 4)])
+def test_many_uniforms_cover_the_kept_set_only(device, window, ways):
+    """One row, 400 frames: every pick in the reference's top-k set, and the picks spread over it, with
+    each top-k search."""
     g = torch.Generator().manual_seed(7)
     row = torch.randn(1, 2048, generator=g) * 2
     b = 400
@@ -91,9 +96,9 @@ def test_many_uniforms_cover_the_kept_set_only(device):
     s["temperature"] = torch.full((b,), 1.5, device=device)
     s["frame"] = torch.arange(b, device=device)
     out = torch.empty(b, dtype=torch.long, device=device)
-    sample_rows(logits, out, codebook=4, **s)
+    sample_rows(logits, out, codebook=4, top_k_window=window, top_k_ways=ways, **s)
     want = sample_rows_ref(logits.cpu(), codebook=4, **{k: v.cpu() for k, v in s.items()})
-    check_picks(out, want, s["do_sample"].cpu(), "repeated row")
+    check_picks(out, want, s["do_sample"].cpu(), f"repeated row, window {window}, {ways} ways")
     assert len(set(out.cpu().tolist())) >= 15, "a top-20 draw at temperature 1.5 should reach most of its set"
 
 
@@ -157,22 +162,23 @@ def test_gathers_the_picked_ids_embedding(device):
     assert torch.equal(x, table[out]), "x_out rows are the picked ids' embeddings"
 
 
-@pytest.mark.parametrize("window", [0, 10])
+@pytest.mark.parametrize(("window", "ways"), [(0, 2), (10, 2), (8, 3), (6, 4)])
 @pytest.mark.parametrize("warps", [1, 2, 4, 8])
-def test_every_draw_launch_picks_within_the_reference_interval(device, warps, window):
+def test_every_draw_launch_picks_within_the_reference_interval(device, warps, window, ways):
     """bench.sample_kernel's variants (warps a row, top-k search) pick the reference's ids, for the
     code predictor's draw with its gather and for the talker's codebook 0 (the warps only change the
     order of a row's sums: under the interpreter they are one program either way)."""
-    g = torch.Generator().manual_seed(warps * 10 + window)
+    g = torch.Generator().manual_seed(warps * 100 + window * 10 + ways)
     b = len(TOP_K)
     logits = (torch.randn(b, 2048, generator=g) * 3).to(device, torch.bfloat16)
     s = settings(b, g, device, top_k=TOP_K, top_p=TOP_P, greedy_rows=(10,))
     table = torch.randn(2048, 1024, generator=g).to(device, torch.bfloat16)
     x = torch.empty(b, 1024, device=device, dtype=torch.bfloat16)
     out = torch.empty(b, dtype=torch.long, device=device)
-    sample_rows(logits, out, codebook=5, gather=(table, x), num_warps=warps, top_k_window=window, **s)
+    sample_rows(logits, out, codebook=5, gather=(table, x), num_warps=warps, top_k_window=window, top_k_ways=ways,
+                **s)
     check_picks(out, sample_rows_ref(logits.cpu(), codebook=5, **{k: v.cpu() for k, v in s.items()}),
-                s["do_sample"].cpu(), f"{warps} warps, window {window}")
+                s["do_sample"].cpu(), f"{warps} warps, window {window}, {ways} ways")
     assert torch.equal(x, table[out])
     logits0, c0 = codebook0_inputs(6, g, device)
     s0 = settings(6, g, device, top_k=[50, 0, 50, 10, 50, 50], top_p=[1.0, 0.8, 1.0, 1.0, 1.0, 1.0])
@@ -180,5 +186,67 @@ def test_every_draw_launch_picks_within_the_reference_interval(device, warps, wi
                                                                   for k, v in c0.items()},
                            **{k: v.cpu() for k, v in s0.items()})
     out0 = torch.empty(6, dtype=torch.long, device=device)
-    sample_rows(logits0, out0, codebook=0, codebook0=c0, num_warps=warps, top_k_window=window, **s0)
-    check_picks(out0, want, s0["do_sample"].cpu(), f"codebook 0, {warps} warps, window {window}")
+    sample_rows(logits0, out0, codebook=0, codebook0=c0, num_warps=warps, top_k_window=window, top_k_ways=ways,
+                **s0)
+    check_picks(out0, want, s0["do_sample"].cpu(), f"codebook 0, {warps} warps, window {window}, {ways} ways")
+
+
+def test_a_search_of_other_ways_is_refused():
+    logits = torch.zeros(1, 8)
+    s = settings(1, torch.Generator().manual_seed(0), "cpu", top_k=[2], top_p=[1.0])
+    with pytest.raises(ValueError, match="top_k_ways must be 2, 3 or 4"):
+        sample_rows(logits, torch.empty(1, dtype=torch.long), codebook=1, top_k_ways=5, **s)
+
+
+
+@triton.jit
+def keep_top_k(s_ptr, k_ptr, out_ptr, n, BLOCK: tl.constexpr, COARSE: tl.constexpr, WAYS: tl.constexpr):
+    """One row a program: its scores through `_top_k_window`, stored."""
+    row = tl.program_id(0)
+    ids = tl.arange(0, BLOCK)
+    valid = ids < n
+    s = tl.load(s_ptr + row * n + ids, mask=valid, other=float("-inf"))
+    tl.store(out_ptr + row * n + ids, _top_k_window(s, valid, tl.load(k_ptr + row), COARSE, WAYS), mask=valid)
+
+
+@pytest.mark.parametrize(("window", "ways"), [(1, 2), (12, 2), (1, 3), (8, 3), (1, 4), (6, 4)])
+def test_the_window_search_keeps_exactly_the_k_largest(device, window, ways):
+    """`_top_k_window` alone, in a kernel of this test: its kept set is exactly the scores >= the k-th
+    largest (ties kept), for k from 1 to V over spread scores, scores on a coarse grid, -inf entries and
+    scores across the whole float range (the picks of the tests above cannot tell a set that differs by
+    a few low-probability scores when k is large)."""
+    g = torch.Generator().manual_seed(window * 10 + ways)
+    n = 2048
+    ks = [1, 2, 50, 300, 1000, 1024, 1500, 1900, 2047, 2048, 700, 40, 5, 1200]
+    rows = torch.randn(len(ks), n, generator=g) * 4
+    rows[10] = (rows[10] * 2).round() / 2  # runs of ties straddle the k-th
+    rows[11, ::3] = float("-inf")  # fewer finite scores than some k would need
+    rows[12, :1000] = -3e38
+    rows[12, 1000:] = 3e38 * torch.rand(n - 1000, generator=g)
+    rows[13, 500:] = 1e30
+    k = torch.tensor(ks, dtype=torch.int32)
+    out = torch.empty_like(rows, device=device)
+    keep_top_k[(len(ks),)](rows.to(device), k.to(device), out, n, BLOCK=n, COARSE=window, WAYS=ways)
+    out = out.cpu()
+    for r, kr in enumerate(ks):
+        finite = rows[r][rows[r] > float("-inf")]
+        kth = finite.sort(descending=True).values[min(kr, finite.numel()) - 1]
+        want = torch.where(rows[r] >= kth, rows[r], float("-inf"))
+        assert torch.equal(out[r], want), f"row {r}, k {kr}: kept {(out[r] > float('-inf')).sum()} " \
+                                          f"scores, want {(want > float('-inf')).sum()}"
+
+
+@pytest.mark.parametrize(("window", "ways"), [(0, 2), (12, 2), (8, 3), (6, 4)])
+def test_large_k_over_spread_scores(device, window, ways):
+    """k of 300-2000 over 2048 distinct scores: counts near the threshold run into the thousands, so a
+    packed count whose fields overlapped (or a search that lost its invariant) would keep another set."""
+    g = torch.Generator().manual_seed(window * 10 + ways)
+    ks = [300, 700, 1000, 1500, 1900, 2000, 1024, 513]
+    b = len(ks)
+    logits = torch.randn(b, 2048, generator=g) * 4
+    s = settings(b, g, device, top_k=ks, top_p=[1.0] * b)
+    s["temperature"] = torch.full((b,), 1.0, device=device)
+    out = torch.empty(b, dtype=torch.long, device=device)
+    sample_rows(logits.to(device), out, codebook=6, top_k_window=window, top_k_ways=ways, **s)
+    check_picks(out, sample_rows_ref(logits, codebook=6, **{k: v.cpu() for k, v in s.items()}),
+                s["do_sample"].cpu(), f"large k, window {window}, {ways} ways")

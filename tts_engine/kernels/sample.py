@@ -49,7 +49,7 @@ _MASK64 = (1 << 64) - 1
 # Run 17 (bench.sample_kernel, H200, µs a code-predictor draw at batch 1 / 64): 8 warps with the key
 # bisection 12.8 / 13.1, with 10 or 12 halvings 8.1-8.4 / 8.8-9.1; 4 warps about the same, 2 and 1 slower
 # (17 and 26 µs: a warp's 64 scores a thread are summed serially). In the frame: 1.699 ms against 1.762.
-DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 12}
+DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 12, "top_k_ways": 2}
 
 
 if HAVE_TRITON:
@@ -68,21 +68,43 @@ if HAVE_TRITON:
         return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.int64)
 
     @triton.jit
-    def _top_k_window(s, valid, top_k, COARSE: tl.constexpr):
+    def _top_k_window(s, valid, top_k, COARSE: tl.constexpr, WAYS: tl.constexpr):
         """s [BLOCK] fp32 (-inf: masked) -> s with the scores below the k-th largest set to -inf, the
-        same kept set as the key bisection, in fewer block-wide reductions: COARSE halvings of the
-        finite scores' value range keep count(s >= lo) >= k > count(s >= hi), then the window [lo, hi)
-        (~1 score after 10-12 halvings of 2048 spread ones) is walked down from hi by distinct value
-        until k scores are reached (ties counted at once). Exact: every score is compared, none rounded."""
+        same kept set as the key bisection, in fewer block-wide reductions: COARSE passes over the finite
+        scores' value range keep count(s >= lo) >= k > count(s >= hi), each cutting [lo, hi) into WAYS
+        parts at WAYS - 1 thresholds whose counts share one sum (2: a halving, an int32 count; 3: two
+        16-bit counts in an int32; 4: three in an int64; a count is at most 4096), then the window left
+        (~1 score after 4096-fold narrowing of 2048 spread ones) is walked down from hi by distinct value
+        until k scores are reached (ties counted at once). Exact: every score is compared, none rounded.
+        The invariant holds whatever the thresholds' rounding, and it implies lo < hi."""
         neg_inf = float("-inf")
         finite = valid & (s > neg_inf)
         lo = tl.min(tl.where(finite, s, float("inf")), axis=0)
         hi = tl.max(tl.where(finite, s, neg_inf), axis=0)
         for _ in range(COARSE):
-            mid = lo * 0.5 + hi * 0.5  # no overflow at +-3e38
-            enough = tl.sum((finite & (s >= mid)).to(tl.int32), axis=0) >= top_k
-            lo = tl.where(enough, mid, lo)
-            hi = tl.where(enough, hi, mid)
+            if WAYS == 2:
+                mid = lo * 0.5 + hi * 0.5  # no overflow at +-3e38
+                enough = tl.sum((finite & (s >= mid)).to(tl.int32), axis=0) >= top_k
+                lo = tl.where(enough, mid, lo)
+                hi = tl.where(enough, hi, mid)
+            elif WAYS == 3:
+                t1 = lo * (2.0 / 3.0) + hi * (1.0 / 3.0)
+                t2 = lo * (1.0 / 3.0) + hi * (2.0 / 3.0)
+                packed = tl.sum((finite & (s >= t1)).to(tl.int32) + ((finite & (s >= t2)).to(tl.int32) << 16), axis=0)
+                c1, c2 = packed & 0xFFFF, packed >> 16
+                new_lo = tl.where(c2 >= top_k, t2, tl.where(c1 >= top_k, t1, lo))
+                hi = tl.where(c2 >= top_k, hi, tl.where(c1 >= top_k, t2, t1))
+                lo = new_lo
+            else:
+                t1 = lo * 0.75 + hi * 0.25
+                t2 = lo * 0.5 + hi * 0.5
+                t3 = lo * 0.25 + hi * 0.75
+                packed = tl.sum((finite & (s >= t1)).to(tl.int64) + ((finite & (s >= t2)).to(tl.int64) << 16)
+                                + ((finite & (s >= t3)).to(tl.int64) << 32), axis=0)
+                c1, c2, c3 = packed & 0xFFFF, (packed >> 16) & 0xFFFF, packed >> 32
+                new_lo = tl.where(c3 >= top_k, t3, tl.where(c2 >= top_k, t2, tl.where(c1 >= top_k, t1, lo)))
+                hi = tl.where(c3 >= top_k, hi, tl.where(c2 >= top_k, t3, tl.where(c1 >= top_k, t2, t1)))
+                lo = new_lo
         # Fewer than k scores >= hi (or hi the maximum with k of them: then the walk takes nothing).
         need = top_k - tl.sum((finite & (s >= hi)).to(tl.int32), axis=0)
         kth = hi
@@ -97,7 +119,8 @@ if HAVE_TRITON:
                        penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr, eos_id,
                        out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride,
                        CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, BLOCK: tl.constexpr,
-                       EMB_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr):
+                       EMB_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr,
+                       TOPK_WAYS: tl.constexpr):
         pdl_start(PDL)
         row = tl.program_id(0).to(tl.int64)
         ids = tl.arange(0, BLOCK)
@@ -123,7 +146,7 @@ if HAVE_TRITON:
             top_k = tl.load(top_k_ptr + row)
             if (top_k > 0) & (top_k < n_vocab):
                 if TOPK_WINDOW > 0:
-                    s = _top_k_window(s, valid, top_k, TOPK_WINDOW)
+                    s = _top_k_window(s, valid, top_k, TOPK_WINDOW, TOPK_WAYS)
                 else:
                     # Largest key with at least k keys >= it: the k-th largest score. These 33 passes are
                     # ~10 of the kernel's ~14 us at batch 1 (run 16's profile); a 16-way search (8 passes
@@ -178,7 +201,8 @@ if HAVE_TRITON:
 def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Tensor, temperature: torch.Tensor,
                 top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor, frame: torch.Tensor, codebook: int,
                 codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None,
-                pdl: bool = False, num_warps: int | None = None, top_k_window: int | None = None) -> None:
+                pdl: bool = False, num_warps: int | None = None, top_k_window: int | None = None,
+                top_k_ways: int | None = None) -> None:
     """logits [B, V] (any float dtype, last dim contiguous); settings [B] tensors (do_sample bool,
     temperature/top_p f32, top_k/seed/frame i64); out: i64 [B] view (any stride) for the ids.
 
@@ -187,9 +211,14 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
     gather: (table [V, H], x_out [B, H] view with contiguous rows): x_out[b] = table[id[b]].
     num_warps: a row's program's warps (they set the order of its sums; bench.sample_kernel times them).
     top_k_window: 0, top-k's threshold by the 33-pass key bisection; n > 0, by n halvings of the value
-    range and a walk down the window left (`_top_k_window`; the same kept set). None: DRAW_LAUNCH's."""
+    range and a walk down the window left (`_top_k_window`; the same kept set). top_k_ways: 2, 3 or 4 parts
+    a pass of the window search cuts the range into (one packed count a pass; 3 and 4 untimed on the GPU).
+    None: DRAW_LAUNCH's."""
     num_warps = DRAW_LAUNCH["num_warps"] if num_warps is None else num_warps
     top_k_window = DRAW_LAUNCH["top_k_window"] if top_k_window is None else top_k_window
+    top_k_ways = DRAW_LAUNCH["top_k_ways"] if top_k_ways is None else top_k_ways
+    if top_k_ways not in (2, 3, 4):
+        raise ValueError(f"top_k_ways must be 2, 3 or 4, got {top_k_ways}")
     b, v = logits.shape
     if v > 4096:
         raise ValueError(f"sample_rows holds a row in registers: vocab {v} > 4096")
@@ -207,7 +236,7 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
         out, out.stride(0), table, emb_dim, x_out, x_out.stride(0) if gather is not None else 0,
         CODEBOOK0=codebook0 is not None, GATHER=gather is not None, BLOCK=next_pow2(v),
         EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), num_warps=num_warps,
-        PDL=pdl, TOPK_WINDOW=top_k_window, **pdl_launch(pdl))
+        PDL=pdl, TOPK_WINDOW=top_k_window, TOPK_WAYS=top_k_ways, **pdl_launch(pdl))
 
 
 def sample_rows_ref(logits: torch.Tensor, *, do_sample, temperature, top_k, top_p, seed, frame, codebook: int,
