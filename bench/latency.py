@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default=",".join(map(str, BATCHES)),
                    help="stage timings at these batch sizes (comma-separated; the issue's table needs 1,8,32,64)")
     p.add_argument("--skip-reference", action="store_true", help="no plain reference loop (fp32, ~1 min)")
-    p.add_argument("--draw", metavar="WARPS,WINDOW", help="every draw's launch (bench.sample_kernel's `best`)")
+    p.add_argument("--draw", metavar="WARPS,WINDOW[,WAYS]", help="every draw's launch (bench.sample_kernel's `best`)")
     p.add_argument("--talker-launch-from", type=Path,
                    help="a `bench.kernels --gemv-sweep --shapes talker` JSON: the talker's GEMVs run with its "
                         "fastest configurations at 1 row instead of runner.TALKER_GEMV_LAUNCH")

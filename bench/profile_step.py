@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--batches", default="1", help="comma-separated batch sizes of the graphs profiled")
     p.add_argument("--prefill", default="12,40", help="prompt lengths of the eager prefill profiles")
-    p.add_argument("--draw", metavar="WARPS,WINDOW", help="every draw's launch (bench.sample_kernel's `best`)")
+    p.add_argument("--draw", metavar="WARPS,WINDOW[,WAYS]", help="every draw's launch (bench.sample_kernel's `best`)")
     args = p.parse_args(argv)
     from bench.cuda_timing import graph_of
     from bench.latency import _stage_fns
