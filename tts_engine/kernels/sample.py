@@ -44,11 +44,13 @@ _MASK64 = (1 << 64) - 1
 
 # Every draw's launch, unless a call names its own: a row's program's warps (they set the order of
 # its sums, so one setting serves every batch: a seeded request's codes may not depend on its batch)
-# and the top-k search (0: the key bisection; n: `_top_k_window`). Module-level so a benchmark can
-# try another before the engine's graphs are captured (bench.latency / bench.profile_step --draw).
-# Run 17 (bench.sample_kernel, H200, µs a code-predictor draw at batch 1 / 64): 8 warps with the key
-# bisection 12.8 / 13.1, with 10 or 12 halvings 8.1-8.4 / 8.8-9.1; 4 warps about the same, 2 and 1 slower
-# (17 and 26 µs: a warp's 64 scores a thread are summed serially). In the frame: 1.699 ms against 1.762.
+# and the top-k search (window 0: the key bisection; n: n passes of `_top_k_window`, each cutting the
+# range in `top_k_ways` parts). Module-level so a benchmark can try another before the engine's graphs are
+# captured (bench.latency / bench.profile_step --draw). Run 17 (bench.sample_kernel, H200, µs a
+# code-predictor draw at batch 1 / 64): 8 warps with the key bisection 12.8 / 13.1, with 10 or 12
+# halvings 8.1-8.4 / 8.8-9.1; 4 warps about the same, 2 and 1 slower (11.6 and 24.8 with 12 halvings: a
+# warp's 64 scores a thread are summed serially). In the frame: 1.699 ms against 1.762. Ways 3 and 4
+# (one packed count a pass) are untimed.
 DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 12, "top_k_ways": 2}
 
 
