@@ -80,8 +80,7 @@ def cp_attention_times(runner, out: dict, t_len: int) -> dict:
     """The code predictor's q/k norm + RoPE in its attention's launch or in one of its own, at each batch
     of `out`: the other setting of `fused_attention` ("cpunfused" / "cpfused") where its passes run
     without PDL, of `fused_attention_pdl` ("cpfusedpdl" / "cpunfusedpdl") where with PDL; and the fused
-    kernel with 1, 2, 4 and 8 warps a program ("cpfused_w<n>", fused where it is not); at batch 1 the
-    attention inside the o product's kernel ("cpattno_n<rows of w_o>w<warps>", `attention_o`)."""
+    kernel with 1, 2, 4 and 8 warps a program ("cpfused_w<n>", fused where it is not)."""
     cp = runner.code_predictor
     stages = ("code_predictor_frame", "frame_step")
     for b in out:
@@ -94,10 +93,6 @@ def cp_attention_times(runner, out: dict, t_len: int) -> dict:
         out[b] |= _variant_times(name, cp, {key: not getattr(cp, key)}, fns)
         for warps in (1, 2, 4, 8):
             out[b] |= _variant_times(f"cpfused_w{warps}", cp, {key: True, "fused_attention_warps": warps}, fns)
-        if b == 1:  # the attention inside the o product's kernel, by rows of w_o and warps a program
-            for block_n, warps in ((8, 8), (8, 16), (16, 16), (4, 8)):
-                out[b] |= _variant_times(f"cpattno_n{block_n}w{warps}", cp, {
-                    "attention_o": True, "attention_o_launch": dict(block_n=block_n, num_warps=warps)}, fns)
         print(f"batch {b}, the code predictor's attention: {out[b]}", flush=True)
     return out
 

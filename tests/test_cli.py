@@ -100,8 +100,6 @@ def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
     (["--cp-gemv-rows", "0", "--cp-pdl"],
      "--cp-pdl needs --cp-gemv-rows > 0 (PDL launches the code predictor's GEMVs)"),
     (["--cp-pdl"], "--cp-pdl needs a CUDA device (sm90+), not cpu"),
-    (["--cp-gemv-rows", "0", "--cp-attention-o"],
-     "--cp-attention-o needs --cp-gemv-rows > 0 (it replaces a GEMV pass's attention and o product)"),
     (["--talker-gemv-rows", "0", "--talker-pdl"],
      "--talker-pdl needs --talker-gemv-rows > 0 (PDL launches the talker's GEMV steps)"),
     (["--talker-pdl"], "--talker-pdl needs a CUDA device (sm90+), not cpu"),

@@ -126,9 +126,6 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-fused-attention", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's q/k norm, RoPE and K/V store in its attention kernel, one launch "
                         "(default: on; CUDA)")
-    p.add_argument("--cp-attention-o", action=argparse.BooleanOptionalAction, default=None,
-                   help="the code predictor's batch-1 GEMV passes with their attention inside the o product's "
-                        "kernel, 4 launches a layer instead of 5 (experimental, untimed; default: off; CUDA)")
     p.add_argument("--attention-version", type=int, choices=[2, 3], default=None,
                    help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products "
                         "(default 3; CUDA)")

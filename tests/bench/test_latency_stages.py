@@ -126,28 +126,18 @@ def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
 
 def test_the_code_predictors_attention_variants_toggle_the_setting_its_batch_uses(monkeypatch):
     """At a batch whose passes run with PDL the PDL passes' setting is toggled, elsewhere the other; the
-    fused kernel with 1, 2, 4 and 8 warps at each; at batch 1 the attention inside the o product by its
-    launches; every setting restored."""
+    fused kernel with 1, 2, 4 and 8 warps at each; every setting restored."""
     _timed(monkeypatch)
     runner = _Runner(gemv_rows=2)
     cp = runner.code_predictor
     cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps = True, False, 4
-    cp.attention_o, cp.attention_o_launch = False, dict(block_n=8, num_warps=8)
     cp.uses_pdl = lambda rows: rows <= 2
-    seen, seen_o = [], []
-
-    def predict(*a, **k):
-        seen.append((cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps))
-        seen_o.append((cp.attention_o, cp.attention_o_launch["block_n"], cp.attention_o_launch["num_warps"]))
-
-    cp.predict = predict
+    seen = []
+    cp.predict = lambda *a, **k: seen.append((cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps))
     out = latency.cp_attention_times(runner, {1: {}, 8: {}}, 11)
     names = ("cp{}", "cpfused_w1", "cpfused_w2", "cpfused_w4", "cpfused_w8")
-    o_names = ("cpattno_n8w8", "cpattno_n8w16", "cpattno_n16w16", "cpattno_n4w8")
     assert set(out[1]) == {f"{stage}_{n.format('fusedpdl')}_ms" for stage in ("code_predictor_frame", "frame_step")
-                           for n in names + o_names}
-    assert {(True, 16, 16), (True, 4, 8)} <= set(seen_o) and (False, 8, 8) in seen_o
-    assert (cp.attention_o, cp.attention_o_launch) == (False, dict(block_n=8, num_warps=8))
+                           for n in names}
     assert set(out[8]) == {f"{stage}_{n.format('unfused')}_ms" for stage in ("code_predictor_frame", "frame_step")
                            for n in names}
     assert (True, True, 4) in seen and (False, False, 4) in seen  # batch 1 fused with PDL; batch 8 unfused

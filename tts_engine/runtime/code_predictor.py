@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
-from ..kernels.cp_attention_o import cp_attention_o
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
@@ -84,9 +83,8 @@ def attention_warps(rows: int, pdl: bool) -> int:
 
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
-                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
-                 attention_o: bool = False):
-        """gemv_rows, pdl, mma_rows, fused_attention, attention_o: `FastPathOptions`' cp_* (validated there)."""
+                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True):
+        """gemv_rows, pdl, mma_rows, fused_attention: `FastPathOptions`' cp_* (validated there)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -99,11 +97,6 @@ class CodePredictorRunner:
         # (None: `attention_warps`).
         self.fused_attention = self.fused_attention_pdl = fused_attention
         self.fused_attention_warps: int | None = None
-        # Batch-1 GEMV passes (PDL or not) with the attention inside the o product's kernel
-        # (`cp_attention_o`), its launch (rows of w_o a program, warps); read at every pass,
-        # bench/latency.py times them.
-        self.attention_o = attention_o
-        self.attention_o_launch = dict(block_n=8, num_warps=8)
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
         self.device, self.dtype = p.device, p.dtype
@@ -161,14 +154,8 @@ class CodePredictorRunner:
                                        c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
                                        num_warps=self.fused_attention_warps or attention_warps(b * n, pdl))
 
-            def qkv_attend_o(i, layer, qkv, res):  # one row's n tokens -> res + o(attention)
-                return cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], start, c.eps,
-                                      c.num_heads, c.num_kv_heads, layer.w_o, res, pdl=pdl, **self.attention_o_launch)
-
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
             fused = dict(qkv_attend=qkv_attend if fuse else None)
-            if b == 1 and self.attention_o:  # the GEMV passes below (b n <= 2 rows)
-                fused["qkv_attend_o"] = qkv_attend_o
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if b * n <= max(self.gemv_rows, self.mma_rows):
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)

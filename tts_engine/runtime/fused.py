@@ -121,8 +121,6 @@ TritonAttend = Callable[[int, torch.Tensor], torch.Tensor]
 # (layer index, layer, qkv [N, (Hq + 2 Hkv) D]) -> [N, Hq, D]: the q/k norm, RoPE and the new K/V's store
 # done by the attention's own launch (the code predictor's `cp_qk_attention`).
 QkvAttend = Callable[[int, FusedLayer, torch.Tensor], torch.Tensor]
-# (layer index, layer, qkv output [N, (Hq + 2 Hkv) D], residual [N, H]) -> residual + o(attention) [N, H]
-QkvAttendO = Callable[[int, FusedLayer, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _attention(stack: FusedStack, i: int, layer: FusedLayer, qkv_out: torch.Tensor, rope_cos, rope_sin, positions,
@@ -172,24 +170,19 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
 def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                       positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                       attend: TritonAttend, launch: dict[str, dict], pdl: bool = False,
-                      qkv_attend: QkvAttend | None = None, qkv_attend_o: QkvAttendO | None = None) -> torch.Tensor:
+                      qkv_attend: QkvAttend | None = None) -> torch.Tensor:
     """`decoder_step_triton` for a few tokens (as many as the launch's kernel holds), 6 launches a
     layer (5 with qkv_attend): the products are kernels/gemv.py's, with each RMSNorm in the prologue of
     the product after it and the residual adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o +
     residual, gate/up + SwiGLU, down + residual). launch: each product's launch configuration ("qkv",
     "o", "gate_up", "down"); pdl: q/k norm + RoPE launched with PDL too (the GEMVs' launch says for
-    them, `attend` for itself). qkv_attend_o: the attention and the o product + residual in one launch
-    (4 a layer). Returns the residual stream [N, H] *before* the final norm: the
+    them, `attend` for itself). Returns the residual stream [N, H] *before* the final norm: the
     caller's next product takes it in its prologue (`gemv(x, w, norm=(stack.norm, stack.eps))`)."""
     eps, res = stack.eps, x
     for i, layer in enumerate(stack.layers):
-        qkv_out = gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"])
-        if qkv_attend_o is not None:
-            res = qkv_attend_o(i, layer, qkv_out, res)
-        else:
-            attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches,
-                              attend, qkv_attend, pdl=pdl)
-            res = gemv(attn, layer.w_o, residual=res, **launch["o"])
+        attn = _attention(stack, i, layer, gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"]), rope_cos,
+                          rope_sin, positions, rows, k_caches, v_caches, attend, qkv_attend, pdl=pdl)
+        res = gemv(attn, layer.w_o, residual=res, **launch["o"])
         act = gemv(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, **launch["gate_up"])
         res = gemv(act, layer.w_down, residual=res, **launch["down"])
     return res

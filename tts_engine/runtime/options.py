@@ -42,10 +42,6 @@ class FastPathOptions:
     # `code_predictor.attention_warps`): frame 1.765 / 2.952 / 3.102 / 3.208 ms at batch 1 / 8 / 32 / 64
     # against 1.821 / 3.020 / 3.179 / 3.386 unfused.
     cp_fused_attention: bool = True
-    # The code predictor's batch-1 GEMV passes with the attention inside the o product's kernel
-    # (kernels/cp_attention_o.py: every program attends for all heads, then multiplies its rows of w_o):
-    # 4 launches a layer instead of 5. Stop 19: CPU-tested, untimed on the GPU, off.
-    cp_attention_o: bool = False
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # runner.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
@@ -70,8 +66,6 @@ class FastPathOptions:
             out.append(("prefill_mma_rows", f"must be in 0..{MAX_PREFILL_MMA_ROWS}, got {self.prefill_mma_rows}"))
         if self.cp_pdl and not self.cp_gemv_rows:
             out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
-        if self.cp_attention_o and not self.cp_gemv_rows:
-            out.append(("cp_attention_o", "needs cp_gemv_rows > 0 (it replaces a GEMV pass's attention and o product)"))
         if self.talker_pdl and not self.talker_gemv_rows:
             out.append(("talker_pdl", "needs talker_gemv_rows > 0 (PDL launches the talker's GEMV steps)"))
         if self.attention_version not in (2, 3):
