@@ -76,12 +76,19 @@ def test_top_k_threshold_with_ties_and_extreme_k(device, window, ways):
     one = torch.full((100,), 1.0).view(torch.int32)
     logits[6, :100] = (one + torch.arange(100, dtype=torch.int32)).view(torch.float32)
     logits[7, 1500:] = 1e30
+    check_top_k_draw(logits, ks, g, device, window, ways, codebook=3, what="ties")
+
+
+def check_top_k_draw(logits: torch.Tensor, ks: list[int], g: torch.Generator, device, window: int, ways: int, *,
+                     codebook: int, what: str) -> None:
+    """One top-k draw a row of logits (CPU) at temperature 1 by the given search; the picks checked."""
+    b = len(ks)
     s = settings(b, g, device, top_k=ks, top_p=[1.0] * b)
     s["temperature"] = torch.full((b,), 1.0, device=device)
     out = torch.empty(b, dtype=torch.long, device=device)
-    sample_rows(logits.to(device), out, codebook=3, top_k_window=window, top_k_ways=ways, **s)
-    check_picks(out, sample_rows_ref(logits, codebook=3, **{k: v.cpu() for k, v in s.items()}),
-                s["do_sample"].cpu(), f"ties, window {window}, {ways} ways")
+    sample_rows(logits.to(device), out, codebook=codebook, top_k_window=window, top_k_ways=ways, **s)
+    check_picks(out, sample_rows_ref(logits, codebook=codebook, **{k: v.cpu() for k, v in s.items()}),
+                s["do_sample"].cpu(), f"{what}, window {window}, {ways} ways")
 
 
 @pytest.mark.parametrize(("window", "ways"), [(0, 2), (12, 2), (8, 3), (6, 4)])
@@ -242,11 +249,5 @@ def test_large_k_over_spread_scores(device, window, ways):
     packed count whose fields overlapped (or a search that lost its invariant) would keep another set."""
     g = torch.Generator().manual_seed(window * 10 + ways)
     ks = [300, 700, 1000, 1500, 1900, 2000, 1024, 513]
-    b = len(ks)
-    logits = torch.randn(b, 2048, generator=g) * 4
-    s = settings(b, g, device, top_k=ks, top_p=[1.0] * b)
-    s["temperature"] = torch.full((b,), 1.0, device=device)
-    out = torch.empty(b, dtype=torch.long, device=device)
-    sample_rows(logits.to(device), out, codebook=6, top_k_window=window, top_k_ways=ways, **s)
-    check_picks(out, sample_rows_ref(logits, codebook=6, **{k: v.cpu() for k, v in s.items()}),
-                s["do_sample"].cpu(), f"large k, window {window}, {ways} ways")
+    logits = torch.randn(len(ks), 2048, generator=g) * 4
+    check_top_k_draw(logits, ks, g, device, window, ways, codebook=6, what="large k")
