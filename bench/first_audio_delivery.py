@@ -45,6 +45,8 @@ class Marks:
         self.at.setdefault(stream_id, {}).setdefault(name, time.perf_counter() if at is None else at)
 
     def _wrap(self, owner, method: str, name: str, stream_id) -> None:
+        """owner.method (a class's method, or a module's function: its first argument is `obj` then)
+        marked `name` for stream_id(its arguments) before each call."""
         original = getattr(owner, method)
 
         def wrapped(obj, *args, **kwargs):
@@ -53,16 +55,6 @@ class Marks:
 
         setattr(owner, method, wrapped)
         self._undo.append((owner, method, original))
-
-    def _wrap_function(self, module, name: str, mark: str, stream_id) -> None:
-        original = getattr(module, name)
-
-        def wrapped(*args, **kwargs):
-            self.mark(stream_id(*args), mark)
-            return original(*args, **kwargs)
-
-        setattr(module, name, wrapped)
-        self._undo.append((module, name, original))
 
     def install(self) -> Marks:
         from tts_engine.engine import executor
@@ -73,7 +65,7 @@ class Marks:
 
         self._wrap(Stream, "__init__", "opened", lambda stream, engine, stream_id, loop: stream_id)
         self._wrap(Commands, "_open", "drained", lambda commands, handle, *rest: handle.id)
-        self._wrap_function(executor, "_mark_issued", "issued", lambda entry: entry.handle.id)
+        self._wrap(executor, "_mark_issued", "issued", lambda entry: entry.handle.id)  # a module's function
         self._wrap(Outbox, "post", "posted", lambda box, receiver, event: receiver.id)
         self._wrap(Stream, "receive", "received", lambda stream, event: stream.id)
         self._wrap(SpeechResponse, "_note_audio", "sent", self._handler_mark)
