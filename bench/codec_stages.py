@@ -52,23 +52,29 @@ def codec_times(codec, batches) -> dict:
     return out
 
 
-def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12)) -> dict:
+def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12), names: tuple[str, ...] | None = None) -> dict:
     """The incremental chunk as a CUDA graph at each codec precision (fp32 exact, TF32 convs and
     matmuls, bf16 weights and activations; cuDNN's timed algorithm choice, as the server runs it;
     `+fused`: the codec's fast path as the server runs it on CUDA, `use_fused_kernels`), and each
-    one's PCM error against exact all-torch fp32 on one 24-frame decode (SNR in dB)."""
+    one's PCM error against exact all-torch fp32 on one 24-frame decode (SNR in dB). names: the
+    variants to time (default all), in that order; a name may repeat (`name#2`) to time it again."""
     gen = torch.Generator().manual_seed(0)
     probe = torch.randint(0, 2048, (1, 16, 24), generator=gen).cuda()
     out = {}
     with torch.inference_mode():
         with cuda_numerics(False):
             ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
-        # "+cudnn-convs": the fast path with the transposed and pointwise convs left to cuDNN (run 11's).
-        for name in ("fp32", "tf32", "tf32+fused", "bf16+fused", "bf16+fused+cudnn-convs"):
+        # "+cudnn-convs": the fast path with the transposed and pointwise convs left to cuDNN (run 11's);
+        # "+window-convs" / "+cudnn-window": the dense convs of kernel > 1 as GEMMs or with cuDNN.
+        for key in names or ("fp32", "tf32", "tf32+fused", "bf16+fused", "bf16+fused+cudnn-convs",
+                             "bf16+fused+cudnn-window", "bf16+fused+window-convs"):
+            name = key.split("#")[0]
             model = copy.deepcopy(codec)
             if name.startswith("bf16"):
                 model = model.to(torch.bfloat16)
-            model.use_fused_kernels("fused" in name, gemm_convs="cudnn-convs" not in name)
+            window = {"window_convs": True} if "window-convs" in name else \
+                {"window_convs": False} if "cudnn-window" in name else {}
+            model.use_fused_kernels("fused" in name, gemm_convs="cudnn-convs" not in name, **window)
             row = {}
             with cuda_numerics(name.startswith("tf32")):
                 pcm = model.decode_chunk(probe, model.new_state(1))[0].float()
@@ -77,21 +83,21 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12)) -> dict:
                 for b in batches:
                     for t in frames:
                         row[f"b{b}_{t}f_ms"] = cuda_time_ms(graph_of(incremental_chunk(model, b, t)))
-            out[name] = row
-            print(f"codec {name}: {row}", flush=True)
+            out[key] = row
+            print(f"codec {key}: {row}", flush=True)
             del model
     return out
 
 
-def codec_profile(codec, b: int = 8, t: int = 12, precision: str = "bf16") -> list[dict]:
+def codec_profile(codec, b: int = 8, t: int = 12, precision: str = "bf16", **fast_path) -> list[dict]:
     """Top CUDA kernels of one incremental chunk (b streams x t frames, the fast path; bf16 as served
-    by default, or tf32), from the torch profiler."""
+    by default, or tf32), from the torch profiler. fast_path: use_fused_kernels' keywords."""
     from torch.profiler import ProfilerActivity, profile
 
     codec = copy.deepcopy(codec)
     if precision == "bf16":
         codec = codec.to(torch.bfloat16)
-    codec.use_fused_kernels()
+    codec.use_fused_kernels(**fast_path)
     with torch.inference_mode(), cuda_numerics(precision == "tf32"):
         state = codec.new_state(b)
         codes = torch.randint(0, 2048, (b, 16, t), device="cuda")

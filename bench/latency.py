@@ -281,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--skip-socket", action="store_true")
     p.add_argument("--skip-codec", action="store_true")
+    p.add_argument("--codec-variants", default="",
+                   help="comma-separated codec_stages variants to time instead of all (e.g. "
+                        "bf16+fused+cudnn-window,bf16+fused+window-convs,...#2 to repeat one), and the "
+                        "bf16 fast path profiled with the dense convs on cuDNN and as window GEMMs")
     p.add_argument("--skip-codec-eager", action="store_true", help="only the codec's graph times per precision")
     p.add_argument("--skip-stages", action="store_true", help="no stage, prefill or reference-loop times")
     p.add_argument("--socket-args", action="append", default=[],
@@ -369,13 +373,16 @@ def main(argv: list[str] | None = None) -> int:
                           ignore_prefixes=("encoder.",), device="cuda").eval()
         if not args.skip_codec_eager:
             result["codec"] = codec_times(codec, (1, 8, 32))
-        result["codec_precision"] = codec_precision_times(codec)
+        variants = tuple(args.codec_variants.split(",")) if args.codec_variants else None
+        result["codec_precision"] = codec_precision_times(codec, names=variants)
         # The calls a loaded server makes: the codec tick's 2-frame chunks of many streams, and first
         # chunks of one frame; 12 frames as run 7 profiled them.
-        for b, t in ((8, 2), (1, 1), (8, 12)):
-            key = f"codec_profile_b{b}_{t}f_bf16_fused"
-            result[key] = codec_profile(codec, b, t)
-            print(key, json.dumps(result[key][:12], indent=1), flush=True)
+        for window in (False, True) if variants else (None,):
+            for b, t in ((8, 2), (1, 1)) if variants else ((8, 2), (1, 1), (8, 12)):
+                key = f"codec_profile_b{b}_{t}f_bf16_fused" + {None: "", False: "_cudnn_window",
+                                                               True: "_window_convs"}[window]
+                result[key] = codec_profile(codec, b, t, **({} if window is None else {"window_convs": window}))
+                print(key, json.dumps(result[key][:12], indent=1), flush=True)
         del codec
     del model
     torch.cuda.empty_cache()

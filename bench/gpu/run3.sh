@@ -4,6 +4,8 @@
 #                                                               (codec per precision, socket: default and
 #                                                               --codec-stream) with the TTFA breakdown
 #   PART=codec ... bash bench/gpu/run3.sh                       bench.latency's codec part alone
+#   PART=codecwin ... bash bench/gpu/run3.sh                    the codec's dense convs: cuDNN against window
+#                                                               GEMMs (bf16 fast path), profiles, GPU tests
 #   PART=load ... bash bench/gpu/run3.sh                        load sweeps: one `cadence serve` per entry
 #                                                               of CONFIGS ("name:serve args;..."),
 #                                                               RATES / WARMUP / DURATION per sweep (or
@@ -62,6 +64,17 @@ part_codec() {
   timeout $limit python3 -m bench.latency --model /tmp/ckpt --out $W/codec.json --skip-stages --skip-socket \
     --skip-codec-eager > $W/codec.log 2>&1
   echo "codec rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec.log | cut -c1-700
+}
+
+part_codecwin() {  # the codec's dense convs on cuDNN against window GEMMs (interleaved), profiles, GPU tests
+  timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/codec-window.json --skip-stages --skip-socket \
+    --skip-codec-eager --skip-reference --codec-variants \
+    "bf16+fused+cudnn-window,bf16+fused+window-convs,bf16+fused+cudnn-window#2,bf16+fused+window-convs#2" \
+    > $W/codec-window.log 2>&1
+  echo "codec windows rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec-window.log | cut -c1-400
+  timeout $(left 5) python3 -m pytest -q -m gpu tests/gpu/test_codec_graphs.py -k "fused_codec_graphs" \
+    -p no:cacheprovider > $W/codec-window-tests.log 2>&1
+  echo "codec window tests rc=$? $((SECONDS - t0)) s"; tail -3 $W/codec-window-tests.log | cut -c1-300
 }
 
 part_latency() {  # SOCKET_ARGS: the serve arguments of a second socket run (default --codec-stream)

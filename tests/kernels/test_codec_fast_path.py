@@ -151,3 +151,51 @@ def test_gemm_convs_can_stay_with_cudnn():
     fused.use_fused_kernels(gemm_convs=False)
     assert all(m.gemm_weight is None for m in transposed) and not any(m.as_gemm for m in convs)
     assert fused.quantizer.table is not None
+
+
+@pytest.mark.parametrize("kernel,dilation", [(3, 1), (7, 1), (7, 3), (7, 9)])
+@pytest.mark.parametrize("bias", [True, False])
+@torch.inference_mode()
+def test_window_conv_as_gemm_equals_the_conv(kernel, dilation, bias):
+    """A dense causal conv as one GEMM over its input windows, streamed in chunks (its history) and
+    whole, equals torch's Conv1d; the history it leaves is the conv's."""
+    from tts_engine.model.codec_blocks import CausalConv1d, ConvCache
+
+    torch.manual_seed(0)
+    ref = CausalConv1d(6, 5, kernel, dilation=dilation).eval()
+    gemm = copy.deepcopy(ref)
+    gemm.as_gemm = gemm.window_gemm = True
+    ref.slot = gemm.slot = 0
+    x = torch.randn(2, 6, 40)
+    whole = ref(x, bias=bias)
+    assert torch.allclose(gemm(x, bias=bias), whole, atol=1e-5)
+    caches = [ConvCache([torch.zeros(2, 6, ref.history_len)]) for _ in range(2)]
+    pieces = []
+    for a, b in ((0, 1), (1, 3), (3, 40)):
+        want = ref(x[:, :, a:b], caches[0], bias=bias)
+        got = gemm(x[:, :, a:b], caches[1], bias=bias)
+        assert got.is_contiguous() and torch.allclose(got, want, atol=1e-5)
+        pieces.append(got)
+    assert torch.allclose(torch.cat(pieces, dim=-1), whole, atol=1e-5)
+    assert torch.equal(caches[1].history[0], caches[0].history[0])
+
+
+@torch.inference_mode()
+def test_window_convs_decode_like_the_reference():
+    """The whole decoder with its dense convs as window GEMMs (chunks and whole) equals the reference;
+    only the depthwise convs are left with cuDNN."""
+    from tts_engine.model.codec_blocks import CausalConv1d
+
+    cfg, ref, fused = _pair("tiny-speech_tokenizer", torch.device("cpu"))
+    fused.use_fused_kernels(window_convs=True)
+    convs = [m for m in fused.modules() if isinstance(m, CausalConv1d)]
+    assert all(m.window_gemm for m in convs) and any(m.history_len and m.conv.groups == 1 for m in convs)
+    codes = _codes(cfg, 5)
+    s_ref, s_fused = ref.new_state(2), fused.new_state(2)
+    for a, b in ((0, 1), (1, 3), (3, 5)):
+        want, s_ref = ref.decode_chunk(codes[:, :, a:b], s_ref)
+        got, s_fused = fused.decode_chunk(codes[:, :, a:b], s_fused)
+        assert torch.allclose(got, want, atol=2e-5, rtol=1e-4), (got - want).abs().max()
+    assert torch.allclose(fused(codes), ref(codes), atol=2e-5, rtol=1e-4)
+    fused.use_fused_kernels(window_convs=False)
+    assert not any(m.window_gemm for m in convs)

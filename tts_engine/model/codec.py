@@ -36,6 +36,10 @@ from .codec_blocks import (
 )
 from .layers import RMSNorm
 
+# The dense convs of kernel > 1 as GEMMs over their input windows (`use_fused_kernels`): off until
+# timed on the GPU against cuDNN (bench.codec_stages' "+window-convs").
+WINDOW_CONVS = False
+
 
 @dataclass
 class CodecState(ConvCache):
@@ -277,11 +281,13 @@ class CodecDecoder(nn.Module):
                 module.slot = len(self._history_shapes)
                 self._history_shapes.append((module.conv.in_channels, module.history_len))
 
-    def use_fused_kernels(self, on: bool = True, *, gemm_convs: bool = True) -> CodecDecoder:
+    def use_fused_kernels(self, on: bool = True, *, gemm_convs: bool = True,
+                          window_convs: bool = WINDOW_CONVS) -> CodecDecoder:
         """The fast path, after the weights are loaded and cast: SnakeBeta as one Triton kernel
         (kernels/snake.py) where Triton runs on the weights' device, the quantizer's projected table,
         the transformer's packed layers, and the transposed and pointwise convs as GEMMs
-        (`gemm_convs=False` leaves those to cuDNN, for comparison). Off, every op is the torch
+        (`gemm_convs=False` leaves those to cuDNN, for comparison); `window_convs` the dense convs of
+        kernel 3 and 7 as well (the depthwise ones stay with cuDNN). Off, every op is the torch
         reference."""
         for module in self.modules():
             if isinstance(module, SnakeBeta):
@@ -290,6 +296,7 @@ class CodecDecoder(nn.Module):
                 module.fuse(on and gemm_convs)
             elif isinstance(module, CausalConv1d):
                 module.as_gemm = on and gemm_convs
+                module.window_gemm = on and gemm_convs and window_convs
         self.quantizer.fuse(on)
         self.pre_transformer.fuse(on)
         return self

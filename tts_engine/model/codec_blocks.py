@@ -38,23 +38,38 @@ class CausalConv1d(nn.Module):
         self.history_len = (kernel_size - 1) * dilation
         self.slot = -1  # assigned by the owning decoder when history_len > 0
         # Fast path (CodecDecoder.use_fused_kernels): a pointwise conv as one batched GEMM on the
-        # channels-first activations, where cuDNN converted each input to NHWC first.
+        # channels-first activations, where cuDNN converted each input to NHWC first; with
+        # `window_gemm` a wider (dense) conv too, over its input windows laid side by side.
         self.as_gemm = False
+        self.window_gemm = False
 
     def forward(self, x: torch.Tensor, cache: ConvCache | None = None, bias: bool = True) -> torch.Tensor:
         """bias False: the conv without its bias, for a caller that adds it in its next kernel."""
         n = self.history_len
         c = self.conv
-        if self.as_gemm and c.kernel_size[0] == 1 and c.groups == 1:
-            y = torch.matmul(c.weight[:, :, 0], x)  # [C_out, C_in] @ [B, C_in, t] -> [B, C_out, t]
-            return y + c.bias[:, None] if bias else y
         if n > 0 and cache is None:
             x = F.pad(x, (n, 0))
         elif n > 0:
             history = cache.history[self.slot]
             x = torch.cat([history, x], dim=-1)  # [B, C, n + t]
             history.copy_(x[..., -n:])  # in place: state buffers keep their addresses (CUDA graphs)
+        if self.as_gemm and c.groups == 1 and (n == 0 or self.window_gemm):
+            y = torch.matmul(c.weight.view(c.out_channels, -1), self._columns(x))  # [B, C_out, t]
+            return y + c.bias[:, None] if bias else y
         return F.conv1d(x, c.weight, c.bias if bias else None, c.stride, c.padding, c.dilation, c.groups)
+
+    def _columns(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, C_in, n + t] (history first) -> [B, C_in * k, t], row c * k + j = tap j of channel c,
+        as `weight.view(C_out, C_in * k)` orders its columns; one copy (none for a pointwise conv).
+        Output tau reads inputs tau + j * dilation, so cuDNN's NCHW -> NHWC conversions of the input
+        (and the weights), two of a small codec call's slowest kernels a conv, are not needed."""
+        n = self.history_len
+        if n == 0:
+            return x
+        b, c_in, length = x.shape
+        k, d = self.conv.kernel_size[0], self.conv.dilation[0]
+        taps = x.unfold(-1, n + 1, 1)[..., ::d]  # [B, C_in, t, k]: each output's receptive field
+        return taps.transpose(2, 3).reshape(b, c_in * k, length - n)
 
 
 class CausalConvTranspose1d(nn.Module):
