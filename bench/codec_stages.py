@@ -52,6 +52,17 @@ def codec_times(codec, batches) -> dict:
     return out
 
 
+def window_of(name: str) -> dict:
+    """use_fused_kernels' window_max for a variant name: `+cudnn-window` 0, `+window=N` N, `+window-convs`
+    the default (WINDOW_GEMM_MAX); none of them: the default too."""
+    for part in name.split("+"):
+        if part == "cudnn-window":
+            return {"window_max": 0}
+        if part.startswith("window="):
+            return {"window_max": int(part.split("=", 1)[1])}
+    return {}
+
+
 def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12), names: tuple[str, ...] | None = None) -> dict:
     """The incremental chunk as a CUDA graph at each codec precision (fp32 exact, TF32 convs and
     matmuls, bf16 weights and activations; cuDNN's timed algorithm choice, as the server runs it;
@@ -65,16 +76,15 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12), names: t
         with cuda_numerics(False):
             ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
         # "+cudnn-convs": the fast path with the transposed and pointwise convs left to cuDNN (run 11's);
-        # "+window-convs" / "+cudnn-window": the dense convs of kernel > 1 as GEMMs or with cuDNN.
+        # "+cudnn-window" / "+window-convs" / "+window=N": the dense convs of kernel > 1 with cuDNN, as
+        # window GEMMs up to the default size, up to N elements (window_of).
         for key in names or ("fp32", "tf32", "tf32+fused", "bf16+fused", "bf16+fused+cudnn-convs",
                              "bf16+fused+cudnn-window", "bf16+fused+window-convs"):
             name = key.split("#")[0]
             model = copy.deepcopy(codec)
             if name.startswith("bf16"):
                 model = model.to(torch.bfloat16)
-            window = {"window_convs": True} if "window-convs" in name else \
-                {"window_convs": False} if "cudnn-window" in name else {}
-            model.use_fused_kernels("fused" in name, gemm_convs="cudnn-convs" not in name, **window)
+            model.use_fused_kernels("fused" in name, gemm_convs="cudnn-convs" not in name, **window_of(name))
             row = {}
             with cuda_numerics(name.startswith("tf32")):
                 pcm = model.decode_chunk(probe, model.new_state(1))[0].float()

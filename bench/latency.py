@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from bench.codec_stages import codec_precision_times, codec_profile, codec_times
+from bench.codec_stages import codec_precision_times, codec_profile, codec_times, window_of
 from bench.cuda_timing import cuda_time_ms, graph_of
 from bench.socket_latency import corpus, socket_first_pcm, socket_requests
 from tts_engine.runtime.options import MAX_PREFILL_MMA_ROWS
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-codec", action="store_true")
     p.add_argument("--codec-variants", default="",
                    help="comma-separated codec_stages variants to time instead of all (e.g. "
-                        "bf16+fused+cudnn-window,bf16+fused+window-convs,...#2 to repeat one), and the "
+                        "bf16+fused+cudnn-window,bf16+fused+window=N,...#2 to repeat one), and the "
                         "bf16 fast path profiled with the dense convs on cuDNN and as window GEMMs")
     p.add_argument("--skip-codec-eager", action="store_true", help="only the codec's graph times per precision")
     p.add_argument("--skip-stages", action="store_true", help="no stage, prefill or reference-loop times")
@@ -377,11 +377,10 @@ def main(argv: list[str] | None = None) -> int:
         result["codec_precision"] = codec_precision_times(codec, names=variants)
         # The calls a loaded server makes: the codec tick's 2-frame chunks of many streams, and first
         # chunks of one frame; 12 frames as run 7 profiled them.
-        for window in (False, True) if variants else (None,):
+        for window in ("cudnn-window", "window-convs") if variants else ("",):
             for b, t in ((8, 2), (1, 1)) if variants else ((8, 2), (1, 1), (8, 12)):
-                key = f"codec_profile_b{b}_{t}f_bf16_fused" + {None: "", False: "_cudnn_window",
-                                                               True: "_window_convs"}[window]
-                result[key] = codec_profile(codec, b, t, **({} if window is None else {"window_convs": window}))
+                key = f"codec_profile_b{b}_{t}f_bf16_fused" + ("_" + window.replace("-", "_") if window else "")
+                result[key] = codec_profile(codec, b, t, **window_of(window))
                 print(key, json.dumps(result[key][:12], indent=1), flush=True)
         del codec
     del model

@@ -68,9 +68,8 @@ part_codec() {
 
 part_codecwin() {  # the codec's dense convs on cuDNN against window GEMMs (interleaved), profiles, GPU tests
   timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/codec-window.json --skip-stages --skip-socket \
-    --skip-codec-eager --skip-reference --codec-variants \
-    "bf16+fused+cudnn-window,bf16+fused+window-convs,bf16+fused+cudnn-window#2,bf16+fused+window-convs#2" \
-    > $W/codec-window.log 2>&1
+    --skip-codec-eager --skip-reference --codec-variants "${CODEC_VARIANTS:-bf16+fused+cudnn-window,bf16+fused+window-convs,\
+bf16+fused+cudnn-window#2,bf16+fused+window-convs#2}" > $W/codec-window.log 2>&1
   echo "codec windows rc=$? $((SECONDS - t0)) s"; grep -E "^codec" $W/codec-window.log | cut -c1-400
   timeout $(left 5) python3 -m pytest -q -m gpu tests/gpu/test_codec_graphs.py -k "fused_codec_graphs" \
     -p no:cacheprovider > $W/codec-window-tests.log 2>&1

@@ -164,7 +164,7 @@ def test_window_conv_as_gemm_equals_the_conv(kernel, dilation, bias):
     torch.manual_seed(0)
     ref = CausalConv1d(6, 5, kernel, dilation=dilation).eval()
     gemm = copy.deepcopy(ref)
-    gemm.as_gemm = gemm.window_gemm = True
+    gemm.as_gemm, gemm.window_gemm_max = True, 1 << 30
     ref.slot = gemm.slot = 0
     x = torch.randn(2, 6, 40)
     whole = ref(x, bias=bias)
@@ -187,9 +187,10 @@ def test_window_convs_decode_like_the_reference():
     from tts_engine.model.codec_blocks import CausalConv1d
 
     cfg, ref, fused = _pair("tiny-speech_tokenizer", torch.device("cpu"))
-    fused.use_fused_kernels(window_convs=True)
+    fused.use_fused_kernels(window_max=1 << 40)
     convs = [m for m in fused.modules() if isinstance(m, CausalConv1d)]
-    assert all(m.window_gemm for m in convs) and any(m.history_len and m.conv.groups == 1 for m in convs)
+    assert all(m.window_gemm_max == 1 << 40 for m in convs)
+    assert any(m.history_len and m.conv.groups == 1 for m in convs)
     codes = _codes(cfg, 5)
     s_ref, s_fused = ref.new_state(2), fused.new_state(2)
     for a, b in ((0, 1), (1, 3), (3, 5)):
@@ -197,5 +198,30 @@ def test_window_convs_decode_like_the_reference():
         got, s_fused = fused.decode_chunk(codes[:, :, a:b], s_fused)
         assert torch.allclose(got, want, atol=2e-5, rtol=1e-4), (got - want).abs().max()
     assert torch.allclose(fused(codes), ref(codes), atol=2e-5, rtol=1e-4)
-    fused.use_fused_kernels(window_convs=False)
-    assert not any(m.window_gemm for m in convs)
+    fused.use_fused_kernels(window_max=0)
+    assert not any(m.window_gemm_max for m in convs)
+    with pytest.raises(ValueError, match="window_max"):
+        fused.use_fused_kernels(window_max=-1)
+
+
+@torch.inference_mode()
+def test_a_conv_past_the_window_limit_goes_to_cudnn(monkeypatch):
+    """The limit counts the windows' elements (batch x C_in x kernel x outputs): at it the conv is a
+    GEMM, one element past it the conv goes to F.conv1d."""
+    from tts_engine.model import codec_blocks
+    from tts_engine.model.codec_blocks import CausalConv1d
+
+    calls = []
+    conv1d = codec_blocks.F.conv1d
+    monkeypatch.setattr(codec_blocks.F, "conv1d", lambda *a, **k: calls.append(1) or conv1d(*a, **k))
+    torch.manual_seed(0)
+    conv = CausalConv1d(6, 5, 7, dilation=3)
+    conv.as_gemm = True
+    x = torch.randn(2, 6, 10)
+    want = conv1d(torch.nn.functional.pad(x, (conv.history_len, 0)), conv.conv.weight, conv.conv.bias,
+                  dilation=3)
+    for limit, expect_calls in ((2 * 6 * 7 * 10, 0), (2 * 6 * 7 * 10 - 1, 1)):
+        calls.clear()
+        conv.window_gemm_max = limit
+        assert torch.allclose(conv(x), want, atol=1e-5)
+        assert len(calls) == expect_calls, limit

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from ..loading import load_checkpoint
+from ..model.codec import WINDOW_GEMM_MAX
 from ..prompt import resolve_voice
 from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
 from ..runtime.options import FastPathOptions
@@ -74,7 +75,8 @@ class StreamingEngine:
                  use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
                  codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False,
                  profile: EngineProfile | None = None, fast_path: FastPathOptions | None = None,
-                 prefill_stream: bool | None = None, first_audio_yield_s: float = 0.0):
+                 prefill_stream: bool | None = None, first_audio_yield_s: float = 0.0,
+                 codec_window_max: int | None = None):
         """max_active_streams / max_queued_streams override the scheduler config's caps.
         freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so
         off by default for an embedded engine, on in `cadence serve`).
@@ -88,7 +90,9 @@ class StreamingEngine:
         documented use, since it loads the speech tokenizer with the model's dtype). None: bf16 on
         CUDA (run 11: p95 -2.6 / -6.8 ms at 10 / 40 req/s against tf32, paired), fp32 on CPU.
         first_audio_yield_s: after a stream's first audio, the engine thread hands it to the event loop
-        at once and sleeps this long, so that the loop can write it out (engine/delivery.py); 0: off."""
+        at once and sleeps this long, so that the loop can write it out (engine/delivery.py); 0: off.
+        codec_window_max (CUDA): the codec's dense convs as GEMMs over their input windows while those
+        hold at most this many elements, cuDNN past it; 0: cuDNN; None: model/codec.py WINDOW_GEMM_MAX."""
         if not (first_audio_yield_s >= 0.0):
             raise ValueError(f"first_audio_yield_s must be >= 0, got {first_audio_yield_s}")
         if codec_precision not in (None, *CODEC_PRECISIONS):
@@ -110,7 +114,7 @@ class StreamingEngine:
         if self.codec_precision == "bf16":
             self.codec = self.codec.to(torch.bfloat16)
         if on_cuda:  # SnakeBeta as one kernel (kernels/snake.py); the CPU engine stays all-torch
-            self.codec.use_fused_kernels()
+            self.codec.use_fused_kernels(window_max=WINDOW_GEMM_MAX if codec_window_max is None else codec_window_max)
         if prefill_stream is None:
             prefill_stream = on_cuda
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,

@@ -36,9 +36,11 @@ from .codec_blocks import (
 )
 from .layers import RMSNorm
 
-# The dense convs of kernel > 1 as GEMMs over their input windows (`use_fused_kernels`): off until
-# timed on the GPU against cuDNN (bench.codec_stages' "+window-convs").
-WINDOW_CONVS = False
+# The dense convs of kernel > 1 as GEMMs over their input windows while those hold at most this many
+# elements (`use_fused_kernels`; past it cuDNN's implicit GEMM wins). Run 18, bf16 graphs on the H200,
+# with no limit: b1 x 1 frame 1.34 -> 1.02 ms, b1 x 2 1.43 -> 1.14, b8 x 2 2.07 -> 1.99, but b8 x 12
+# 4.81 -> 5.72 and b32 x 12 15.0 -> 19.8 (the copies of the last blocks' windows, tens of MB).
+WINDOW_GEMM_MAX = 1 << 22
 
 
 @dataclass
@@ -282,13 +284,15 @@ class CodecDecoder(nn.Module):
                 self._history_shapes.append((module.conv.in_channels, module.history_len))
 
     def use_fused_kernels(self, on: bool = True, *, gemm_convs: bool = True,
-                          window_convs: bool = WINDOW_CONVS) -> CodecDecoder:
+                          window_max: int = WINDOW_GEMM_MAX) -> CodecDecoder:
         """The fast path, after the weights are loaded and cast: SnakeBeta as one Triton kernel
         (kernels/snake.py) where Triton runs on the weights' device, the quantizer's projected table,
         the transformer's packed layers, and the transposed and pointwise convs as GEMMs
-        (`gemm_convs=False` leaves those to cuDNN, for comparison); `window_convs` the dense convs of
-        kernel 3 and 7 as well (the depthwise ones stay with cuDNN). Off, every op is the torch
-        reference."""
+        (`gemm_convs=False` leaves those to cuDNN, for comparison); the dense convs of kernel 3 and 7
+        as well while their input windows hold at most `window_max` elements (0: cuDNN always; the
+        depthwise ones stay with cuDNN). Off, every op is the torch reference."""
+        if window_max < 0:
+            raise ValueError(f"window_max must be >= 0, got {window_max}")
         for module in self.modules():
             if isinstance(module, SnakeBeta):
                 module.fused = on
@@ -296,7 +300,7 @@ class CodecDecoder(nn.Module):
                 module.fuse(on and gemm_convs)
             elif isinstance(module, CausalConv1d):
                 module.as_gemm = on and gemm_convs
-                module.window_gemm = on and gemm_convs and window_convs
+                module.window_gemm_max = window_max if on and gemm_convs else 0
         self.quantizer.fuse(on)
         self.pre_transformer.fuse(on)
         return self

@@ -38,10 +38,11 @@ class CausalConv1d(nn.Module):
         self.history_len = (kernel_size - 1) * dilation
         self.slot = -1  # assigned by the owning decoder when history_len > 0
         # Fast path (CodecDecoder.use_fused_kernels): a pointwise conv as one batched GEMM on the
-        # channels-first activations, where cuDNN converted each input to NHWC first; with
-        # `window_gemm` a wider (dense) conv too, over its input windows laid side by side.
+        # channels-first activations, where cuDNN converted each input to NHWC first; a wider (dense)
+        # conv too while its input windows laid side by side (`_columns`) hold at most
+        # `window_gemm_max` elements (0: never), past which copying them costs more than cuDNN.
         self.as_gemm = False
-        self.window_gemm = False
+        self.window_gemm_max = 0
 
     def forward(self, x: torch.Tensor, cache: ConvCache | None = None, bias: bool = True) -> torch.Tensor:
         """bias False: the conv without its bias, for a caller that adds it in its next kernel."""
@@ -53,7 +54,8 @@ class CausalConv1d(nn.Module):
             history = cache.history[self.slot]
             x = torch.cat([history, x], dim=-1)  # [B, C, n + t]
             history.copy_(x[..., -n:])  # in place: state buffers keep their addresses (CUDA graphs)
-        if self.as_gemm and c.groups == 1 and (n == 0 or self.window_gemm):
+        if self.as_gemm and c.groups == 1 and (n == 0 or x.shape[0] * c.in_channels * c.kernel_size[0]
+                                               * (x.shape[2] - n) <= self.window_gemm_max):
             y = torch.matmul(c.weight.view(c.out_channels, -1), self._columns(x))  # [B, C_out, t]
             return y + c.bias[:, None] if bias else y
         return F.conv1d(x, c.weight, c.bias if bias else None, c.stride, c.padding, c.dilation, c.groups)
@@ -61,8 +63,8 @@ class CausalConv1d(nn.Module):
     def _columns(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, C_in, n + t] (history first) -> [B, C_in * k, t], row c * k + j = tap j of channel c,
         as `weight.view(C_out, C_in * k)` orders its columns; one copy (none for a pointwise conv).
-        Output tau reads inputs tau + j * dilation, so cuDNN's NCHW -> NHWC conversions of the input
-        (and the weights), two of a small codec call's slowest kernels a conv, are not needed."""
+        Output tau reads inputs tau + j * dilation. cuDNN converts each input to NHWC first (29 of a
+        small call's kernels, ~9 us each); this copy is k times the input, cheaper only while small."""
         n = self.history_len
         if n == 0:
             return x
