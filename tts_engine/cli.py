@@ -98,7 +98,7 @@ def _add_serve(sub) -> None:
                         "(default: bf16 on CUDA, as the official package runs it in bf16; fp32 on CPU)")
     p.add_argument("--codec-window-max", type=int, default=None, metavar="ELEMENTS",
                    help="CUDA: the codec's dense convs as GEMMs over their input windows while those hold at "
-                        "most this many elements, cuDNN past it; 0: cuDNN always (default 4194304: a stream's "
+                        "most this many elements, cuDNN past it; 0: cuDNN always (default 16777216: a stream's "
                         "first one-frame chunk 1.34 -> 1.02 ms on the H200, run 18)")
     p.add_argument("--codec-tick-yields-to-prefill", action=argparse.BooleanOptionalAction, default=True,
                    help="a codec tick step that would hold a prefill moves to the next step, so the new stream's "

@@ -37,10 +37,11 @@ from .codec_blocks import (
 from .layers import RMSNorm
 
 # The dense convs of kernel > 1 as GEMMs over their input windows while those hold at most this many
-# elements (`use_fused_kernels`; past it cuDNN's implicit GEMM wins). Run 18, bf16 graphs on the H200,
-# with no limit: b1 x 1 frame 1.34 -> 1.02 ms, b1 x 2 1.43 -> 1.14, b8 x 2 2.07 -> 1.99, but b8 x 12
-# 4.81 -> 5.72 and b32 x 12 15.0 -> 19.8 (the copies of the last blocks' windows, tens of MB).
-WINDOW_GEMM_MAX = 1 << 22
+# elements (`use_fused_kernels`; past it cuDNN's implicit GEMM wins). Run 18, bf16 graphs on the H200
+# (ms, cuDNN -> no limit -> 2^22 -> 2^24): b1 x 1 frame 1.34 -> 1.02 / 1.02 / 1.02, b8 x 2 2.09 -> 1.99 /
+# 1.91 / 1.90, b8 x 12 4.84 -> 5.72 / 4.74 / 4.57, b32 x 2 4.45 -> 5.01 / 4.42 / 4.28, b32 x 12 15.05 ->
+# 19.8 / 15.04 / 14.99 (without a limit the last blocks' windows are tens of MB to copy).
+WINDOW_GEMM_MAX = 1 << 24
 
 
 @dataclass
