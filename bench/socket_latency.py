@@ -24,8 +24,8 @@ def _free_port() -> int:
 
 def _ttfa_sums(port: int) -> dict[str, float]:
     """The server's TTFA sums and counts from /metrics: the engine's breakdown (opened -> drained ->
-    prefill launched -> first chunk launched -> audio read; drained -> prefill issued) and the HTTP
-    handler's whole TTFA."""
+    prefill launched -> first chunk launched -> audio read; drained -> prefill issued, through queued for
+    a slot and the launch's start) and the HTTP handler's whole TTFA."""
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         text = b"".join(iter(lambda: s.recv(65536), b"")).decode()
@@ -40,7 +40,7 @@ def _ttfa_sums(port: int) -> dict[str, float]:
 
 def _ttfa_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Mean ms per request of each part between two /metrics reads."""
-    from tts_engine.engine.entry import TTFA_PARTS
+    from tts_engine.engine.entry import ISSUE_PARTS, TTFA_PARTS
 
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     n = d.get("cadence_engine_ttfa_count", 0.0)
@@ -49,8 +49,9 @@ def _ttfa_breakdown(before: dict[str, float], after: dict[str, float]) -> dict[s
         for part in TTFA_PARTS:
             out[f"engine_{part}_ms"] = d.get(f"cadence_engine_ttfa_{part}_sum_s", 0.0) / n * 1e3
         out["engine_total_ms"] = sum(out.values())
-        # inside "plan": the open's drain until its prefill is on the device's queue
-        out["engine_issue_ms"] = d.get("cadence_engine_ttfa_issue_sum_s", 0.0) / n * 1e3
+        # inside "plan": the open's drain until its prefill is on the device's queue, and its parts
+        for part in ("issue", *ISSUE_PARTS):
+            out[f"engine_{part}_ms"] = d.get(f"cadence_engine_ttfa_{part}_sum_s", 0.0) / n * 1e3
     m = d.get("cadence_time_to_first_audio_seconds_count", 0.0)
     if m:
         out["http_handler_ttfa_ms"] = d["cadence_time_to_first_audio_seconds_sum"] / m * 1e3

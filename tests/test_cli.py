@@ -109,3 +109,21 @@ def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
 def test_serve_rejects_fast_path_options_out_of_range(tmp_path, args, message):
     r = cadence("serve", "--model", tmp_path / "missing", *args)
     assert r.returncode == 2 and r.stderr.strip() == f"cadence serve: error: {message}"
+
+
+@pytest.mark.parametrize("command", ["serve", "say", "make-checkpoint"])
+@pytest.mark.parametrize("device", ["cuda:9", "tpu", "meta"])
+def test_a_device_this_machine_lacks_is_a_clear_error(tmp_path, tiny_checkpoint, command, device):
+    """Not a traceback from the checkpoint loader (a pinned-memory error, with `--device cuda` and no GPU)."""
+    import torch
+
+    args = {"serve": ["--model", tiny_checkpoint],
+            "say": ["hello", "--model", tiny_checkpoint, "--voice", "ryan", "--out", tmp_path / "a.wav"],
+            "make-checkpoint": ["--size", "tiny", "--out", tmp_path / "ckpt"]}[command]
+    r = cadence(command, *args, "--device", device)
+    want = {"tpu": "--device 'tpu' is not a device",
+            "meta": "--device meta: only cpu and cuda are supported",
+            "cuda:9": "--device cuda:9: this machine has" if torch.cuda.is_available()
+            else "--device cuda:9: no CUDA device is available"}[device]
+    assert r.returncode == 2 and r.stderr.startswith(f"cadence {command}: error: {want}"), r.stderr
+    assert not (tmp_path / "a.wav").exists() and not (tmp_path / "ckpt").exists()

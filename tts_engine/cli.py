@@ -187,6 +187,8 @@ def _demo(args) -> int:
         raise ValueError("give --model or --cadence-url, not both")
     if args.config is not None and not args.config.is_file():
         raise FileNotFoundError(f"config file {args.config} does not exist")
+    if args.model is not None:
+        check_device(args.device)
     cfg = load_config(args.config, cadence_url=args.cadence_url)
     return run_demo(cfg, host=args.host, port=args.port, model=args.model, device=args.device)
 
@@ -240,6 +242,7 @@ def _serve(args) -> int:
     from .engine.profile import EngineProfile
 
     profile = EngineProfile(args.profile_engine, args.profile_seconds) if args.profile_engine else None
+    check_device(args.device)
     load_model_dir(args.model)  # a missing or wrong directory fails before the socket is taken
     sock = bind(cfg)
     from .engine.core import StreamingEngine
@@ -274,6 +277,7 @@ def _make_checkpoint(args) -> int:
 
     from .checkpoint import DEFAULT_CHARS_PER_SECOND, make_checkpoint
 
+    check_device(args.device)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, None: None}[args.dtype]
     out = make_checkpoint(args.size, args.out, seed=args.seed, dtype=dtype, device=args.device,
                           variant=args.variant.replace("-", "_"),
@@ -310,6 +314,7 @@ def _say(args) -> int:
     if not args.out.parent.is_dir():
         raise ValueError(f"output directory {args.out.parent} does not exist")
 
+    check_device(args.device)
     synth = Synthesizer(args.model, device=args.device)
     params = SamplingParams.greedy() if args.greedy else SamplingParams.from_defaults(synth.defaults)
     overrides = {"seed": args.seed, "temperature": args.temperature, "top_k": args.top_k,
@@ -325,6 +330,24 @@ def _say(args) -> int:
     seconds = len(speech.pcm) / speech.sample_rate
     print(f"wrote {args.out} ({seconds:.2f} s, {speech.codes.shape[0]} frames, 24 kHz)", file=sys.stderr)
     return 0
+
+
+def check_device(device: str) -> None:
+    """A --device that this machine has, or a ValueError saying why not (instead of a traceback from
+    deep inside the checkpoint loader)."""
+    import torch
+
+    try:
+        d = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"--device {device!r} is not a device ({e})") from None
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: no CUDA device is available (torch {torch.__version__})")
+        if d.index is not None and d.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif d.type != "cpu":
+        raise ValueError(f"--device {device}: only cpu and cuda are supported")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ from tests.engine.helpers import (
 from tts_engine.engine.api import AudioEvent, DoneEvent
 from tts_engine.engine.audio import to_s16le
 from tts_engine.engine.core import HOST_PARTS
-from tts_engine.engine.entry import TTFA_PARTS
+from tts_engine.engine.entry import ISSUE_PARTS, TTFA_PARTS
 from tts_engine.prompt import Layout
 from tts_engine.reference import generate_codes
 from tts_engine.sampling import SamplingParams
@@ -175,6 +175,9 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
     # The prefill is handed to the device inside "plan", before its step's frame rows are launched.
     issue = after["ttfa_issue_sum_s"] - before["ttfa_issue_sum_s"]
     assert 0 < issue < parts["plan"], (issue, parts)
+    # ... through its queueing for a slot and the start of its step's launch: three spans that add up to it
+    spans = {p: after[f"ttfa_{p}_sum_s"] - before[f"ttfa_{p}_sum_s"] for p in ISSUE_PARTS}
+    assert all(v > 0 for v in spans.values()) and abs(sum(spans.values()) - issue) < 1e-9, (spans, issue)
     # The engine thread's host time by part: every part of a stream's life shows, within the wall time.
     host = {p: after[f"host_{p}_s"] - before[f"host_{p}_s"] for p in HOST_PARTS}
     assert all(v > 0 for v in host.values()), host

@@ -96,3 +96,5 @@ class Commands:
                 self.delivery.finish(entry, error=str(exc))
                 return
             self.scheduler.enqueue(state.id, len(entry.prompt))
+            if entry.trace is not None:
+                entry.trace.queued = time.monotonic()

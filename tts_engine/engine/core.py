@@ -47,7 +47,7 @@ from .api import (
 )
 from .commands import Commands
 from .delivery import Delivery
-from .entry import TTFA_PARTS, StreamEntry
+from .entry import ISSUE_PARTS, TTFA_PARTS, StreamEntry
 from .executor import LaunchedStep, SlotFences, StepExecutor
 from .gcpause import GcPauses, freeze_heap, thaw_heap
 from .intake import TextIntake
@@ -151,7 +151,7 @@ class StreamingEngine:
         self.step_count = 0
         self.stats = {"finished": 0, "cancelled": 0, "frames": 0, "last_step_ms": 0.0, "last_batch": 0,
                       "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0,
-                      **{f"ttfa_{part}_sum_s": 0.0 for part in (*TTFA_PARTS, "issue")},
+                      **{f"ttfa_{part}_sum_s": 0.0 for part in (*TTFA_PARTS, "issue", *ISSUE_PARTS)},
                       **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_launch_cpu_s": 0.0, "host_cpu_s": 0.0,
                       "host_iterations": 0}
         self.delivery = Delivery(self.scheduler, self._entries, self.stats,  # events out to the streams

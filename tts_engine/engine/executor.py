@@ -194,6 +194,11 @@ class StepExecutor:
             return self._launch(plan, entries)
 
     def _launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
+        began = time.monotonic()
+        for p in plan.prefills:
+            trace = entries[p.stream_id].trace
+            if trace is not None and trace.launch_began is None:
+                trace.launch_began = began
         step = LaunchedStep(plan, _Timer(self.cuda))
         if self.cuda and self.fences is not None:
             current = torch.cuda.current_stream()
