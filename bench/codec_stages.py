@@ -53,14 +53,18 @@ def codec_times(codec, batches) -> dict:
 
 
 def window_of(name: str) -> dict:
-    """use_fused_kernels' window_max for a variant name: `+cudnn-window` 0, `+window=N` N, `+window-convs`
-    the default (WINDOW_GEMM_MAX); none of them: the default too."""
+    """use_fused_kernels' keywords for a variant name: window_max from `+cudnn-window` (0) or `+window=N`
+    (N; `+window-convs` or neither: the default, WINDOW_GEMM_MAX), rope_kv from `+rope-kv` (True) or
+    `+torch-rope-kv` (False; neither: the default, ROPE_KV_KERNEL)."""
+    out = {}
     for part in name.split("+"):
         if part == "cudnn-window":
-            return {"window_max": 0}
-        if part.startswith("window="):
-            return {"window_max": int(part.split("=", 1)[1])}
-    return {}
+            out["window_max"] = 0
+        elif part.startswith("window="):
+            out["window_max"] = int(part.split("=", 1)[1])
+        elif part in ("rope-kv", "torch-rope-kv"):
+            out["rope_kv"] = part == "rope-kv"
+    return out
 
 
 def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12), names: tuple[str, ...] | None = None) -> dict:
@@ -77,7 +81,8 @@ def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12), names: t
             ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
         # "+cudnn-convs": the fast path with the transposed and pointwise convs left to cuDNN (run 11's);
         # "+cudnn-window" / "+window-convs" / "+window=N": the dense convs of kernel > 1 with cuDNN, as
-        # window GEMMs up to the default size, up to N elements (window_of).
+        # window GEMMs up to the default size, up to N elements; "+rope-kv": the window transformer's RoPE
+        # and K/V window as one kernel a layer (window_of).
         for key in names or ("fp32", "tf32", "tf32+fused", "bf16+fused", "bf16+fused+cudnn-convs",
                              "bf16+fused+cudnn-window", "bf16+fused+window-convs"):
             name = key.split("#")[0]

@@ -115,13 +115,14 @@ def test_bf16_codec_graphs_replay_to_eager(codec):
     assert all(torch.cat(p).isfinite().all() for p in pair.pcm if p)
 
 
-@pytest.mark.parametrize("window_max", [0, None, 1 << 40], ids=["cudnn-window", "window-default", "window-all"])
+@pytest.mark.parametrize("fast", [{"window_max": 0}, {}, {"window_max": 1 << 40}, {"rope_kv": True}],
+                         ids=["cudnn-window", "default", "window-all", "rope-kv"])
 @pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
-def test_fused_codec_graphs_equal_the_all_torch_eager_decode(codec, tf32, window_max):
+def test_fused_codec_graphs_equal_the_all_torch_eager_decode(codec, tf32, fast):
     """The served codec (`use_fused_kernels`: Triton SnakeBeta, RMSNorm and SwiGLU, the projected
-    quantizer table, packed layers; the dense convs on cuDNN or as window GEMMs) replayed from
-    graphs against the all-torch eager runner."""
-    fused = copy.deepcopy(codec).use_fused_kernels(**({} if window_max is None else {"window_max": window_max}))
+    quantizer table, packed layers; the dense convs on cuDNN or as window GEMMs; RoPE and the K/V
+    window in one kernel) replayed from graphs against the all-torch eager runner."""
+    fused = copy.deepcopy(codec).use_fused_kernels(**fast)
     graphs = CodecRunner(fused, 8, chunk_sizes=(1, 2), buckets=(1, 8), allow_tf32=tf32)
     eager = CodecRunner(codec, 8, use_graphs=False, allow_tf32=tf32)
     report = graphs.capture()

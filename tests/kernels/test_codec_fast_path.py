@@ -225,3 +225,32 @@ def test_a_conv_past_the_window_limit_goes_to_cudnn(monkeypatch):
         conv.window_gemm_max = limit
         assert torch.allclose(conv(x), want, atol=1e-5)
         assert len(calls) == expect_calls, limit
+
+
+@pytest.mark.parametrize("name", ["tiny-speech_tokenizer", "speech_tokenizer"])
+@torch.inference_mode()
+def test_the_rope_kv_kernel_decodes_like_the_reference(device, name, monkeypatch):
+    """The window transformer with its RoPE and K/V window in one kernel a layer (`rope_kv`), chunk by
+    chunk past the window, equals the reference decoder; the kernel runs in every layer of every chunk."""
+    import tts_engine.model.codec as codec_module
+
+    cfg, ref, fused = _pair(name, device)
+    fused.use_fused_kernels(rope_kv=True)
+    assert fused.pre_transformer.rope_kv_kernel
+    for m in fused.modules():  # SnakeBeta under the interpreter is minutes on the real config (see above)
+        if type(m).__name__ == "SnakeBeta" and device.type == "cpu":
+            m.fused = False
+    calls, kernel = [], codec_module.codec_rope_kv
+    monkeypatch.setattr(codec_module, "codec_rope_kv", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    window = cfg.decoder.sliding_window
+    codes = _codes(cfg, window + 4, batch=2)
+    s_ref, s_fused = ref.new_state(2), fused.new_state(2)
+    for a, b in ((0, 1), (1, 3), (3, window - 2), (window - 2, window + 4)):
+        want, s_ref = ref.decode_chunk(codes[:, :, a:b], s_ref)
+        got, s_fused = fused.decode_chunk(codes[:, :, a:b], s_fused)
+        assert torch.allclose(got, want, atol=2e-5, rtol=1e-4), (a, b, (got - want).abs().max())
+    assert len(calls) == 4 * cfg.decoder.num_hidden_layers
+    for g, w in zip(s_fused.tensors(), s_ref.tensors(), strict=True):
+        assert (g.float() - w.float()).abs().max() <= 2e-5 * (1 + w.float().abs().max())
+    fused.use_fused_kernels(rope_kv=False)
+    assert not fused.pre_transformer.rope_kv_kernel

@@ -23,6 +23,7 @@ from torch import nn
 
 from ..config import CodecDecoderConfig
 from ..kernels.backend import runs_on
+from ..kernels.codec_rope_kv import codec_rope_kv
 from ..kernels.rms_norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
 from ..kernels.silu_mul import silu_mul, silu_mul_ref
 from .codec_blocks import (
@@ -42,6 +43,9 @@ from .layers import RMSNorm
 # 1.91 / 1.90, b8 x 12 4.84 -> 5.72 / 4.74 / 4.57, b32 x 2 4.45 -> 5.01 / 4.42 / 4.28, b32 x 12 15.05 ->
 # 19.8 / 15.04 / 14.99 (without a limit the last blocks' windows are tens of MB to copy).
 WINDOW_GEMM_MAX = 1 << 24
+# The window transformer's RoPE and K/V window as one kernel a layer instead of nine torch ops
+# (`use_fused_kernels(rope_kv=...)`): built in stop 20, CPU-tested, not yet timed on the GPU, so off.
+ROPE_KV_KERNEL = False
 
 
 @dataclass
@@ -173,6 +177,9 @@ class WindowTransformer(nn.Module):
         self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
         self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
         self.fused: list[_FusedLayer] | None = None
+        # Fused and continuing a stream: RoPE and the K/V window in one kernel a layer
+        # (kernels/codec_rope_kv.py), where Triton runs; `use_fused_kernels(rope_kv=...)`.
+        self.rope_kv_kernel = False
 
     @torch.no_grad()
     def fuse(self, on: bool = True) -> None:
@@ -235,15 +242,19 @@ class WindowTransformer(nn.Module):
         heads, kv_heads, d, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
         h = norm(x, self.layers[0].input_layernorm.weight, eps)
         for i, w in enumerate(self.fused):
-            qkv = F.linear(h, w.qkv).view(b, t, heads + 2 * kv_heads, d).transpose(1, 2)  # [B, H + 2Hkv, t, D]
-            qk = _rotate(qkv[:, :heads + kv_heads], cos, sin)
-            q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
-            if state is not None:
-                k_cache, v_cache = state.keys[i], state.values[i]  # [B, Hkv, S, D]
-                k = torch.cat([k_cache, k], dim=2)
-                v = torch.cat([v_cache, v], dim=2)
-                k_cache.copy_(k[:, :, -k_cache.shape[2]:])
-                v_cache.copy_(v[:, :, -v_cache.shape[2]:])
+            qkv = F.linear(h, w.qkv)  # [B, t, (H + 2Hkv) D]
+            if state is not None and kernels and self.rope_kv_kernel:  # one launch instead of nine
+                q, k, v = codec_rope_kv(qkv, cos, sin, state.keys[i], state.values[i], heads, kv_heads)
+            else:
+                qkv = qkv.view(b, t, heads + 2 * kv_heads, d).transpose(1, 2)  # [B, H + 2Hkv, t, D]
+                qk = _rotate(qkv[:, :heads + kv_heads], cos, sin)
+                q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
+                if state is not None:
+                    k_cache, v_cache = state.keys[i], state.values[i]  # [B, Hkv, S, D]
+                    k = torch.cat([k_cache, k], dim=2)
+                    v = torch.cat([v_cache, v], dim=2)
+                    k_cache.copy_(k[:, :, -k_cache.shape[2]:])
+                    v_cache.copy_(v[:, :, -v_cache.shape[2]:])
             if kv_heads != heads:
                 k = k.repeat_interleave(heads // kv_heads, dim=1)
                 v = v.repeat_interleave(heads // kv_heads, dim=1)
@@ -285,13 +296,14 @@ class CodecDecoder(nn.Module):
                 self._history_shapes.append((module.conv.in_channels, module.history_len))
 
     def use_fused_kernels(self, on: bool = True, *, gemm_convs: bool = True,
-                          window_max: int = WINDOW_GEMM_MAX) -> CodecDecoder:
+                          window_max: int = WINDOW_GEMM_MAX, rope_kv: bool = ROPE_KV_KERNEL) -> CodecDecoder:
         """The fast path, after the weights are loaded and cast: SnakeBeta as one Triton kernel
         (kernels/snake.py) where Triton runs on the weights' device, the quantizer's projected table,
         the transformer's packed layers, and the transposed and pointwise convs as GEMMs
         (`gemm_convs=False` leaves those to cuDNN, for comparison); the dense convs of kernel 3 and 7
         as well while their input windows hold at most `window_max` elements (0: cuDNN always; the
-        depthwise ones stay with cuDNN). Off, every op is the torch reference."""
+        depthwise ones stay with cuDNN); `rope_kv`: the window transformer's RoPE and K/V window as one
+        kernel a layer. Off, every op is the torch reference."""
         if window_max < 0:
             raise ValueError(f"window_max must be >= 0, got {window_max}")
         for module in self.modules():
@@ -304,6 +316,7 @@ class CodecDecoder(nn.Module):
                 module.window_gemm_max = window_max if on and gemm_convs else 0
         self.quantizer.fuse(on)
         self.pre_transformer.fuse(on)
+        self.pre_transformer.rope_kv_kernel = on and rope_kv
         return self
 
     def _kv_row_shape(self) -> tuple[int, int, int, int]:
