@@ -29,18 +29,21 @@ if HAVE_TRITON:
     from .backend import round_to
 
 
-def codec_rope_kv_ref(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_win: torch.Tensor,
-                      v_win: torch.Tensor, num_heads: int, num_kv_heads: int):
+def codec_rope_kv_ref(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_win: torch.Tensor | None,
+                      v_win: torch.Tensor | None, num_heads: int, num_kv_heads: int):
+    """The codec's torch path (and the kernel's reference); without windows (a whole-sequence decode)
+    k and v are the new frames' alone."""
     b, t, _ = qkv.shape
     d = cos.shape[-1]
     heads = qkv.view(b, t, num_heads + 2 * num_kv_heads, d).transpose(1, 2)  # [B, H + 2 Hkv, t, D]
     x = heads[:, :num_heads + num_kv_heads]
     qk = x * cos + rotate_half(x) * sin
     q, k, v = qk[:, :num_heads], qk[:, num_heads:], heads[:, num_heads + num_kv_heads:]
-    k = torch.cat([k_win, k], dim=2)
-    v = torch.cat([v_win, v], dim=2)
-    k_win.copy_(k[:, :, -k_win.shape[2]:])
-    v_win.copy_(v[:, :, -v_win.shape[2]:])
+    if k_win is not None:
+        k = torch.cat([k_win, k], dim=2)
+        v = torch.cat([v_win, v], dim=2)
+        k_win.copy_(k[:, :, -k_win.shape[2]:])
+        v_win.copy_(v[:, :, -v_win.shape[2]:])
     return q, k, v
 
 

@@ -23,7 +23,8 @@ from torch import nn
 
 from ..config import CodecDecoderConfig
 from ..kernels.backend import runs_on
-from ..kernels.codec_rope_kv import codec_rope_kv
+from ..kernels.codec_rope_kv import codec_rope_kv, codec_rope_kv_ref
+from ..kernels.qk_norm_rope import rotate_half
 from ..kernels.rms_norm import add_rms_norm, add_rms_norm_ref, rms_norm, rms_norm_ref
 from ..kernels.silu_mul import silu_mul, silu_mul_ref
 from .codec_blocks import (
@@ -97,8 +98,7 @@ class SwiGLU(nn.Module):
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE. x [B, heads, t, D]; cos/sin [B, 1, t, D]."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    return x * cos + rotate_half(x) * sin
 
 
 class WindowAttention(nn.Module):
@@ -240,21 +240,12 @@ class WindowTransformer(nn.Module):
             (rms_norm_ref, add_rms_norm_ref, silu_mul_ref)
         cfg, b, t = self.cfg, x.shape[0], x.shape[1]
         heads, kv_heads, d, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
+        # RoPE and the K/V window: one launch instead of nine where the kernel may run
+        rope_kv = codec_rope_kv if state is not None and kernels and self.rope_kv_kernel else codec_rope_kv_ref
         h = norm(x, self.layers[0].input_layernorm.weight, eps)
         for i, w in enumerate(self.fused):
-            qkv = F.linear(h, w.qkv)  # [B, t, (H + 2Hkv) D]
-            if state is not None and kernels and self.rope_kv_kernel:  # one launch instead of nine
-                q, k, v = codec_rope_kv(qkv, cos, sin, state.keys[i], state.values[i], heads, kv_heads)
-            else:
-                qkv = qkv.view(b, t, heads + 2 * kv_heads, d).transpose(1, 2)  # [B, H + 2Hkv, t, D]
-                qk = _rotate(qkv[:, :heads + kv_heads], cos, sin)
-                q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
-                if state is not None:
-                    k_cache, v_cache = state.keys[i], state.values[i]  # [B, Hkv, S, D]
-                    k = torch.cat([k_cache, k], dim=2)
-                    v = torch.cat([v_cache, v], dim=2)
-                    k_cache.copy_(k[:, :, -k_cache.shape[2]:])
-                    v_cache.copy_(v[:, :, -v_cache.shape[2]:])
+            windows = (None, None) if state is None else (state.keys[i], state.values[i])  # [B, Hkv, S, D]
+            q, k, v = rope_kv(F.linear(h, w.qkv), cos, sin, *windows, heads, kv_heads)
             if kv_heads != heads:
                 k = k.repeat_interleave(heads // kv_heads, dim=1)
                 v = v.repeat_interleave(heads // kv_heads, dim=1)
