@@ -151,23 +151,18 @@ class LaunchedStep:
                                                                     for i in range(len(self.plan.chunks)))))
 
 
+def _mark(entries: dict[str, StreamEntry], stream_ids, mark: str, now: float) -> None:
+    """A first-audio trace mark (entry.FirstAudioTrace) of each stream, set the first time only."""
+    for sid in stream_ids:
+        trace = entries[sid].trace
+        if trace is not None and getattr(trace, mark) is None:
+            setattr(trace, mark, now)
+
+
 def _mark_launched(plan: StepPlan, entries: dict[str, StreamEntry], now: float) -> None:
     """First-audio trace marks: the launch of a stream's prefill and of its first chunk."""
-    for p in plan.prefills:
-        trace = entries[p.stream_id].trace
-        if trace is not None and trace.prefill_launched is None:
-            trace.prefill_launched = now
-    for batch in plan.chunks:
-        for c in batch.chunks:
-            trace = entries[c.stream_id].trace
-            if trace is not None and trace.chunk_launched is None:
-                trace.chunk_launched = now
-
-
-def _mark_issued(entry: StreamEntry) -> None:
-    """First-audio trace mark: the stream's prefill is on the device's queue."""
-    if entry.trace is not None and entry.trace.prefill_issued is None:
-        entry.trace.prefill_issued = time.monotonic()
+    _mark(entries, (p.stream_id for p in plan.prefills), "prefill_launched", now)
+    _mark(entries, (c.stream_id for batch in plan.chunks for c in batch.chunks), "chunk_launched", now)
 
 
 class StepExecutor:
@@ -194,11 +189,7 @@ class StepExecutor:
             return self._launch(plan, entries)
 
     def _launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
-        began = time.monotonic()
-        for p in plan.prefills:
-            trace = entries[p.stream_id].trace
-            if trace is not None and trace.launch_began is None:
-                trace.launch_began = began
+        _mark(entries, (p.stream_id for p in plan.prefills), "launch_began", time.monotonic())
         step = LaunchedStep(plan, _Timer(self.cuda))
         if self.cuda and self.fences is not None:
             current = torch.cuda.current_stream()
@@ -233,7 +224,7 @@ class StepExecutor:
                 entry = entries[p.stream_id]
                 t0 = step.timer.start()
                 self._fill(p.slot, entry)
-                _mark_issued(entry)
+                _mark(entries, (p.stream_id,), "prefill_issued", time.monotonic())
                 self._start_slot(p.slot, entry)
                 step.timer.stop("prefill", t0)
             return
@@ -246,7 +237,7 @@ class StepExecutor:
                 t0 = step.timer.start()
                 self._fill(p.slot, entries[p.stream_id])
                 step.timer.stop("prefill", t0)
-                _mark_issued(entries[p.stream_id])
+                _mark(entries, (p.stream_id,), "prefill_issued", time.monotonic())
             done = torch.cuda.Event()
             done.record()
         torch.cuda.current_stream().wait_event(done)  # before this step's frame rows read the slots
