@@ -65,7 +65,7 @@ class Marks:
 
         self._wrap(Stream, "__init__", "opened", lambda stream, engine, stream_id, loop: stream_id)
         self._wrap(Commands, "_open", "drained", lambda commands, handle, *rest: handle.id)
-        self._wrap(executor, "_mark_issued", "issued", lambda entry: entry.handle.id)  # a module's function
+        self._wrap(executor, "_mark_issued", "issued", lambda entries, stream_id: stream_id)  # a module's function
         self._wrap(Outbox, "post", "posted", lambda box, receiver, event: receiver.id)
         self._wrap(Stream, "receive", "received", lambda stream, event: stream.id)
         self._wrap(SpeechResponse, "_note_audio", "sent", self._handler_mark)

@@ -165,6 +165,12 @@ def _mark_launched(plan: StepPlan, entries: dict[str, StreamEntry], now: float) 
     _mark(entries, (c.stream_id for batch in plan.chunks for c in batch.chunks), "chunk_launched", now)
 
 
+def _mark_issued(entries: dict[str, StreamEntry], stream_id: str) -> None:
+    """First-audio trace mark: the stream's prefill is on the device's queue (bench.first_audio_delivery
+    hooks this function)."""
+    _mark(entries, (stream_id,), "prefill_issued", time.monotonic())
+
+
 class StepExecutor:
     def __init__(self, runner: ModelRunner, codec_runner: CodecRunner, *, eos_allowed: bool,
                  stream: torch.cuda.Stream | None = None, fences: SlotFences | None = None):
@@ -224,7 +230,7 @@ class StepExecutor:
                 entry = entries[p.stream_id]
                 t0 = step.timer.start()
                 self._fill(p.slot, entry)
-                _mark(entries, (p.stream_id,), "prefill_issued", time.monotonic())
+                _mark_issued(entries, p.stream_id)
                 self._start_slot(p.slot, entry)
                 step.timer.stop("prefill", t0)
             return
@@ -237,7 +243,7 @@ class StepExecutor:
                 t0 = step.timer.start()
                 self._fill(p.slot, entries[p.stream_id])
                 step.timer.stop("prefill", t0)
-                _mark(entries, (p.stream_id,), "prefill_issued", time.monotonic())
+                _mark_issued(entries, p.stream_id)
             done = torch.cuda.Event()
             done.record()
         torch.cuda.current_stream().wait_event(done)  # before this step's frame rows read the slots
