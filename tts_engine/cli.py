@@ -102,7 +102,8 @@ def _add_serve(sub) -> None:
                         "first one-frame chunk 1.34 -> 1.02 ms on the H200, run 18)")
     p.add_argument("--codec-rope-kv", action=argparse.BooleanOptionalAction, default=None,
                    help="CUDA: the codec window transformer's RoPE and K/V window as one kernel a layer instead of "
-                        "nine torch ops (default on: a stream's first one-frame chunk 1.02 -> 0.89 ms on the H200, run 19)")
+                        "nine torch ops (default on: a stream's first one-frame chunk 1.02 -> 0.89 ms on the H200, "
+                        "run 19)")
     p.add_argument("--codec-tick-yields-to-prefill", action=argparse.BooleanOptionalAction, default=True,
                    help="a codec tick step that would hold a prefill moves to the next step, so the new stream's "
                         "first frames are not queued behind the tick's codec calls (default on: run 12 measured "

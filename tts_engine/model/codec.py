@@ -227,15 +227,18 @@ class WindowTransformer(nn.Module):
         mask = ((delta >= 0) & (delta < self.cfg.sliding_window) & (k_pos[:, None, :] >= 0))[:, None]
         cos, sin = self._rope(q_pos, h.dtype)
         if self.fused is not None:
-            return self.output_proj(self._fused_layers(h, cos, sin, mask, state))
+            # additive once a call: SDPA turns a boolean mask into one in every layer (3 kernels each)
+            bias = torch.full(mask.shape, float("-inf"), dtype=h.dtype, device=h.device).masked_fill_(mask, 0.0)
+            return self.output_proj(self._fused_layers(h, cos, sin, bias, state))
         for i, layer in enumerate(self.layers):
             kv_cache = None if state is None else (state.keys[i], state.values[i])
             h = layer(h, cos, sin, mask, kv_cache)
         return self.output_proj(self.norm(h))
 
-    def _fused_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+    def _fused_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
                       state: CodecState | None) -> torch.Tensor:
-        """x [B, t, hidden] -> the final norm of the last layer's output [B, t, hidden]."""
+        """x [B, t, hidden] -> the final norm of the last layer's output [B, t, hidden]; bias [B, 1, t, S]: the
+        window mask, additive (0 / -inf)."""
         kernels = runs_on(x.device)
         norm, add_norm, act = (rms_norm, add_rms_norm, silu_mul) if kernels else \
             (rms_norm_ref, add_rms_norm_ref, silu_mul_ref)
@@ -250,7 +253,7 @@ class WindowTransformer(nn.Module):
             if kv_heads != heads:
                 k = k.repeat_interleave(heads // kv_heads, dim=1)
                 v = v.repeat_interleave(heads // kv_heads, dim=1)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=d**-0.5)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=d**-0.5)
             x, h = add_norm(x, F.linear(out.transpose(1, 2).reshape(b, t, -1), w.o), w.post_norm, eps)
             mlp = F.linear(act(F.linear(h, w.gate_up)), w.down)
             after = self.layers[i + 1].input_layernorm.weight if i + 1 < len(self.fused) else self.norm.weight
