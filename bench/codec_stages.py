@@ -55,7 +55,8 @@ def codec_times(codec, batches) -> dict:
 def window_of(name: str) -> dict:
     """use_fused_kernels' keywords for a variant name: window_max from `+cudnn-window` (0) or `+window=N`
     (N; `+window-convs` or neither: the default, WINDOW_GEMM_MAX), rope_kv from `+rope-kv` (True) or
-    `+torch-rope-kv` (False; neither: the default, ROPE_KV_KERNEL)."""
+    `+torch-rope-kv` (False; neither: the default, ROPE_KV_KERNEL), conv_windows from `+conv-window` /
+    `+torch-conv-window` (neither: CONV_WINDOW_KERNEL)."""
     out = {}
     for part in name.split("+"):
         if part == "cudnn-window":
@@ -64,6 +65,8 @@ def window_of(name: str) -> dict:
             out["window_max"] = int(part.split("=", 1)[1])
         elif part in ("rope-kv", "torch-rope-kv"):
             out["rope_kv"] = part == "rope-kv"
+        elif part in ("conv-window", "torch-conv-window"):
+            out["conv_windows"] = part == "conv-window"
     return out
 
 

@@ -48,6 +48,10 @@ WINDOW_GEMM_MAX = 1 << 24
 # (`use_fused_kernels(rope_kv=...)`). Run 19, bf16 graphs on the H200 (ms, torch ops -> kernel, two rounds
 # each): b1 x 1 frame 1.020 -> 0.886, b8 x 2 1.907 -> 1.694, b32 x 1 3.18 -> 2.76, b32 x 12 15.02 -> 14.55.
 ROPE_KV_KERNEL = True
+# A streaming conv's concatenation, history shift and window columns as one launch (kernels/conv_window.py)
+# instead of two or three torch copies (`use_fused_kernels(conv_windows=...)`). On the H200 inside graphs:
+# 5.5 -> 1.9 µs for a 1024-channel 4-position columns copy, 8.5 -> 3.5 at 96 channels x 1920 positions.
+CONV_WINDOW_KERNEL = True
 
 
 @dataclass
@@ -291,14 +295,16 @@ class CodecDecoder(nn.Module):
                 self._history_shapes.append((module.conv.in_channels, module.history_len))
 
     def use_fused_kernels(self, on: bool = True, *, gemm_convs: bool = True,
-                          window_max: int = WINDOW_GEMM_MAX, rope_kv: bool = ROPE_KV_KERNEL) -> CodecDecoder:
+                          window_max: int = WINDOW_GEMM_MAX, rope_kv: bool = ROPE_KV_KERNEL,
+                          conv_windows: bool = CONV_WINDOW_KERNEL) -> CodecDecoder:
         """The fast path, after the weights are loaded and cast: SnakeBeta as one Triton kernel
         (kernels/snake.py) where Triton runs on the weights' device, the quantizer's projected table,
         the transformer's packed layers, and the transposed and pointwise convs as GEMMs
         (`gemm_convs=False` leaves those to cuDNN, for comparison); the dense convs of kernel 3 and 7
         as well while their input windows hold at most `window_max` elements (0: cuDNN always; the
         depthwise ones stay with cuDNN); `rope_kv`: the window transformer's RoPE and K/V window as one
-        kernel a layer. Off, every op is the torch reference."""
+        kernel a layer; `conv_windows`: each streaming conv's input window (concatenation, history shift,
+        columns) in one launch. Off, every op is the torch reference."""
         if window_max < 0:
             raise ValueError(f"window_max must be >= 0, got {window_max}")
         for module in self.modules():
@@ -306,9 +312,11 @@ class CodecDecoder(nn.Module):
                 module.fused = on
             elif isinstance(module, CausalConvTranspose1d):
                 module.fuse(on and gemm_convs)
+                module.window_kernel = on and gemm_convs and conv_windows
             elif isinstance(module, CausalConv1d):
                 module.as_gemm = on and gemm_convs
                 module.window_gemm_max = window_max if on and gemm_convs else 0
+                module.window_kernel = on and gemm_convs and conv_windows
         self.quantizer.fuse(on)
         self.pre_transformer.fuse(on)
         self.pre_transformer.rope_kv_kernel = on and rope_kv

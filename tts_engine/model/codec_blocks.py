@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kernels.backend import runs_on
+from ..kernels.conv_window import conv_columns, conv_history_cat
 from ..kernels.snake import residual_bias_add, snake_beta, snake_beta_ref
 
 
@@ -43,22 +44,38 @@ class CausalConv1d(nn.Module):
         # `window_gemm_max` elements (0: never), past which copying them costs more than cuDNN.
         self.as_gemm = False
         self.window_gemm_max = 0
+        # Fast path, streaming: the concatenation, history shift and (for a window GEMM) the columns as
+        # one launch (kernels/conv_window.py) where Triton runs; off, torch's two or three copies.
+        self.window_kernel = False
 
     def forward(self, x: torch.Tensor, cache: ConvCache | None = None, bias: bool = True) -> torch.Tensor:
         """bias False: the conv without its bias, for a caller that adds it in its next kernel."""
         n = self.history_len
         c = self.conv
-        if n > 0 and cache is None:
+        b, _, t = x.shape
+        window_gemm = self.as_gemm and c.groups == 1 and (
+            n == 0 or b * c.in_channels * c.kernel_size[0] * t <= self.window_gemm_max)
+        if n > 0 and cache is not None and self.window_kernel and runs_on(x.device):
+            # The fast path's stream: concatenation, history shift (and the GEMM's columns) in one launch.
+            history = cache.history[self.slot]
+            if window_gemm:
+                return self._gemm(conv_columns(history, x, c.kernel_size[0], c.dilation[0]), bias)
+            x = conv_history_cat(history, x)
+        elif n > 0 and cache is None:
             x = F.pad(x, (n, 0))
         elif n > 0:
             history = cache.history[self.slot]
             x = torch.cat([history, x], dim=-1)  # [B, C, n + t]
             history.copy_(x[..., -n:])  # in place: state buffers keep their addresses (CUDA graphs)
-        if self.as_gemm and c.groups == 1 and (n == 0 or x.shape[0] * c.in_channels * c.kernel_size[0]
-                                               * (x.shape[2] - n) <= self.window_gemm_max):
-            y = torch.matmul(c.weight.view(c.out_channels, -1), self._columns(x))  # [B, C_out, t]
-            return y + c.bias[:, None] if bias else y
+        if window_gemm:
+            return self._gemm(self._columns(x), bias)
         return F.conv1d(x, c.weight, c.bias if bias else None, c.stride, c.padding, c.dilation, c.groups)
+
+    def _gemm(self, columns: torch.Tensor, bias: bool) -> torch.Tensor:
+        """columns [B, C_in * k, t] (`_columns`) -> the conv's output [B, C_out, t]."""
+        c = self.conv
+        y = torch.matmul(c.weight.view(c.out_channels, -1), columns)
+        return y + c.bias[:, None] if bias else y
 
     def _columns(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, C_in, n + t] (history first) -> [B, C_in * k, t], row c * k + j = tap j of channel c,
@@ -92,6 +109,7 @@ class CausalConvTranspose1d(nn.Module):
         # official keys only.
         self.register_buffer("gemm_weight", None, persistent=False)  # [C_out * stride, (m + 1) * C_in]
         self.register_buffer("gemm_bias", None, persistent=False)  # [C_out * stride]
+        self.window_kernel = False  # as CausalConv1d's: the concatenation and history shift in one launch
 
     @torch.no_grad()
     def fuse(self, on: bool = True) -> None:
@@ -134,6 +152,8 @@ class CausalConvTranspose1d(nn.Module):
         m = self.history_len
         if m and cache is None:
             x = F.pad(x, (m, 0))  # the reference's zero history
+        elif m and self.window_kernel and runs_on(x.device):
+            x = conv_history_cat(cache.history[self.slot], x)  # [B, C_in, m + t], the history shifted: one launch
         elif m:
             history = cache.history[self.slot]
             x = torch.cat([history, x], dim=-1)  # [B, C_in, m + t]
