@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..loading import load_checkpoint
-from ..model.codec import ROPE_KV_KERNEL, WINDOW_GEMM_MAX
+from ..model.codec import CONV_WINDOW_KERNEL, ROPE_KV_KERNEL, WINDOW_GEMM_MAX
 from ..prompt import resolve_voice
 from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
 from ..runtime.options import FastPathOptions
@@ -76,7 +76,8 @@ class StreamingEngine:
                  codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False,
                  profile: EngineProfile | None = None, fast_path: FastPathOptions | None = None,
                  prefill_stream: bool | None = None, first_audio_yield_s: float = 0.0,
-                 codec_window_max: int | None = None, codec_rope_kv: bool | None = None):
+                 codec_window_max: int | None = None, codec_rope_kv: bool | None = None,
+                 codec_conv_windows: bool | None = None):
         """max_active_streams / max_queued_streams override the scheduler config's caps.
         freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so
         off by default for an embedded engine, on in `cadence serve`).
@@ -94,7 +95,8 @@ class StreamingEngine:
         codec_window_max (CUDA): the codec's dense convs as GEMMs over their input windows while those
         hold at most this many elements, cuDNN past it; 0: cuDNN; None: model/codec.py WINDOW_GEMM_MAX.
         codec_rope_kv (CUDA): the codec window transformer's RoPE and K/V window as one kernel a layer;
-        None: model/codec.py ROPE_KV_KERNEL."""
+        None: model/codec.py ROPE_KV_KERNEL. codec_conv_windows (CUDA): each streaming conv's input window
+        in one kernel (kernels/conv_window.py); None: model/codec.py CONV_WINDOW_KERNEL."""
         if not (first_audio_yield_s >= 0.0):
             raise ValueError(f"first_audio_yield_s must be >= 0, got {first_audio_yield_s}")
         if codec_precision not in (None, *CODEC_PRECISIONS):
@@ -118,7 +120,8 @@ class StreamingEngine:
         if on_cuda:  # SnakeBeta as one kernel (kernels/snake.py); the CPU engine stays all-torch
             self.codec.use_fused_kernels(
                 window_max=WINDOW_GEMM_MAX if codec_window_max is None else codec_window_max,
-                rope_kv=ROPE_KV_KERNEL if codec_rope_kv is None else codec_rope_kv)
+                rope_kv=ROPE_KV_KERNEL if codec_rope_kv is None else codec_rope_kv,
+                conv_windows=CONV_WINDOW_KERNEL if codec_conv_windows is None else codec_conv_windows)
         if prefill_stream is None:
             prefill_stream = on_cuda
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,
