@@ -13,6 +13,14 @@ from tts_engine.config import CONFIG_DIR, CodecConfig
 from tts_engine.model.codec_init import random_codec_decoder
 
 
+@pytest.fixture(autouse=True)
+def exact_fp32(monkeypatch):
+    """With a GPU these tests run on CUDA, where torch's fp32 convs (cuDNN) and matmuls may use TF32 (the
+    reference was 7e-4 off against a 2e-5 tolerance): fp32 for both sides here; on CPU it changes nothing."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+
+
 def _pair(name: str, device):
     cfg = CodecConfig.from_file(CONFIG_DIR / f"{name}.config.json")
     torch.manual_seed(0)
@@ -243,7 +251,7 @@ def test_the_rope_kv_kernel_decodes_like_the_reference(device, name, monkeypatch
     calls, kernel = [], codec_module.codec_rope_kv
     monkeypatch.setattr(codec_module, "codec_rope_kv", lambda *a, **k: calls.append(1) or kernel(*a, **k))
     window = cfg.decoder.sliding_window
-    codes = _codes(cfg, window + 4, batch=2)
+    codes = _codes(cfg, window + 4, batch=2).to(device)
     s_ref, s_fused = ref.new_state(2), fused.new_state(2)
     for a, b in ((0, 1), (1, 3), (3, window - 2), (window - 2, window + 4)):
         want, s_ref = ref.decode_chunk(codes[:, :, a:b], s_ref)
