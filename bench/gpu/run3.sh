@@ -27,6 +27,11 @@
 #                                                               stages with its `best` and with DRAWS (default 8,12,2)
 #   PART=gemvsweep ... bash bench/gpu/run3.sh                   bench.kernels --gemv-sweep (GEMV_BATCHES=1,4,...,
 #                                                               GEMV_SHAPES=cp|talker, GEMV_LIMIT seconds)
+#   PART=table ... bash bench/gpu/run3.sh                       issue 3's table in one bench.latency process (stages
+#                                                               at TABLE_BATCHES, the copy floor, prefill, host, the
+#                                                               codec per CODEC_VARIANTS, 100 socket requests)
+#   PART=kerneltests ... bash bench/gpu/run3.sh                 tests/kernels compiled on the card (KERNEL_TESTS_K: a
+#                                                               pytest -k expression)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
 # diagnostics after). Everything lands in $W and comes back as one tarball ($OUT takes at most 8
 # files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds, default start + 585)
@@ -191,6 +196,19 @@ part_draw() {  # the sampling kernel's launch: timed alone, then in the engine's
       --skip-reference --batches ${DRAW_BATCHES:-1,8,32,64} --draw $draw --out $W/latency-$draw.json > $W/latency-$draw.log 2>&1
     echo "latency $draw rc=$? $((SECONDS - t0)) s"; grep -E "^batch [0-9]+:" $W/latency-$draw.log | cut -c1-170
   done
+}
+
+part_table() {  # issue 3's table, one process (run 19's call 3), this script's environment (the server's wheels)
+  timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/latency.json --modes triton \
+    --batches ${TABLE_BATCHES:-1,8,32,64} --skip-codec-eager --skip-reference --requests 100 \
+    --codec-variants "${CODEC_VARIANTS:-bf16+fused}" > $W/latency.log 2>&1
+  echo "table rc=$? $((SECONDS - t0)) s"; grep -E "^batch (1|32):|^codec bf16|^socket" $W/latency.log | cut -c1-300
+}
+
+part_kerneltests() {  # every kernel's tests against its torch reference, compiled for the card
+  timeout $(left 5) python3 -m pytest -q tests/kernels ${KERNEL_TESTS_K:+-k "$KERNEL_TESTS_K"} -p no:cacheprovider \
+    > $W/kernel-tests.log 2>&1
+  echo "kernel tests rc=$? $((SECONDS - t0)) s"; tail -3 $W/kernel-tests.log | cut -c1-300
 }
 
 part_peers() {
