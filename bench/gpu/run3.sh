@@ -32,6 +32,8 @@
 #                                                               codec per CODEC_VARIANTS, 100 socket requests)
 #   PART=kerneltests ... bash bench/gpu/run3.sh                 tests/kernels compiled on the card (KERNEL_TESTS_K: a
 #                                                               pytest -k expression)
+#   PART=stepsweep ... bash bench/gpu/run3.sh                   bench.step_sweep: each product's launch inside its
+#                                                               batch-1 step (talker and code predictor)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
 # diagnostics after). Everything lands in $W and comes back as one tarball ($OUT takes at most 8
 # files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds, default start + 585)
@@ -209,6 +211,12 @@ part_kerneltests() {  # every kernel's tests against its torch reference, compil
   timeout $(left 5) python3 -m pytest -q tests/kernels ${KERNEL_TESTS_K:+-k "$KERNEL_TESTS_K"} -p no:cacheprovider \
     > $W/kernel-tests.log 2>&1
   echo "kernel tests rc=$? $((SECONDS - t0)) s"; tail -3 $W/kernel-tests.log | cut -c1-300
+}
+
+part_stepsweep() {  # each product's whole-row launch timed inside the talker step / code-predictor frame
+  timeout $(left 5) python3 -m bench.step_sweep --out $W/step-sweep.json --stages ${SWEEP_STAGES:-talker,cp} \
+    > $W/step-sweep.log 2>&1
+  echo "step sweep rc=$? $((SECONDS - t0)) s"; cut -c1-400 $W/step-sweep.log | tail -4
 }
 
 part_peers() {

@@ -1,0 +1,112 @@
+"""Each product's launch configuration swept inside its batch-1 step, not alone.
+
+Run 13's `bench.kernels --gemv-sweep` timed each product chained with itself, and its winners did not win
+in the step (a chain of different kernels overlaps differently under PDL: docs/perf-notes.md Version 10).
+Here every candidate is timed as the whole step it runs in: the talker's PDL step
+(`runner.talker_pdl_launch`) and the code predictor's frame (`code_predictor.PDL_LAUNCH`), by coordinate
+descent: each product in turn tries every candidate with the others held at their best so far, for
+`rounds` rounds; then today's table and the best are timed against each other, interleaved.
+
+    python -m bench.step_sweep --out step-sweep.json [--stages talker,cp] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+# Whole-row products under PDL: rows of w a program, warps a program.
+CANDIDATES = tuple(dict(block_n=bn, num_warps=w) for bn in (1, 2, 4, 8) for w in (2, 4, 8))
+
+
+def _key(cfg: dict) -> str:
+    return f"n{cfg['block_n']}w{cfg['num_warps']}"
+
+
+def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names: tuple[str, ...],
+                     candidates=CANDIDATES, rounds: int = 2) -> dict:
+    """measure(): the step's time with `table` as it is now (the caller's step reads it). Each of `names`
+    in turn is set to every candidate (merged into its entry) with the others at their best; it keeps
+    its fastest. A candidate that raises is reported, never kept. Leaves `table` at the best found.
+    -> {"start_ms", "best": {name: cfg}, "best_ms", "trials": [{"round", "product", "times"}]}"""
+    start = measure()
+    best_ms, trials = start, []
+    for r in range(rounds):
+        for name in names:
+            kept = dict(table[name])
+            times: dict[str, float | str] = {}
+            for cand in candidates:
+                table[name] = {**kept, **cand}
+                try:
+                    times[_key(cand)] = measure()
+                except Exception as exc:  # a launch that does not compile or fit: not a winner
+                    times[_key(cand)] = f"{type(exc).__name__}: {exc}"[:160]
+            timed = {k: v for k, v in times.items() if isinstance(v, float)}
+            winner = min(timed, key=timed.get) if timed else None
+            table[name] = {**kept, **next(c for c in candidates if _key(c) == winner)} if winner else kept
+            if winner:
+                best_ms = timed[winner]
+            trials.append({"round": r, "product": name, "times": times, "kept": _key(table[name])})
+    return {"start_ms": start, "best": {n: dict(table[n]) for n in names}, "best_ms": best_ms, "trials": trials}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.step_sweep")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--stages", default="talker,cp", help="talker (its PDL step), cp (the code predictor's frame)")
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args(argv)
+    import torch
+
+    import tts_engine.runtime.code_predictor as cp_module
+    from bench.cuda_timing import cuda_time_ms, graph_of
+    from bench.latency import _stage_fns
+    from tts_engine.checkpoint import random_model
+    from tts_engine.runtime.runner import ModelRunner
+    from tts_engine.sampling import SamplingParams
+
+    if not torch.cuda.is_available():
+        p.error("bench.step_sweep needs a CUDA device")
+    _, model = random_model("1.7b", torch.bfloat16, torch.device("cuda"))
+    runner = ModelRunner(model, max_slots=1, max_context=512, buckets=(1,))
+    if not (runner.talker_pdl and runner.code_predictor.uses_pdl(1)):
+        p.error("the batch-1 steps do not run with PDL on this device: nothing to sweep")
+    runner.k_cache.normal_()
+    runner.v_cache.normal_()
+    t_len = 22
+    runner.start_slot(0, SamplingParams(seed=0), 0, eos_allowed=True)
+    runner.prefill(0, torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16))
+    out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "candidates": len(CANDIDATES)}
+    with torch.inference_mode():
+        fns = _stage_fns(runner, 1, t_len)
+        stages = {"talker": ("talker_step", lambda table: setattr(runner, "talker_pdl_launch", table),
+                             dict(runner.talker_pdl_launch), ("qkv", "o", "gate_up", "down")),
+                  "cp": ("code_predictor_frame", lambda table: cp_module.PDL_LAUNCH.update(table),
+                         dict(cp_module.PDL_LAUNCH), ("qkv", "o", "gate_up", "down", "head"))}
+        for stage in args.stages.split(","):
+            fn_name, install, default, names = stages[stage]
+            table = {k: dict(v) for k, v in default.items()}
+            install(table)
+
+            def measure(fn_name=fn_name, table=table, install=install):
+                install(table)
+                return cuda_time_ms(graph_of(fns[fn_name]))
+            result = coordinate_sweep(measure, table, names, rounds=args.rounds)
+            pair = {"default": [], "best": []}  # interleaved, three rounds
+            for _ in range(3):
+                for label, t in (("default", default), ("best", result["best"])):
+                    install({**default, **t})
+                    pair[label].append(cuda_time_ms(graph_of(fns[fn_name])))
+            install(default)
+            result["interleaved_ms"] = pair
+            out[stage] = result
+            print(f"{stage}: start {result['start_ms']:.4f} best {result['best_ms']:.4f} ms {result['best']}; "
+                  f"interleaved {pair}", flush=True)
+    args.out.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

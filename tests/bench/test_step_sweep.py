@@ -1,0 +1,43 @@
+"""bench.step_sweep's coordinate descent on a synthetic step: each product keeps the candidate that makes
+the step fastest given the others, a candidate that raises is reported and never kept, and the table is
+left at the best found."""
+
+from __future__ import annotations
+
+from bench.step_sweep import CANDIDATES, coordinate_sweep
+
+
+def test_each_product_keeps_its_fastest_candidate_in_the_step():
+    table = {"qkv": dict(block_n=4, num_warps=4, pdl=True), "o": dict(block_n=2, num_warps=4, pdl=True)}
+    best = {"qkv": (2, 8), "o": (8, 2)}
+
+    def measure():  # ms: 1.0 at the best of both, more the further each product is from its best
+        cost = 1.0
+        for name, (n, w) in best.items():
+            cfg = table[name]
+            if cfg["block_n"] == 1 and name == "o":
+                raise RuntimeError("out of registers")
+            cost += 0.01 * (abs(cfg["block_n"] - n) + abs(cfg["num_warps"] - w))
+        return cost
+
+    result = coordinate_sweep(measure, table, ("qkv", "o"), rounds=2)
+    assert {k: (v["block_n"], v["num_warps"]) for k, v in table.items()} == best
+    assert all(cfg["pdl"] for cfg in table.values())  # the rest of each entry is kept
+    assert result["best_ms"] == 1.0 and result["start_ms"] > 1.0
+    assert len(result["trials"]) == 4 and all(len(t["times"]) == len(CANDIDATES) for t in result["trials"])
+    o_trials = [t for t in result["trials"] if t["product"] == "o"]
+    assert all(t["times"]["n1w2"].startswith("RuntimeError") for t in o_trials)
+
+
+def test_a_product_whose_every_candidate_fails_keeps_its_entry():
+    table = {"down": dict(block_n=2, num_warps=8)}
+    calls = []
+
+    def measure():
+        calls.append(dict(table["down"]))
+        if len(calls) > 1:
+            raise ValueError("no launch fits")
+        return 2.0
+
+    result = coordinate_sweep(measure, table, ("down",), rounds=1)
+    assert table["down"] == dict(block_n=2, num_warps=8) and result["best_ms"] == 2.0
