@@ -115,8 +115,9 @@ def test_bf16_codec_graphs_replay_to_eager(codec):
     assert all(torch.cat(p).isfinite().all() for p in pair.pcm if p)
 
 
-@pytest.mark.parametrize("fast", [{"window_max": 0}, {}, {"window_max": 1 << 40}, {"rope_kv": False}],
-                         ids=["cudnn-window", "default", "window-all", "torch-rope-kv"])
+@pytest.mark.parametrize("fast", [{"window_max": 0}, {}, {"window_max": 1 << 40}, {"rope_kv": False},
+                                  {"conv_windows": False}],
+                         ids=["cudnn-window", "default", "window-all", "torch-rope-kv", "torch-conv-window"])
 @pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
 def test_fused_codec_graphs_equal_the_all_torch_eager_decode(codec, tf32, fast):
     """The served codec (`use_fused_kernels`: Triton SnakeBeta, RMSNorm and SwiGLU, the projected
