@@ -122,7 +122,8 @@ def test_bf16_codec_graphs_replay_to_eager(codec):
 def test_fused_codec_graphs_equal_the_all_torch_eager_decode(codec, tf32, fast):
     """The served codec (`use_fused_kernels`: Triton SnakeBeta, RMSNorm and SwiGLU, the projected
     quantizer table, packed layers; the dense convs on cuDNN or as window GEMMs; RoPE and the K/V
-    window in one kernel) replayed from graphs against the all-torch eager runner."""
+    window in one kernel; each conv's input window in one kernel) replayed from graphs against the
+    all-torch eager runner, each fast path also with one of its kernels off."""
     fused = copy.deepcopy(codec).use_fused_kernels(**fast)
     graphs = CodecRunner(fused, 8, chunk_sizes=(1, 2), buckets=(1, 8), allow_tf32=tf32)
     eager = CodecRunner(codec, 8, use_graphs=False, allow_tf32=tf32)
