@@ -77,18 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budgets-mb", default="0,8,16,24,32,48", help="bytes a layer to prefetch, MB (0: the fork alone)")
     args = p.parse_args(argv)
     import tts_engine.runtime.runner as runner_module
-    from bench.latency import _stage_fns
+    from bench.latency import _stage_fns, prefill_every_slot
     from tts_engine.checkpoint import random_model
     from tts_engine.runtime.runner import ModelRunner
-    from tts_engine.sampling import SamplingParams
 
     _, model = random_model("1.7b", torch.bfloat16, torch.device("cuda"))
     runner = ModelRunner(model, max_slots=1, max_context=512, buckets=(1,))
-    runner.k_cache.normal_()
-    runner.v_cache.normal_()
     t_len = 22
-    runner.start_slot(0, SamplingParams(seed=0), 0, eos_allowed=True)
-    runner.prefill(0, torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16))
+    prefill_every_slot(runner, torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16))
     plain = runner_module.decoder_step_gemv
     out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     side = torch.cuda.Stream()

@@ -45,15 +45,22 @@ def bandwidth_tbs(gib: int = 4) -> float:
     return 2 * a.numel() * 2 / (ms * 1e-3) / 1e12
 
 
-def stage_times(runner, prompt_rows, batches) -> dict:
-    from tts_engine.kernels.backend import pdl_supported
+def prefill_every_slot(runner, prompt_rows) -> None:
+    """Every slot started (seeded by its index) and prefilled with prompt_rows [T, H]; the caches'
+    other cells random, so that no stage is timed on zeros."""
     from tts_engine.sampling import SamplingParams
 
-    runner.k_cache.normal_()  # no timing on zeros: cells past the prompts hold random values
+    runner.k_cache.normal_()
     runner.v_cache.normal_()
     for slot in range(runner.max_slots):
         runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
         runner.prefill(slot, prompt_rows)
+
+
+def stage_times(runner, prompt_rows, batches) -> dict:
+    from tts_engine.kernels.backend import pdl_supported
+
+    prefill_every_slot(runner, prompt_rows)
     out = {}
     t_len = prompt_rows.shape[0]
     with torch.inference_mode():

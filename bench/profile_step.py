@@ -89,26 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draw", metavar="WARPS,WINDOW[,WAYS]", help="every draw's launch (bench.sample_kernel's `best`)")
     args = p.parse_args(argv)
     from bench.cuda_timing import graph_of
-    from bench.latency import _stage_fns
+    from bench.latency import _stage_fns, prefill_every_slot
     from bench.sample_kernel import set_draw
     from tts_engine.checkpoint import random_model
     from tts_engine.kernels.backend import pdl_supported
     from tts_engine.runtime.options import MAX_PREFILL_MMA_ROWS
     from tts_engine.runtime.runner import ModelRunner
-    from tts_engine.sampling import SamplingParams
 
     if not torch.cuda.is_available():
         p.error("bench.profile_step needs a CUDA device")
     _, model = random_model("1.7b", torch.bfloat16, torch.device("cuda"))
     batches = [int(b) for b in args.batches.split(",")]
     runner = ModelRunner(model, max_slots=max(batches), max_context=256)
-    runner.k_cache.normal_()
-    runner.v_cache.normal_()
     t_len = 40
-    prompt = torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
-    for slot in range(runner.max_slots):
-        runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
-        runner.prefill(slot, prompt)
+    prefill_every_slot(runner, torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16))
     out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batches": batches,
                  "draw": set_draw(args.draw)}
     pdl = pdl_supported(runner.device)

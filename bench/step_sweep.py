@@ -62,10 +62,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import tts_engine.runtime.code_predictor as cp_module
     from bench.cuda_timing import cuda_time_ms, graph_of
-    from bench.latency import _stage_fns
+    from bench.latency import _stage_fns, prefill_every_slot
     from tts_engine.checkpoint import random_model
     from tts_engine.runtime.runner import ModelRunner
-    from tts_engine.sampling import SamplingParams
 
     if not torch.cuda.is_available():
         p.error("bench.step_sweep needs a CUDA device")
@@ -73,11 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     runner = ModelRunner(model, max_slots=1, max_context=512, buckets=(1,))
     if not (runner.talker_pdl and runner.code_predictor.uses_pdl(1)):
         p.error("the batch-1 steps do not run with PDL on this device: nothing to sweep")
-    runner.k_cache.normal_()
-    runner.v_cache.normal_()
     t_len = 22
-    runner.start_slot(0, SamplingParams(seed=0), 0, eos_allowed=True)
-    runner.prefill(0, torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16))
+    prefill_every_slot(runner, torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16))
     out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "candidates": len(CANDIDATES)}
     with torch.inference_mode():
         fns = _stage_fns(runner, 1, t_len)
