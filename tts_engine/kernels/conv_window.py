@@ -47,20 +47,26 @@ def _blocks(device: torch.device, c: int, t: int, n: int, min_t: int = 1) -> tup
     return block_c, block_t, block_n
 
 
-def conv_columns_ref(history: torch.Tensor, x: torch.Tensor, kernel_size: int, dilation: int) -> torch.Tensor:
-    """The codec's torch path: concatenate, shift the history, lay the input windows side by side."""
-    n = history.shape[-1]
-    xcat = torch.cat([history, x], dim=-1)  # [B, C, n + t]
-    history.copy_(xcat[..., -n:])
+def window_columns(xcat: torch.Tensor, kernel_size: int, dilation: int) -> torch.Tensor:
+    """xcat [B, C, n + t] (history first) -> [B, C * k, t]: row c * k + j = tap j of channel c, as a conv
+    weight's `view(C_out, C_in * k)` orders its columns; output tau reads position tau + j * dilation. One copy."""
     b, c, length = xcat.shape
+    n = (kernel_size - 1) * dilation
     taps = xcat.unfold(-1, n + 1, 1)[..., ::dilation]  # [B, C, t, k]: each output's receptive field
     return taps.transpose(2, 3).reshape(b, c * kernel_size, length - n)
 
 
 def conv_history_cat_ref(history: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The codec's torch path: cat(history, x), and the history shifted in place (state buffers keep
+    their addresses: CUDA graphs)."""
     xcat = torch.cat([history, x], dim=-1)  # [B, C, n + t]
     history.copy_(xcat[..., -history.shape[-1]:])
     return xcat
+
+
+def conv_columns_ref(history: torch.Tensor, x: torch.Tensor, kernel_size: int, dilation: int) -> torch.Tensor:
+    """The codec's torch path: concatenate, shift the history, lay the input windows side by side."""
+    return window_columns(conv_history_cat_ref(history, x), kernel_size, dilation)
 
 
 if HAVE_TRITON:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kernels.backend import runs_on
-from ..kernels.conv_window import conv_columns, conv_history_cat
+from ..kernels.conv_window import conv_columns, conv_history_cat, conv_history_cat_ref, window_columns
 from ..kernels.snake import residual_bias_add, snake_beta, snake_beta_ref
 
 
@@ -39,9 +39,10 @@ class CausalConv1d(nn.Module):
         self.history_len = (kernel_size - 1) * dilation
         self.slot = -1  # assigned by the owning decoder when history_len > 0
         # Fast path (CodecDecoder.use_fused_kernels): a pointwise conv as one batched GEMM on the
-        # channels-first activations, where cuDNN converted each input to NHWC first; a wider (dense)
-        # conv too while its input windows laid side by side (`_columns`) hold at most
-        # `window_gemm_max` elements (0: never), past which copying them costs more than cuDNN.
+        # channels-first activations, where cuDNN converted each input to NHWC first (29 of a small
+        # call's kernels, ~9 us each); a wider (dense) conv too while its input windows laid side by
+        # side (`window_columns`: k times the input) hold at most `window_gemm_max` elements (0:
+        # never), past which copying them costs more than cuDNN.
         self.as_gemm = False
         self.window_gemm_max = 0
         # Fast path, streaming: the concatenation, history shift and (for a window GEMM) the columns as
@@ -55,40 +56,24 @@ class CausalConv1d(nn.Module):
         b, _, t = x.shape
         window_gemm = self.as_gemm and c.groups == 1 and (
             n == 0 or b * c.in_channels * c.kernel_size[0] * t <= self.window_gemm_max)
-        if n > 0 and cache is not None and self.window_kernel and runs_on(x.device):
-            # The fast path's stream: concatenation, history shift (and the GEMM's columns) in one launch.
-            history = cache.history[self.slot]
-            if window_gemm:
-                return self._gemm(conv_columns(history, x, c.kernel_size[0], c.dilation[0]), bias)
-            x = conv_history_cat(history, x)
-        elif n > 0 and cache is None:
+        if n > 0 and cache is None:
             x = F.pad(x, (n, 0))
         elif n > 0:
             history = cache.history[self.slot]
-            x = torch.cat([history, x], dim=-1)  # [B, C, n + t]
-            history.copy_(x[..., -n:])  # in place: state buffers keep their addresses (CUDA graphs)
+            # The fast path's stream: concatenation, history shift (and the GEMM's columns) in one launch.
+            kernel = self.window_kernel and runs_on(x.device)
+            if kernel and window_gemm:
+                return self._gemm(conv_columns(history, x, c.kernel_size[0], c.dilation[0]), bias)
+            x = (conv_history_cat if kernel else conv_history_cat_ref)(history, x)  # [B, C, n + t]
         if window_gemm:
-            return self._gemm(self._columns(x), bias)
+            return self._gemm(x if n == 0 else window_columns(x, c.kernel_size[0], c.dilation[0]), bias)
         return F.conv1d(x, c.weight, c.bias if bias else None, c.stride, c.padding, c.dilation, c.groups)
 
     def _gemm(self, columns: torch.Tensor, bias: bool) -> torch.Tensor:
-        """columns [B, C_in * k, t] (`_columns`) -> the conv's output [B, C_out, t]."""
+        """columns [B, C_in * k, t] (`window_columns`) -> the conv's output [B, C_out, t]."""
         c = self.conv
         y = torch.matmul(c.weight.view(c.out_channels, -1), columns)
         return y + c.bias[:, None] if bias else y
-
-    def _columns(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, C_in, n + t] (history first) -> [B, C_in * k, t], row c * k + j = tap j of channel c,
-        as `weight.view(C_out, C_in * k)` orders its columns; one copy (none for a pointwise conv).
-        Output tau reads inputs tau + j * dilation. cuDNN converts each input to NHWC first (29 of a
-        small call's kernels, ~9 us each); this copy is k times the input, cheaper only while small."""
-        n = self.history_len
-        if n == 0:
-            return x
-        b, c_in, length = x.shape
-        k, d = self.conv.kernel_size[0], self.conv.dilation[0]
-        taps = x.unfold(-1, n + 1, 1)[..., ::d]  # [B, C_in, t, k]: each output's receptive field
-        return taps.transpose(2, 3).reshape(b, c_in * k, length - n)
 
 
 class CausalConvTranspose1d(nn.Module):
@@ -140,9 +125,7 @@ class CausalConvTranspose1d(nn.Module):
         m = self.history_len
         if cache is None or m == 0:
             return self.conv(x)[..., :out_len].contiguous()
-        history = cache.history[self.slot]
-        x = torch.cat([history, x], dim=-1)  # [B, C, m + t]
-        history.copy_(x[..., -m:])
+        x = conv_history_cat_ref(cache.history[self.slot], x)  # [B, C, m + t]
         skip = m * self.stride  # outputs that belong to the previous chunk, already emitted
         return self.conv(x)[..., skip : skip + out_len].contiguous()
 
@@ -152,12 +135,9 @@ class CausalConvTranspose1d(nn.Module):
         m = self.history_len
         if m and cache is None:
             x = F.pad(x, (m, 0))  # the reference's zero history
-        elif m and self.window_kernel and runs_on(x.device):
-            x = conv_history_cat(cache.history[self.slot], x)  # [B, C_in, m + t], the history shifted: one launch
-        elif m:
-            history = cache.history[self.slot]
-            x = torch.cat([history, x], dim=-1)  # [B, C_in, m + t]
-            history.copy_(x[..., -m:])
+        elif m:  # [B, C_in, m + t], the history shifted (one launch with the window kernel)
+            window = conv_history_cat if self.window_kernel and runs_on(x.device) else conv_history_cat_ref
+            x = window(cache.history[self.slot], x)
         # Each output frame's m + 1 input frames side by side: [B, t, (m + 1) * C_in], one copy.
         frames = x.unfold(-1, m + 1, 1).permute(0, 2, 3, 1).reshape(b, t, (m + 1) * c_in)
         y = F.linear(frames, self.gemm_weight, self.gemm_bias)  # [B, t, C_out * stride]
