@@ -189,3 +189,29 @@ def test_verify_graphs_drops_graphs_that_disagree_with_eager_and_restores_scratc
     assert errors[(1, 1)] == 0.0 and errors[(2, 2)] == pytest.approx(0.5)
     assert set(runner.graphs) == {(1, 1)}
     assert all(_same(_snapshot(runner, slot), snap) for slot, snap in enumerate(before))
+
+
+def test_the_served_codec_takes_only_the_options_given():
+    """`served_codec`: precision None is bf16 on CUDA and fp32 on CPU; on CUDA the fast path with the
+    options given and the others at `use_fused_kernels`' defaults; the CPU engine's codec stays all-torch."""
+    import copy
+
+    from tts_engine.model.codec import WINDOW_GEMM_MAX
+    from tts_engine.model.codec_blocks import CausalConv1d
+    from tts_engine.runtime.codec_runner import served_codec
+
+    cfg = CodecConfig.from_file(CONFIG_DIR / "tiny-speech_tokenizer.config.json")
+    codec = random_codec_decoder(cfg).eval()
+    cpu, precision = served_codec(copy.deepcopy(codec), False, None, window_max=7, rope_kv=None)
+    assert precision == "fp32" and next(cpu.parameters()).dtype == torch.float32
+    assert cpu.pre_transformer.fused is None and not cpu.pre_transformer.rope_kv_kernel
+    cuda, precision = served_codec(copy.deepcopy(codec), True, None, window_max=None, rope_kv=False,
+                                   conv_windows=None)
+    assert precision == "bf16" and next(cuda.parameters()).dtype == torch.bfloat16
+    convs = [m for m in cuda.modules() if isinstance(m, CausalConv1d)]
+    assert cuda.pre_transformer.fused is not None and not cuda.pre_transformer.rope_kv_kernel
+    assert all(m.window_gemm_max == WINDOW_GEMM_MAX and m.window_kernel for m in convs)
+    assert not any(m.as_gemm or m.window_gemm_max for m in cpu.modules() if isinstance(m, CausalConv1d))
+    tf32, precision = served_codec(copy.deepcopy(codec), True, "tf32", window_max=0)
+    assert precision == "tf32" and next(tf32.parameters()).dtype == torch.float32
+    assert all(m.as_gemm and m.window_gemm_max == 0 for m in tf32.modules() if isinstance(m, CausalConv1d))

@@ -30,9 +30,8 @@ from pathlib import Path
 import torch
 
 from ..loading import load_checkpoint
-from ..model.codec import CONV_WINDOW_KERNEL, ROPE_KV_KERNEL, WINDOW_GEMM_MAX
 from ..prompt import resolve_voice
-from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner
+from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner, served_codec
 from ..runtime.options import FastPathOptions
 from ..runtime.runner import ModelRunner
 from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
@@ -93,7 +92,7 @@ class StreamingEngine:
         first_audio_yield_s: after a stream's first audio, the engine thread hands it to the event loop
         at once and sleeps this long, so that the loop can write it out (engine/delivery.py); 0: off.
         codec_window_max (CUDA): the codec's dense convs as GEMMs over their input windows while those
-        hold at most this many elements, cuDNN past it; 0: cuDNN; None: model/codec.py WINDOW_GEMM_MAX.
+        hold at most this many elements, cuDNN past it; 0: cuDNN; None: `use_fused_kernels`' default (WINDOW_GEMM_MAX).
         codec_rope_kv (CUDA): the codec window transformer's RoPE and K/V window as one kernel a layer;
         None: model/codec.py ROPE_KV_KERNEL. codec_conv_windows (CUDA): each streaming conv's input window
         in one kernel (kernels/conv_window.py); None: model/codec.py CONV_WINDOW_KERNEL."""
@@ -113,15 +112,10 @@ class StreamingEngine:
             dtype = torch.bfloat16 if on_cuda else torch.float32
         ckpt = load_checkpoint(model_dir, device=self.device, dtype=dtype)
         self.path, self.model_config, self.defaults = ckpt.path, ckpt.cfg, ckpt.defaults
-        self.tokenizer, self.codec = ckpt.tokenizer, ckpt.codec
-        self.codec_precision = codec_precision or ("bf16" if on_cuda else "fp32")
-        if self.codec_precision == "bf16":
-            self.codec = self.codec.to(torch.bfloat16)
-        if on_cuda:  # SnakeBeta as one kernel (kernels/snake.py); the CPU engine stays all-torch
-            self.codec.use_fused_kernels(
-                window_max=WINDOW_GEMM_MAX if codec_window_max is None else codec_window_max,
-                rope_kv=ROPE_KV_KERNEL if codec_rope_kv is None else codec_rope_kv,
-                conv_windows=CONV_WINDOW_KERNEL if codec_conv_windows is None else codec_conv_windows)
+        self.tokenizer = ckpt.tokenizer
+        self.codec, self.codec_precision = served_codec(ckpt.codec, on_cuda, codec_precision,
+                                                        window_max=codec_window_max, rope_kv=codec_rope_kv,
+                                                        conv_windows=codec_conv_windows)
         if prefill_stream is None:
             prefill_stream = on_cuda
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,

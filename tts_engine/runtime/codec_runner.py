@@ -43,6 +43,19 @@ BUCKETS = (1, 2, 4, 8, 16, 32)
 CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
+def served_codec(codec: CodecDecoder, on_cuda: bool, precision: str | None,
+                 **fast: int | bool | None) -> tuple[CodecDecoder, str]:
+    """The codec as the engine serves it, and its precision: None is bf16 on CUDA, fp32 on CPU; bf16
+    casts the weights. On CUDA its fast path (`use_fused_kernels`, with those of `fast`'s keywords that
+    are not None; the rest at their defaults); the CPU engine stays all-torch."""
+    precision = precision or ("bf16" if on_cuda else "fp32")
+    if precision == "bf16":
+        codec = codec.to(torch.bfloat16)
+    if on_cuda:
+        codec.use_fused_kernels(**{k: v for k, v in fast.items() if v is not None})
+    return codec, precision
+
+
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
