@@ -9,7 +9,7 @@ import copy
 import torch
 
 from bench.cuda_timing import cuda_time_ms, graph_of
-from tts_engine.runtime.codec_runner import cuda_numerics
+from tts_engine.runtime.codec_runner import cuda_numerics, served_codec
 
 
 def incremental_chunk(codec, b: int, t: int):
@@ -112,10 +112,7 @@ def codec_profile(codec, b: int = 8, t: int = 12, precision: str = "bf16", **fas
     by default, or tf32), from the torch profiler. fast_path: use_fused_kernels' keywords."""
     from torch.profiler import ProfilerActivity, profile
 
-    codec = copy.deepcopy(codec)
-    if precision == "bf16":
-        codec = codec.to(torch.bfloat16)
-    codec.use_fused_kernels(**fast_path)
+    codec, _ = served_codec(copy.deepcopy(codec), True, precision, **fast_path)
     with torch.inference_mode(), cuda_numerics(precision == "tf32"):
         state = codec.new_state(b)
         codes = torch.randint(0, 2048, (b, 16, t), device="cuda")
