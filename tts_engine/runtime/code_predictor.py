@@ -64,11 +64,14 @@ MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps
 # the next product stream in while the current one finishes, as a persistent kernel would overlap
 # them. Run 10: code-predictor frame 1.82 ms against 2.42; its GPU test (tests/gpu/test_triton_path_gpu.py)
 # gives the codes of the same kernels launched without PDL.
+# The table: run 20's `bench.step_sweep` (each product's candidates timed as the whole batch-1 frame, the
+# others at their best; bench/results/run20-h200/call1): 1.705 ms a frame with run 10's table
+# (o n2 w4, gate/up n4 w4, down n2 w8, head n4 w4), 1.590 with this one, three interleaved pairs.
 PDL_ROWS = 2
 _PDL = dict(whole_rows=True, pdl=True)
-PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL), "o": dict(block_n=2, num_warps=4, **_PDL),
-              "gate_up": dict(block_n=4, num_warps=4, **_PDL), "down": dict(block_n=2, num_warps=8, **_PDL),
-              "head": dict(block_n=4, num_warps=4, **_PDL)}
+PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL), "o": dict(block_n=4, num_warps=4, **_PDL),
+              "gate_up": dict(block_n=4, num_warps=2, **_PDL), "down": dict(block_n=4, num_warps=4, **_PDL),
+              "head": dict(block_n=2, num_warps=8, **_PDL)}
 
 
 def attention_warps(rows: int, pdl: bool) -> int:
