@@ -91,3 +91,67 @@ def test_cp_qk_attention_refuses_positions_past_the_cache(device):
     cos = torch.zeros(16, 8, device=device)
     with pytest.raises(ValueError, match="fit"):
         cp_qk_attention(qkv, w, w, cos, cos, k, k.clone(), 15, 2, 1e-6, 1, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hq,hkv,b,t,start,block_n", [(4, 2, 1, 2, 0, 4), (4, 2, 2, 1, 5, 8), (3, 1, 1, 1, 15, 16),
+                                                       (4, 4, 4, 1, 2, 4), (2, 1, 2, 2, 7, 2)])
+def test_cp_qkv_attention_equals_product_then_attention(device, dtype, hq, hkv, b, t, start, block_n):
+    """The qkv product and the attention in one launch (the last program of a kv head attends): the
+    product's output, the K/V stored and the attention equal the two kernels it replaces (gemv's
+    whole-row program, cp_qk_attention at the same warps) bit for bit, and the torch reference within
+    rounding; the counts are left zero, so a second call (a graph replay) gives the same."""
+    from tts_engine.kernels.cp_attention import cp_qkv_attention, cp_qkv_attention_ref
+    from tts_engine.kernels.gemv import gemv
+
+    g = torch.Generator().manual_seed(1000 * start + 100 * b + 10 * t + block_n)
+    d, positions, h = 16, 16, 48
+    to = dict(device=device, dtype=dtype)
+    n_qkv = (hq + 2 * hkv) * d
+    x = (torch.randn(b * t, h, generator=g) * 3).to(**to)
+    w = (torch.randn(n_qkv, h, generator=g) / h ** 0.5).to(**to)
+    ln = (torch.rand(h, generator=g) + 0.5).to(**to)
+    q_norm, k_norm = ((torch.randn(d, generator=g) + 1).to(**to) for _ in range(2))
+    cos, sin = _tables(positions, d, dtype, device)
+    cache = torch.randn(b + 1, hkv, positions, d, generator=g)
+    cache[:, :, start + t:] = math.nan
+    cache[b:] = math.nan
+    caches = {name: (cache.to(**to), (cache * 0.5).to(**to)) for name in ("fused", "kernels")}
+    caches["ref"] = tuple(c.nan_to_num(s) for c, s in zip(caches["fused"], (1e4, -1e4)))
+    counts = torch.zeros(hkv + 1, dtype=torch.int32, device=device)
+    qkv_out = torch.full((b * t, n_qkv), math.nan, **to)
+    args = (q_norm, k_norm, cos, sin)
+    got = cp_qkv_attention(x, w, ln, *args, *caches["fused"], start, t, 1e-6, hq, hkv, counts, block_n=block_n,
+                           qkv_out=qkv_out)
+    assert torch.equal(counts, torch.zeros_like(counts)), "counts not left zero"
+    qkv = gemv(x, w, norm=(ln, 1e-6), block_n=block_n, num_warps=4, whole_rows=True)
+    assert torch.equal(qkv_out, qkv), "the product differs from gemv's whole-row program"
+    unfused = cp_qk_attention(qkv, *args, *caches["kernels"], start, t, 1e-6, hq, hkv, num_warps=4)
+    assert got.shape == (b * t, hq, d) and got.dtype == dtype and torch.isfinite(got).all(), "outputs not written"
+    assert torch.equal(got, unfused)
+    for i in range(2):
+        assert torch.equal(caches["fused"][i].nan_to_num(7.0), caches["kernels"][i].nan_to_num(7.0)), "caches differ"
+    want = cp_qkv_attention_ref(x.float(), w.float(), ln.float(), *(a.float() for a in args),
+                                *(c.float() for c in caches["ref"]), start, t, 1e-6, hq, hkv)
+    tol = 2e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
+    again = cp_qkv_attention(x, w, ln, *args, *caches["fused"], start, t, 1e-6, hq, hkv, counts, block_n=block_n)
+    assert torch.equal(again, got)
+
+
+def test_cp_qkv_attention_refuses_what_it_cannot_hold(device):
+    from tts_engine.kernels.cp_attention import cp_qkv_attention
+
+    d, h = 16, 32
+    x, w = torch.zeros(1, h, device=device), torch.zeros(3 * d, h, device=device)
+    ln, nw = torch.ones(h, device=device), torch.ones(d, device=device)
+    cos = torch.zeros(16, d, device=device)
+    k = torch.zeros(2, 1, 16, d, device=device)
+    counts = torch.zeros(1, dtype=torch.int32, device=device)
+    call = (x, w, ln, nw, nw, cos, cos, k, k.clone(), 3, 1, 1e-6, 1, 1)
+    with pytest.raises(ValueError, match="block_n"):
+        cp_qkv_attention(*call, counts, block_n=32)
+    with pytest.raises(ValueError, match="counts"):
+        cp_qkv_attention(*call, counts.long())
+    with pytest.raises(ValueError, match="rows"):
+        cp_qkv_attention(torch.zeros(5, h, device=device), *call[1:], counts)
