@@ -86,12 +86,8 @@ def stage_times(runner, prompt_rows, batches) -> dict:
 def cp_attention_times(runner, out: dict, t_len: int) -> dict:
     """The code predictor's q/k norm + RoPE in its attention's launch or in one of its own, at each batch
     of `out`: the other setting of `fused_attention` ("cpunfused" / "cpfused") where its passes run
-    without PDL, of `fused_attention_pdl` ("cpfusedpdl" / "cpunfusedpdl") where with PDL; the fused
-    kernel with 1, 2, 4 and 8 warps a program ("cpfused_w<n>", fused where it is not); and where its
-    one-position passes take it, the qkv product and attention in one launch against two, interleaved
-    ("cphandoff_on" / "cphandoff_off", `qkv_handoff`)."""
-    from tts_engine.kernels.cp_attention import MAX_HANDOFF_ROWS
-
+    without PDL, of `fused_attention_pdl` ("cpfusedpdl" / "cpunfusedpdl") where with PDL; and the fused
+    kernel with 1, 2, 4 and 8 warps a program ("cpfused_w<n>", fused where it is not)."""
     cp = runner.code_predictor
     stages = ("code_predictor_frame", "frame_step")
     for b in out:
@@ -104,23 +100,7 @@ def cp_attention_times(runner, out: dict, t_len: int) -> dict:
         out[b] |= _variant_times(name, cp, {key: not getattr(cp, key)}, fns)
         for warps in (1, 2, 4, 8):
             out[b] |= _variant_times(f"cpfused_w{warps}", cp, {key: True, "fused_attention_warps": warps}, fns)
-        if b <= min(cp.gemv_rows, MAX_HANDOFF_ROWS):
-            out[b] |= _interleaved("cphandoff", cp, {"qkv_handoff": True}, {"qkv_handoff": False}, fns)
         print(f"batch {b}, the code predictor's attention: {out[b]}", flush=True)
-    return out
-
-
-def _interleaved(name: str, obj, on: dict, off: dict, fns: dict, rounds: int = 3) -> dict:
-    """obj's attributes `on` against `off`, each stage's graph timed in turn `rounds` times (a pair a
-    round, so that drift falls on both) -> `<stage>_<name>_on_ms` / `_off_ms` lists, or `<name>_error`."""
-    out: dict = {}
-    for _ in range(rounds):
-        for label, settings in (("off", off), ("on", on)):
-            got = _variant_times(f"{name}_{label}", obj, settings, fns)
-            if f"{name}_{label}_error" in got:
-                return got
-            for k, v in got.items():
-                out.setdefault(k, []).append(v)
     return out
 
 

@@ -138,9 +138,6 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-fused-attention", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's q/k norm, RoPE and K/V store in its attention kernel, one launch "
                         "(default: on; CUDA)")
-    p.add_argument("--cp-qkv-handoff", action=argparse.BooleanOptionalAction, default=None,
-                   help="the code predictor's 1-2 row passes with the qkv product and the attention in one launch, "
-                        "the last product program of a kv head attending (default: off; CUDA)")
     p.add_argument("--attention-version", type=int, choices=[2, 3], default=None,
                    help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products "
                         "(default 3; CUDA)")

@@ -126,23 +126,18 @@ def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
 
 def test_the_code_predictors_attention_variants_toggle_the_setting_its_batch_uses(monkeypatch):
     """At a batch whose passes run with PDL the PDL passes' setting is toggled, elsewhere the other; the
-    fused kernel with 1, 2, 4 and 8 warps at each; the qkv hand-off on and off in turn, three pairs, where
-    the batch's passes take it (batch 1, not 8); every setting restored."""
+    fused kernel with 1, 2, 4 and 8 warps at each; every setting restored."""
     _timed(monkeypatch)
     runner = _Runner(gemv_rows=2)
     cp = runner.code_predictor
-    cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps, cp.qkv_handoff = True, False, 4, False
+    cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps = True, False, 4
     cp.uses_pdl = lambda rows: rows <= 2
-    seen, handoff = [], []
-    cp.predict = lambda *a, **k: (seen.append((cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps)),
-                                  handoff.append(cp.qkv_handoff))
+    seen = []
+    cp.predict = lambda *a, **k: seen.append((cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps))
     out = latency.cp_attention_times(runner, {1: {}, 8: {}}, 11)
     names = ("cp{}", "cpfused_w1", "cpfused_w2", "cpfused_w4", "cpfused_w8")
-    stages = ("code_predictor_frame", "frame_step")
-    pairs = {f"{stage}_cphandoff_{label}_ms" for stage in stages for label in ("on", "off")}
-    assert set(out[1]) == {f"{stage}_{n.format('fusedpdl')}_ms" for stage in stages for n in names} | pairs
-    assert all(len(out[1][k]) == 3 for k in pairs)
-    assert handoff[-6:] == [False, True] * 3 and not cp.qkv_handoff  # off, on (the stub frame step has no pass)
+    assert set(out[1]) == {f"{stage}_{n.format('fusedpdl')}_ms" for stage in ("code_predictor_frame", "frame_step")
+                           for n in names}
     assert set(out[8]) == {f"{stage}_{n.format('unfused')}_ms" for stage in ("code_predictor_frame", "frame_step")
                            for n in names}
     assert (True, True, 4) in seen and (False, False, 4) in seen  # batch 1 fused with PDL; batch 8 unfused

@@ -168,44 +168,6 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused):
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
 
 
-@pytest.mark.parametrize("b,pdl", [(1, True), (2, True), (1, False), (2, False)])
-def test_code_predictor_qkv_handoff_gives_the_codes_without(runners, b, pdl, monkeypatch):
-    """The qkv product and the attention in one launch (`cp_qkv_attention`: the last program of a kv
-    head attends, after an atomic count) against the same product (whole rows, the same block_n and
-    warps) and the fused attention (the same warps) as two launches, with and without PDL, captured in a
-    graph as the engine runs it: the same arithmetic, so a difference is the last program reading
-    another's output before it is visible, or a count not left at zero (a replay would then differ)."""
-    from tts_engine.runtime import code_predictor
-    from tts_engine.runtime.sampler import GENERAL
-
-    cfg, (fast, _) = runners
-    cp = fast.code_predictor
-    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
-    c0 = torch.tensor([17, 1500][:b], device="cuda")
-    frames = torch.tensor([3, 9][:b], device="cuda")
-    rows = fast.rows.gather(torch.arange(b, device="cuda"))
-    qkv = dict(code_predictor.QKV_HANDOFF_LAUNCH, whole_rows=True, pdl=pdl)
-    table = {name: {**c, "pdl": pdl, "whole_rows": True} for name, c in code_predictor.PDL_LAUNCH.items()}
-    table["qkv"] = qkv
-    monkeypatch.setitem(code_predictor.PDL_LAUNCH, "qkv", qkv)
-    monkeypatch.setattr(cp, "pdl", pdl)
-    monkeypatch.setattr(cp, "gemv_launch", table)
-    monkeypatch.setattr(cp, "fused_attention_warps", qkv["num_warps"])
-    monkeypatch.setattr(cp, "fused_attention", True)
-    monkeypatch.setattr(cp, "fused_attention_pdl", True)
-    codes = {}
-    with torch.inference_mode():
-        for handoff in (False, True):
-            monkeypatch.setattr(cp, "qkv_handoff", handoff)
-            codes[handoff] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL))
-    assert len(torch.cat(codes[False]).unique()) > 1
-    assert torch.equal(cp.handoff_counts, torch.zeros_like(cp.handoff_counts)), "counts not left zero"
-    differ = [i for i, got in enumerate(codes[True]) if not torch.equal(got, codes[True][0])]
-    assert not differ, f"replays {differ} with the hand-off differ from the first: a race"
-    assert torch.equal(codes[True][0], codes[False][0]), (
-        f"codes {codes[True][0].tolist()} with the hand-off, {codes[False][0].tolist()} without")
-
-
 @pytest.mark.parametrize("b,attention,table,early", [(1, 3, "whole_rows", False), (2, 2, "whole_rows", False),
                                                      (1, 3, "mixed", False), (1, 3, "whole_rows", True),
                                                      (2, 3, "whole_rows", True)])

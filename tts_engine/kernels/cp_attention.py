@@ -39,9 +39,6 @@ if HAVE_TRITON:
     from .qk_norm_rope import norm_rope_rows
 
 LOG2E = 1.4426950408889634
-# Token rows `cp_qkv_attention` takes: the product holds them in registers, its last programs attend for
-# each (the code predictor's PDL passes: 1-2 rows).
-MAX_HANDOFF_ROWS = 4
 
 
 def cp_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: int) -> torch.Tensor:
@@ -122,31 +119,28 @@ def cp_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: 
 if HAVE_TRITON:
 
     @triton.jit
-    def _earlier_kv(k_ptr, v_ptr, cache, start, s_pos, D: tl.constexpr, BLOCK_P: tl.constexpr):
-        """A (row, kv head)'s cached keys and values of positions 0 .. start - 1 (cache: its offset) ->
-        [BLOCK_P, D] fp32 each, zero past them."""
-        d = tl.arange(0, D)
-        pos = tl.arange(0, BLOCK_P)
-        earlier = pos < start
-        kv_off = cache + pos[:, None] * s_pos + d[None, :]
-        keys = tl.load(k_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)
-        values = tl.load(v_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)
-        return keys, values
-
-    @triton.jit
-    def _qk_attend(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, out_ptr, keys, values, row, kvh, cache,
-                   start, eps, scale, s_qkv, s_pos, so_tok, so_h, T: tl.constexpr, HQ: tl.constexpr,
-                   HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr,
-                   BLOCK_P: tl.constexpr):
-        """Row `row`'s T tokens for kv head `kvh` from their qkv rows: the new keys (normed, rotated) and
-        values into the cache at start .. start + T - 1 and into `keys` / `values` (the earlier
-        positions', `_earlier_kv`), then the GROUP query heads' attention, stored to out."""
+    def _cp_qk_attention_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, out_ptr, start, eps, scale,
+                                s_qkv, s_row, s_head, s_pos, so_tok, so_h,
+                                T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
+                                GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        kvh = tl.program_id(1)
         dt = qkv_ptr.dtype.element_ty
         d = tl.arange(0, D)
         g = tl.arange(0, GROUP_P)
         g_ok = g < GROUP
         heads = kvh * GROUP + g
+        cache = row * s_row + kvh * s_head
         pos = tl.arange(0, BLOCK_P)
+        # The cache's earlier positions were written by earlier passes, not by the kernel before this
+        # one: with PDL they are read before the wait, while the qkv product finishes.
+        earlier = pos < start
+        kv_off = cache + pos[:, None] * s_pos + d[None, :]
+        keys = tl.load(k_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)  # [BLOCK_P, D]
+        values = tl.load(v_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
         rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
         # The new tokens' keys (normed, rotated) and values: into the cache for later passes, and into
         # this program's copy of it, which the queries below read.
@@ -171,26 +165,16 @@ if HAVE_TRITON:
             tl.store(out_ptr + (row * T + t) * so_tok + heads[:, None] * so_h + d[None, :], out.to(dt),
                      mask=g_ok[:, None])
 
-    @triton.jit
-    def _cp_qk_attention_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, out_ptr, start, eps, scale,
-                                s_qkv, s_row, s_head, s_pos, so_tok, so_h,
-                                T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
-                                GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        kvh = tl.program_id(1)
-        cache = row * s_row + kvh * s_head
-        # The cache's earlier positions were written by earlier passes, not by the kernel before this
-        # one: with PDL they are read before the wait, while the qkv product finishes.
-        keys, values = _earlier_kv(k_ptr, v_ptr, cache, start, s_pos, D, BLOCK_P)
-        if PDL:
-            gdc_wait()
-            gdc_launch_dependents()
-        _qk_attend(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, out_ptr, keys, values, row, kvh, cache,
-                   start, eps, scale, s_qkv, s_pos, so_tok, so_h, T, HQ, HKV, GROUP, GROUP_P, D, BLOCK_P)
 
-
-def _check_qk_attention(qkv, q_norm, cos, k_cache, v_cache, start: int, t: int, num_heads: int, num_kv_heads: int):
-    n, d, p = qkv.shape[0], q_norm.shape[0], k_cache.shape[2]
+def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,
+                    num_heads: int, num_kv_heads: int, pdl: bool = False, num_warps: int = 4) -> torch.Tensor:
+    """qkv [B T, (Hq + 2 Hkv) D] of B rows' tokens at positions start .. start + t - 1; caches [R, Hkv, P, D]
+    (R >= B) -> attention output [B T, Hq, D], the new K/V stored at rows 0 .. B-1 of the caches."""
+    if not HAVE_TRITON:
+        return cp_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start, t, eps, num_heads,
+                                   num_kv_heads)
+    n, d = qkv.shape[0], q_norm.shape[0]
+    p = k_cache.shape[2]
     if n % t or start < 0 or start + t > p or n // t > k_cache.shape[0]:
         raise ValueError(f"{n} tokens at positions {start}..{start + t - 1}, {t} a row, do not fit a cache of "
                          f"{tuple(k_cache.shape)}")
@@ -202,17 +186,6 @@ def _check_qk_attention(qkv, q_norm, cos, k_cache, v_cache, start: int, t: int, 
         raise ValueError(f"need Hq a multiple of Hkv and a power-of-two head dim, got {num_heads}, {num_kv_heads}, {d}")
     if not (qkv.dtype == k_cache.dtype == cos.dtype == q_norm.dtype):
         raise ValueError("qkv, caches, RoPE tables and norm weights must share one dtype")
-
-
-def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,
-                    num_heads: int, num_kv_heads: int, pdl: bool = False, num_warps: int = 4) -> torch.Tensor:
-    """qkv [B T, (Hq + 2 Hkv) D] of B rows' tokens at positions start .. start + t - 1; caches [R, Hkv, P, D]
-    (R >= B) -> attention output [B T, Hq, D], the new K/V stored at rows 0 .. B-1 of the caches."""
-    if not HAVE_TRITON:
-        return cp_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start, t, eps, num_heads,
-                                   num_kv_heads)
-    _check_qk_attention(qkv, q_norm, cos, k_cache, v_cache, start, t, num_heads, num_kv_heads)
-    n, d, p = qkv.shape[0], q_norm.shape[0], k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty(n, num_heads, d, device=qkv.device, dtype=qkv.dtype)
     _cp_qk_attention_kernel[(n // t, num_kv_heads)](
@@ -220,90 +193,4 @@ def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int,
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1),
         T=t, HQ=num_heads, HKV=num_kv_heads, GROUP=group, GROUP_P=next_pow2(group), D=d, BLOCK_P=next_pow2(p),
         num_warps=num_warps, PDL=pdl, **pdl_launch(pdl))
-    return out
-
-
-def cp_qkv_attention_ref(x, w_qkv, ln, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,
-                         num_heads: int, num_kv_heads: int) -> torch.Tensor:
-    from .gemv import gemv_ref
-
-    return cp_qk_attention_ref(gemv_ref(x, w_qkv, norm=(ln, eps)), q_norm, k_norm, cos, sin, k_cache, v_cache, start,
-                               t, eps, num_heads, num_kv_heads)
-
-
-if HAVE_TRITON:
-    from .gemv import gemv_rows_program
-
-    @triton.jit
-    def _cp_qkv_attention_kernel(x_ptr, w_ptr, ln_ptr, qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, out_ptr,
-                                 count_ptr, m, k, s_x, s_w, eps, start, scale, s_row, s_head, s_pos, so_tok, so_h,
-                                 M_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, T: tl.constexpr,
-                                 HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_P: tl.constexpr,
-                                 D: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
-        pid = tl.program_id(0)
-        n_qkv: tl.constexpr = (HQ + 2 * HKV) * D
-        gemv_rows_program(x_ptr, w_ptr, qkv_ptr, ln_ptr, qkv_ptr, m, n_qkv, k, s_x, s_w, n_qkv, n_qkv, eps, pid,
-                          0, True, M_P, BLOCK_N, BLOCK_K, PDL)
-        # This program's BLOCK_N features lie in one head (BLOCK_N divides D): kv head `kvh` needs its
-        # GROUP query heads' and its own key and value features, (GROUP + 2) D / BLOCK_N programs.
-        f = pid * BLOCK_N
-        kvh = tl.where(f < HQ * D, f // (GROUP * D), tl.where(f < (HQ + HKV) * D, f // D - HQ, f // D - HQ - HKV))
-        # Every thread's stores above come before the release of the count (a CTA barrier, then the
-        # acq_rel atomic's release is cumulative over them); the last program's acquire makes every
-        # other program's stores of this head visible to its loads below.
-        tl.debug_barrier()
-        done = tl.atomic_add(count_ptr + kvh, 1, sem="acq_rel", scope="gpu")
-        if done == (GROUP + 2) * D // BLOCK_N - 1:
-            tl.store(count_ptr + kvh, 0)  # ready for the next launch: it counts after this grid has ended
-            for row in range(m // T):
-                cache = row * s_row + kvh * s_head  # int32: rows < MAX_HANDOFF_ROWS
-                keys, values = _earlier_kv(k_ptr, v_ptr, cache, start, s_pos, D, BLOCK_P)
-                _qk_attend(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, out_ptr, keys, values, row, kvh,
-                           cache, start, eps, scale, n_qkv, s_pos, so_tok, so_h, T, HQ, HKV, GROUP, GROUP_P, D,
-                           BLOCK_P)
-
-
-def cp_qkv_attention(x, w_qkv, ln, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,
-                     num_heads: int, num_kv_heads: int, counts: torch.Tensor, *, block_n: int = 4,
-                     num_warps: int = 4, pdl: bool = False, qkv_out: torch.Tensor | None = None) -> torch.Tensor:
-    """`cp_qk_attention` with the qkv product before it in the same launch: x [B T, H] (the residual
-    stream, RMS-normalised with ln in the product's prologue), w_qkv [(Hq + 2 Hkv) D, H] -> attention
-    output [B T, Hq, D], the new K/V stored at rows 0 .. B-1 of the caches.
-
-    One program per block_n features of the product (`gemv`'s whole-row program, weights loaded before
-    the PDL wait); the last program to finish a kv head's features (an atomic count a head in
-    `counts`, int32 [>= Hkv] zeros, left zero again) runs that head's attention for every row, from
-    the product's output in global memory. The code predictor's batch-1 pass loses a launch boundary
-    a layer (the attention kernel's wait for the whole product) for a count and one program's
-    attention after the last product program. qkv_out: where the product goes ([B T, (Hq + 2 Hkv) D],
-    contiguous; a new tensor if None)."""
-    if not HAVE_TRITON:
-        return cp_qkv_attention_ref(x, w_qkv, ln, q_norm, k_norm, cos, sin, k_cache, v_cache, start, t, eps,
-                                    num_heads, num_kv_heads)
-    n, h = x.shape
-    d = q_norm.shape[0]
-    n_qkv = (num_heads + 2 * num_kv_heads) * d
-    if w_qkv.shape != (n_qkv, h) or w_qkv.stride(1) != 1 or x.stride(1) != 1:
-        raise ValueError(f"need x [N, H] and w_qkv [(Hq + 2 Hkv) D, H] = [{n_qkv}, {h}] with H contiguous, got "
-                         f"{tuple(x.shape)}, {tuple(w_qkv.shape)}")
-    if d % block_n or n > MAX_HANDOFF_ROWS:
-        raise ValueError(f"cp_qkv_attention needs block_n dividing the head dim {d} and at most {MAX_HANDOFF_ROWS} "
-                         f"token rows, got {block_n}, {n}")
-    if counts.dtype != torch.int32 or counts.numel() < num_kv_heads:
-        raise ValueError(f"counts must be int32 with at least {num_kv_heads} elements")
-    if not (x.dtype == w_qkv.dtype == ln.dtype):
-        raise ValueError("x, w_qkv and ln must share one dtype")
-    qkv = torch.empty(n, n_qkv, device=x.device, dtype=x.dtype) if qkv_out is None else qkv_out
-    if qkv.shape != (n, n_qkv) or not qkv.is_contiguous() or qkv.dtype != x.dtype:
-        raise ValueError(f"qkv_out must be a contiguous [{n}, {n_qkv}] tensor of x's dtype")
-    _check_qk_attention(qkv, q_norm, cos, k_cache, v_cache, start, t, num_heads, num_kv_heads)
-    group = num_heads // num_kv_heads
-    out = torch.empty(n, num_heads, d, device=x.device, dtype=x.dtype)
-    _cp_qkv_attention_kernel[(n_qkv // block_n,)](
-        x, w_qkv, ln, qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, out, counts, n, h, x.stride(0),
-        w_qkv.stride(0), eps, start, LOG2E / math.sqrt(d), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        out.stride(0), out.stride(1),
-        M_P=next_pow2(n), BLOCK_N=block_n, BLOCK_K=next_pow2(h), T=t, HQ=num_heads, HKV=num_kv_heads, GROUP=group,
-        GROUP_P=next_pow2(group), D=d, BLOCK_P=next_pow2(k_cache.shape[2]), PDL=pdl, num_warps=num_warps,
-        **pdl_launch(pdl))
     return out

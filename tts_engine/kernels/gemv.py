@@ -120,15 +120,14 @@ if HAVE_TRITON:
         _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE)
 
     @triton.jit
-    def gemv_rows_program(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, pid,
+    def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
                           MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-        """Program `pid` of `_gemv_kernel` with whole rows of w (BLOCK_K >= K), its BLOCK_N features
-        loaded before anything the previous kernel writes is read: launched with PDL, this program's
-        weights stream in while the previous kernel finishes, and `gdc_wait` then makes that kernel's
-        outputs (x, residual) visible. `gdc_launch_dependents` lets the next kernel do the same. (A
-        function of its own: kernels/cp_attention.py's qkv kernel runs it before its attention.)"""
-        feats = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+        """`_gemv_kernel` with whole rows of w (BLOCK_K >= K) per program, loaded before anything the
+        previous kernel writes is read: launched with PDL, this program's weights stream in while the
+        previous kernel finishes, and `gdc_wait` then makes that kernel's outputs (x, residual)
+        visible. `gdc_launch_dependents` lets the next kernel do the same."""
+        feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
         ks = tl.arange(0, BLOCK_K)
         f_ok, r_ok, k_ok = feats < n_out, rows < m, ks < k
@@ -153,13 +152,6 @@ if HAVE_TRITON:
         if MODE == 2:
             acc_up = tl.sum(xs[:, None, :] * wu.to(tl.float32)[None, :, :], axis=2)
         _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE)
-
-    @triton.jit
-    def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
-                          MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-        gemv_rows_program(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, tl.program_id(0),
-                          MODE, NORM, M_P, BLOCK_N, BLOCK_K, PDL)
 
     @triton.jit
     def _gemm_mma_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,

@@ -25,7 +25,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from ..kernels.cp_attention import MAX_HANDOFF_ROWS, cp_attention, cp_attention_ref, cp_qk_attention, cp_qkv_attention
+from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
@@ -74,11 +74,6 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL), "o": dict(block_n=4, 
               "head": dict(block_n=2, num_warps=8, **_PDL)}
 
 
-# With `FastPathOptions.cp_qkv_handoff`: the launch of `cp_qkv_attention` (the qkv product's whole-row
-# programs, block_n dividing the head dim; the last of a kv head attends). Untimed: PDL_LAUNCH's qkv entry.
-QKV_HANDOFF_LAUNCH = dict(block_n=4, num_warps=4)
-
-
 def attention_warps(rows: int, pdl: bool) -> int:
     """Warps a program of the fused attention (cp_qk_attention) for a pass of `rows` token rows. Run 14
     (bench.latency, frame ms with 1 / 2 / 4 / 8 warps): batch 1 (PDL) 1.794 / 1.815 / 1.801 / 1.765;
@@ -91,9 +86,8 @@ def attention_warps(rows: int, pdl: bool) -> int:
 
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
-                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
-                 qkv_handoff: bool = False):
-        """gemv_rows, pdl, mma_rows, fused_attention, qkv_handoff: `FastPathOptions`' cp_* (validated there)."""
+                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True):
+        """gemv_rows, pdl, mma_rows, fused_attention: `FastPathOptions`' cp_* (validated there)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -106,9 +100,6 @@ class CodePredictorRunner:
         # (None: `attention_warps`).
         self.fused_attention = self.fused_attention_pdl = fused_attention
         self.fused_attention_warps: int | None = None
-        # GEMV passes of at most MAX_HANDOFF_ROWS rows with the qkv product and attention in one launch
-        # (FastPathOptions.cp_qkv_handoff); read at every pass.
-        self.qkv_handoff = qkv_handoff
         self.vocab_size = talker.cfg.code_predictor.vocab_size
         p = cp.lm_head[0].weight
         self.device, self.dtype = p.device, p.dtype
@@ -121,9 +112,6 @@ class CodePredictorRunner:
         f = dict(device=self.device, dtype=self.dtype)
         self.k = torch.zeros(len(c.layers), max_batch, c.num_kv_heads, CP_POSITIONS, c.head_dim, **f)
         self.v = torch.zeros_like(self.k)
-        # cp_qkv_attention's count of finished product programs a kv head (zero between launches): state a
-        # pass writes, so each KV cache (with_own_cache) has its own.
-        self.handoff_counts = torch.zeros(c.num_kv_heads, device=self.device, dtype=torch.int32)
         self.rope = rope_table(c, CP_POSITIONS, self.dtype)  # cos, sin [16, D]
         # Static row/position indices: a graph bakes each step's start position in.
         i = dict(device=self.device, dtype=torch.long)
@@ -143,7 +131,6 @@ class CodePredictorRunner:
         other = copy.copy(self)
         other.k = self.k.new_zeros(layers, max_batch, *rest)
         other.v = torch.zeros_like(other.k)
-        other.handoff_counts = torch.zeros_like(self.handoff_counts)
         return other
 
     def layers(self, h: torch.Tensor, b: int, start: int) -> tuple[torch.Tensor, bool]:
@@ -170,17 +157,10 @@ class CodePredictorRunner:
                                        c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
                                        num_warps=self.fused_attention_warps or attention_warps(b * n, pdl))
 
-            def product_attend(i, layer, x):  # x [b n, h] -> [b n, Hq, D]
-                return cp_qkv_attention(x, layer.w_qkv, layer.ln_in, layer.q_norm, layer.k_norm, *self.rope, self.k[i],
-                                        self.v[i], start, n, c.eps, c.num_heads, c.num_kv_heads, self.handoff_counts,
-                                        pdl=pdl, **QKV_HANDOFF_LAUNCH)
-
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
             fused = dict(qkv_attend=qkv_attend if fuse else None)
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if b * n <= max(self.gemv_rows, self.mma_rows):
-                if self.qkv_handoff and b * n <= min(self.gemv_rows, MAX_HANDOFF_ROWS):
-                    fused["product_attend"] = product_attend
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
                 return out.view(b, n, -1)[:, -1], False
             return decoder_step_triton(*args, **fused).view(b, n, -1)[:, -1], True  # [b n, h] -> last position

@@ -121,9 +121,6 @@ TritonAttend = Callable[[int, torch.Tensor], torch.Tensor]
 # (layer index, layer, qkv [N, (Hq + 2 Hkv) D]) -> [N, Hq, D]: the q/k norm, RoPE and the new K/V's store
 # done by the attention's own launch (the code predictor's `cp_qk_attention`).
 QkvAttend = Callable[[int, FusedLayer, torch.Tensor], torch.Tensor]
-# (layer index, layer, residual stream [N, H]) -> [N, Hq, D]: the qkv product (its input norm in the prologue)
-# and the attention after it in one launch (the code predictor's `cp_qkv_attention`).
-ProductAttend = Callable[[int, FusedLayer, torch.Tensor], torch.Tensor]
 
 
 def _attention(stack: FusedStack, i: int, layer: FusedLayer, qkv_out: torch.Tensor, rope_cos, rope_sin, positions,
@@ -173,22 +170,18 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
 def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                       positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                       attend: TritonAttend, launch: dict[str, dict], pdl: bool = False,
-                      qkv_attend: QkvAttend | None = None, product_attend: ProductAttend | None = None) -> torch.Tensor:
+                      qkv_attend: QkvAttend | None = None) -> torch.Tensor:
     """`decoder_step_triton` for a few tokens (as many as the launch's kernel holds), 6 launches a
     layer (5 with qkv_attend): the products are kernels/gemv.py's, with each RMSNorm in the prologue of
     the product after it and the residual adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o +
     residual, gate/up + SwiGLU, down + residual). launch: each product's launch configuration ("qkv",
     "o", "gate_up", "down"); pdl: q/k norm + RoPE launched with PDL too (the GEMVs' launch says for
-    them, `attend` for itself). product_attend: the qkv product and the attention in one launch (4 a
-    layer; launch["qkv"] unused). Returns the residual stream [N, H] *before* the final norm: the
+    them, `attend` for itself). Returns the residual stream [N, H] *before* the final norm: the
     caller's next product takes it in its prologue (`gemv(x, w, norm=(stack.norm, stack.eps))`)."""
     eps, res = stack.eps, x
     for i, layer in enumerate(stack.layers):
-        if product_attend is not None:
-            attn = product_attend(i, layer, res).flatten(1)
-        else:
-            attn = _attention(stack, i, layer, gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"]),
-                              rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend, qkv_attend, pdl=pdl)
+        attn = _attention(stack, i, layer, gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"]), rope_cos,
+                          rope_sin, positions, rows, k_caches, v_caches, attend, qkv_attend, pdl=pdl)
         res = gemv(attn, layer.w_o, residual=res, **launch["o"])
         act = gemv(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, **launch["gate_up"])
         res = gemv(act, layer.w_down, residual=res, **launch["down"])

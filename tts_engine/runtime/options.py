@@ -42,10 +42,6 @@ class FastPathOptions:
     # `code_predictor.attention_warps`): frame 1.765 / 2.952 / 3.102 / 3.208 ms at batch 1 / 8 / 32 / 64
     # against 1.821 / 3.020 / 3.179 / 3.386 unfused.
     cp_fused_attention: bool = True
-    # The code predictor's GEMV passes (at most cp_gemv_rows and kernels/cp_attention.py MAX_HANDOFF_ROWS
-    # rows) with the qkv product and the attention in one launch (`cp_qkv_attention`: the last product
-    # program of a kv head attends for it): 4 launches a layer instead of 5. Off until timed on a GPU.
-    cp_qkv_handoff: bool = False
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # runner.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
