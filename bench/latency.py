@@ -77,8 +77,6 @@ def stage_times(runner, prompt_rows, batches) -> dict:
             print(f"batch 1, PDL {'off' if cp.pdl else 'on'}: {out[1]}", flush=True)
         if cp.use_triton:
             out = cp_attention_times(runner, out, t_len)
-        if runner.use_triton and runner.attention_version == 3:
-            out = talker_fused_attention_times(runner, out, t_len)
         if pdl_supported(runner.device) and runner.talker_gemv_rows and 1 in out:
             out[1] |= talker_pdl_times(runner, _stage_fns(runner, 1, t_len))
             print(f"batch 1, the talker's PDL variants: {out[1]}", flush=True)
@@ -103,33 +101,6 @@ def cp_attention_times(runner, out: dict, t_len: int) -> dict:
         for warps in (1, 2, 4, 8):
             out[b] |= _variant_times(f"cpfused_w{warps}", cp, {key: True, "fused_attention_warps": warps}, fns)
         print(f"batch {b}, the code predictor's attention: {out[b]}", flush=True)
-    return out
-
-
-def talker_fused_attention_times(runner, out: dict, t_len: int) -> dict:
-    """The talker's q/k norm + RoPE + K/V store in its attention's launch or in one of its own
-    (`talker_fused_attention`), at each batch of `out`, on and off in turn three times ("tfused_on" /
-    "tfused_off")."""
-    for b in out:
-        fns = _stage_fns(runner, b, t_len)
-        fns = {k: fns[k] for k in ("talker_step", "talker_step_long", "frame_step")}
-        out[b] |= _interleaved("tfused", runner, {"talker_fused_attention": True}, {"talker_fused_attention": False},
-                               fns)
-        print(f"batch {b}, the talker's fused attention: {out[b]}", flush=True)
-    return out
-
-
-def _interleaved(name: str, obj, on: dict, off: dict, fns: dict, rounds: int = 3) -> dict:
-    """obj's attributes `on` against `off`, each stage's graph timed in turn `rounds` times (a pair a
-    round, so that drift falls on both) -> `<stage>_<name>_on_ms` / `_off_ms` lists, or `<name>_error`."""
-    out: dict = {}
-    for _ in range(rounds):
-        for label, settings in (("off", off), ("on", on)):
-            got = _variant_times(f"{name}_{label}", obj, settings, fns)
-            if f"{name}_{label}_error" in got:
-                return got
-            for k, v in got.items():
-                out.setdefault(k, []).append(v)
     return out
 
 

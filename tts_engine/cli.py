@@ -138,9 +138,6 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-fused-attention", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's q/k norm, RoPE and K/V store in its attention kernel, one launch "
                         "(default: on; CUDA)")
-    p.add_argument("--talker-fused-attention", action=argparse.BooleanOptionalAction, default=None,
-                   help="the talker's q/k norm, RoPE and K/V store in its attention's split kernel, one launch a layer "
-                        "fewer (attention version 3; default: off; CUDA)")
     p.add_argument("--attention-version", type=int, choices=[2, 3], default=None,
                    help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products "
                         "(default 3; CUDA)")

@@ -167,18 +167,3 @@ def test_prefill_times_the_tensor_core_products_beside_cublas_and_restores_the_s
     assert runner.prefill_mma_rows == 0
     runner.use_triton = False
     assert not [k for k in latency.prefill_times(runner, lengths=(12,)) if "mma" in k]
-
-
-def test_the_talkers_fused_attention_is_timed_on_and_off_in_turn_at_every_batch(monkeypatch):
-    """Three pairs a batch, off then on, each a graph of each stage; the setting restored."""
-    _timed(monkeypatch)
-    runner = _Runner(gemv_rows=2)
-    runner.talker_fused_attention = False
-    seen = []
-    runner._talker_decode = lambda *a: seen.append(runner.talker_fused_attention)
-    out = latency.talker_fused_attention_times(runner, {1: {}, 8: {}}, 11)
-    for b in (1, 8):
-        assert set(out[b]) == {f"{stage}_tfused_{label}_ms" for stage in ("talker_step", "talker_step_long", "frame_step")
-                               for label in ("on", "off")}
-        assert all(len(v) == 3 for v in out[b].values())
-    assert seen == [False, False, True, True] * 6 and not runner.talker_fused_attention  # two talker stages a graph

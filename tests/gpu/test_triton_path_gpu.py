@@ -37,17 +37,13 @@ def runners(cuda):
 
 # (batch, attention version, talker GEMV rows, PDL): cuBLAS products; the fused GEMVs
 # (runner.TALKER_GEMV_LAUNCH); with PDL (runner.TALKER_PDL_LAUNCH, every kernel of the step)
-# early: the attention's loads of earlier positions before its PDL wait (`talker_attention_early`);
-# fused: q/k norm + RoPE + K/V store in the attention's launch (`talker_fused_attention`, version 3).
-@pytest.mark.parametrize("batch,attention,gemv_rows,pdl,early,fused", [
-    (1, 2, 0, False, False, False), (5, 2, 0, False, False, False), (1, 3, 0, False, False, False),
-    (5, 3, 0, False, False, False), (1, 2, 2, False, False, False), (2, 3, 2, False, False, False),
-    (1, 3, 1, True, False, False), (2, 2, 2, True, False, False), (1, 3, 1, True, True, False),
-    (2, 3, 2, True, True, False), (1, 3, 1, True, False, True), (2, 3, 2, True, True, True),
-    (5, 3, 0, False, False, True), (2, 3, 2, False, False, True)])
-def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, pdl, early, fused, monkeypatch):
+# early: the attention's loads of earlier positions before its PDL wait (`talker_attention_early`).
+@pytest.mark.parametrize("batch,attention,gemv_rows,pdl,early", [
+    (1, 2, 0, False, False), (5, 2, 0, False, False), (1, 3, 0, False, False), (5, 3, 0, False, False),
+    (1, 2, 2, False, False), (2, 3, 2, False, False), (1, 3, 1, True, False), (2, 2, 2, True, False),
+    (1, 3, 1, True, True), (2, 3, 2, True, True)])
+def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, pdl, early):
     cfg, (fast, ref) = runners
-    monkeypatch.setattr(fast, "talker_fused_attention", fused)
     slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
     positions = 20 + 9 * slots
     g = torch.Generator(device="cuda").manual_seed(100 * batch + 10 * attention + gemv_rows)
@@ -172,11 +168,10 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused):
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
 
 
-@pytest.mark.parametrize("b,attention,table,early,fused", [
-    (1, 3, "whole_rows", False, False), (2, 2, "whole_rows", False, False), (1, 3, "mixed", False, False),
-    (1, 3, "whole_rows", True, False), (2, 3, "whole_rows", True, False), (1, 3, "whole_rows", False, True),
-    (2, 3, "whole_rows", True, True)])
-def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table, early, fused, monkeypatch):
+@pytest.mark.parametrize("b,attention,table,early", [(1, 3, "whole_rows", False), (2, 2, "whole_rows", False),
+                                                     (1, 3, "mixed", False), (1, 3, "whole_rows", True),
+                                                     (2, 3, "whole_rows", True)])
+def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table, early):
     """The talker's GEMV step with programmatic dependent launch (runner.TALKER_PDL_LAUNCH: whole-row
     products reading their weights before the wait, and every other kernel of the step launched early;
     early: the attention's loads of earlier positions before its wait), captured in a graph as the
@@ -188,7 +183,6 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
 
     launch = TALKER_PDL_LAUNCH if table == "whole_rows" else TALKER_PDL_MIXED
     cfg, (fast, _) = runners
-    monkeypatch.setattr(fast, "talker_fused_attention", fused)  # fused: q/k norm + RoPE in the attention's launch
     slots = torch.arange(b, device="cuda")
     positions = 30 + 7 * slots
     x = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()

@@ -32,14 +32,12 @@ import math
 import torch
 
 from .backend import HAVE_TRITON, next_pow2, pdl_launch
-from .qk_norm_rope import qk_norm_rope_ref
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
     from .backend import pdl_start, round_to
-    from .qk_norm_rope import norm_rope_rows
 else:
     triton = None
 
@@ -152,17 +150,11 @@ if HAVE_TRITON:
     @triton.jit
     def _decode_attention_split_dot_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, len_ptr, out_ptr, acc_ptr, ml_ptr,
                                            sq_b, sq_h, sk_n, sk_h, sk_l, so_b, so_h, scale,
-                                           qn_ptr, kn_ptr, cos_ptr, sin_ptr, eps,
                                            GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr,
                                            BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
                                            HQ: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
-                                           EARLY: tl.constexpr, QKV: tl.constexpr, HKV: tl.constexpr):
-        """QKV: q_ptr is the qkv projection [B, (Hq + 2 Hkv) D] (row stride sq_b) and the step before the
-        attention is done here (`decode_qk_attention`): each program RMS-norms and rotates its GROUP query
-        heads at the newest position n - 1 (redundantly across a row's chunks: 2 x D values each), and the
-        program whose chunk holds n - 1 also the kv head's new key, and stores it and its value into the
-        cache; every program takes that position's key and value from registers, not from the cache.
-        EARLY: the chunk's first block of keys and values, all but the newest position, is loaded
+                                           EARLY: tl.constexpr):
+        """EARLY: the chunk's first block of keys and values, all but the newest position, is loaded
         before `pdl_start`. Those positions were written by earlier steps, and the lengths and rows
         by a launch at least two back (each launch of a PDL chain waits for the one before it before
         it lets the next start); only q and the newest position's K/V (the launch just before:
@@ -189,22 +181,7 @@ if HAVE_TRITON:
             g = tl.arange(0, GROUP_P)
             g_ok = g < GROUP
             heads = kvh * GROUP + g
-            newest = n - 1
-            if QKV:
-                dt = k_ptr.dtype.element_ty
-                rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
-                src = q_ptr + b * sq_b
-                q = norm_rope_rows(src + heads[:, None] * D, d[None, :], rot[None, :], g_ok[:, None], qn_ptr, cos_ptr,
-                                   sin_ptr, newest, eps, D, dt).to(dt)  # [GROUP_P, D]
-                k_new = norm_rope_rows(src + (HQ + kvh) * D, d[None, :], rot[None, :], d[None, :] < D, kn_ptr, cos_ptr,
-                                       sin_ptr, newest, eps, D, dt)  # [1, D]
-                v_new = tl.load(src + (HQ + HKV + kvh) * D + d)  # [D]
-                at = d * 0 + newest  # [D]: the interpreter takes no scalar mask in a block's
-                mine = (at >= start) & (at < end)  # this chunk holds the newest position
-                tl.store(k_ptr + base + newest * sk_l + d[None, :], k_new.to(dt), mask=mine[None, :])
-                tl.store(v_ptr + base + newest * sk_l + d, v_new, mask=mine)
-            else:
-                q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None], other=0.0)
+            q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None], other=0.0)
             if DOT_FP32:
                 q = q.to(tl.float32)
             m = tl.full([GROUP_P], float("-inf"), tl.float32)
@@ -214,20 +191,13 @@ if HAVE_TRITON:
                 pos = blk + tl.arange(0, BLOCK_N)
                 ok = pos < end
                 kv_off = base + pos[:, None] * sk_l + d[None, :]
-                cached = ok
-                if QKV:
-                    cached = ok & (pos != newest)  # the newest key and value come from registers
                 if EARLY:
                     loaded = (early & (pos == pos0))[:, None]  # in k0 / v0 already (the first block)
-                    k = tl.where(loaded, k0, tl.load(k_ptr + kv_off, mask=cached[:, None] & ~loaded, other=0.0))
-                    v = tl.where(loaded, v0, tl.load(v_ptr + kv_off, mask=cached[:, None] & ~loaded, other=0.0))
+                    k = tl.where(loaded, k0, tl.load(k_ptr + kv_off, mask=ok[:, None] & ~loaded, other=0.0))
+                    v = tl.where(loaded, v0, tl.load(v_ptr + kv_off, mask=ok[:, None] & ~loaded, other=0.0))
                 else:
-                    k = tl.load(k_ptr + kv_off, mask=cached[:, None], other=0.0)  # [BLOCK_N, D], model dtype
-                    v = tl.load(v_ptr + kv_off, mask=cached[:, None], other=0.0)
-                if QKV:
-                    fresh = (pos == newest)[:, None]
-                    k = tl.where(fresh, k_new.to(k.dtype), k)
-                    v = tl.where(fresh, v_new.to(v.dtype)[None, :], v)
+                    k = tl.load(k_ptr + kv_off, mask=ok[:, None], other=0.0)  # [BLOCK_N, D], model dtype
+                    v = tl.load(v_ptr + kv_off, mask=ok[:, None], other=0.0)
                 if DOT_FP32:
                     k = k.to(tl.float32)
                     v = v.to(tl.float32)
@@ -284,47 +254,9 @@ def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int | None 
         return decode_attention_ref(q, k_cache, v_cache, rows, lengths)
     if version not in (2, 3):
         raise ValueError(f"decode_attention version must be 2 or 3, got {version}")
-    if q.stride(-1) != 1:
-        raise ValueError("decode_attention needs q's head dimension contiguous")
     b, hq, d = q.shape
-    return _launch(q, q.stride(0), q.stride(1), b, hq, d, k_cache, v_cache, rows, lengths, block_n, splits, version,
-                   pdl, early, None)
-
-
-def decode_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, rows, lengths, eps: float,
-                            num_heads: int, num_kv_heads: int) -> torch.Tensor:
-    q = qk_norm_rope_ref(qkv, q_norm, k_norm, cos, sin, lengths - 1, rows, k_cache, v_cache, eps, num_heads,
-                         num_kv_heads)
-    return decode_attention_ref(q, k_cache, v_cache, rows, lengths)
-
-
-def decode_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, rows, lengths, eps: float, num_heads: int,
-                        num_kv_heads: int, *, block_n: int | None = None, splits: int | None = None, pdl: bool = False,
-                        early: bool = False) -> torch.Tensor:
-    """Version 3's attention with the step before it in the same launch (kernels/qk_norm_rope.py: per-head
-    q/k RMSNorm, RoPE at each row's newest position lengths - 1, the new K/V stored at
-    [rows, :, lengths - 1]), from the qkv projection [B, (Hq + 2 Hkv) D]; cos/sin [P, D] tables ->
-    [B, Hq, D]. One launch a talker layer fewer (two with a merge: the split kernel and the merge)."""
-    if not HAVE_TRITON:
-        return decode_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, rows, lengths, eps, num_heads,
-                                       num_kv_heads)
-    b, d = qkv.shape[0], q_norm.shape[0]
-    if qkv.shape[1] != (num_heads + 2 * num_kv_heads) * d or qkv.stride(1) != 1:
-        raise ValueError(f"qkv must be [B, (Hq + 2 Hkv) D] with unit column stride, got {tuple(qkv.shape)}")
-    if k_cache.shape[1] != num_kv_heads or cos.stride() != (d, 1) or cos.shape != sin.shape:
-        raise ValueError("the caches must hold num_kv_heads heads; cos/sin must be contiguous [P, D]")
-    if not (qkv.dtype == k_cache.dtype == cos.dtype == q_norm.dtype == k_norm.dtype):
-        raise ValueError("qkv, caches, RoPE tables and norm weights must share one dtype")
-    fused = (q_norm, k_norm, cos, sin, eps)
-    return _launch(qkv, qkv.stride(0), d, b, num_heads, d, k_cache, v_cache, rows, lengths, block_n, splits, 3, pdl,
-                   early, fused)
-
-
-def _launch(q, sq_b, sq_h, b, hq, d, k_cache, v_cache, rows, lengths, block_n, splits, version, pdl, early, fused):
-    """The split kernel (and the merge where it splits) for q rows at q + i sq_b + head sq_h; fused:
-    (q_norm, k_norm, cos, sin, eps) when q is the qkv projection (`decode_qk_attention`)."""
     hkv, max_len = k_cache.shape[1], k_cache.shape[2]
-    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1:
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("decode_attention needs k/v caches of one layout with the head dimension contiguous")
     if hq % hkv or d != next_pow2(d):
         raise ValueError(f"need Hq a multiple of Hkv and a power-of-two head dim, got {hq}, {hkv}, {d}")
@@ -338,14 +270,14 @@ def _launch(q, sq_b, sq_h, b, hq, d, k_cache, v_cache, rows, lengths, block_n, s
     if splits is None:  # from the batch rounded up to a power of two: eager runs split as their graph bucket does
         splits = num_splits(next_pow2(b), hkv, max_len, block_n)
     chunk = triton.cdiv(triton.cdiv(max_len, splits), block_n) * block_n
-    out = torch.empty(b, hq, d, device=q.device, dtype=q.dtype)
+    out = torch.empty_like(q)
     if splits > 1:
         acc = torch.empty(b, hq, splits, d, device=q.device, dtype=torch.float32)
         ml = torch.empty(b, hq, splits, 2, device=q.device, dtype=torch.float32)
     else:
         acc = ml = out  # unused
     args = (q, k_cache, v_cache, rows, lengths, out, acc, ml,
-            sq_b, sq_h, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             out.stride(0), out.stride(1), LOG2E / math.sqrt(d))
     shape = dict(GROUP=group, D=d, BLOCK_N=block_n, CHUNK=chunk, SPLITS=splits, HQ=hq, PDL=pdl, num_warps=4,
                  **pdl_launch(pdl))
@@ -354,11 +286,9 @@ def _launch(q, sq_b, sq_h, b, hq, d, k_cache, v_cache, rows, lengths, block_n, s
     else:  # an MMA needs >= 16 rows. fp32 caches keep full fp32 products; so do CPU runs, because
         # Triton's interpreter multiplies the bit patterns of bf16 operands in tl.dot (Triton 3.9).
         dot_fp32 = q.dtype == torch.float32 or q.device.type == "cpu"
-        q_norm, k_norm, cos, sin, eps = fused if fused is not None else (q, q, q, q, 0.0)
-        _decode_attention_split_dot_kernel[(b, hkv, splits)](*args, q_norm, k_norm, cos, sin, eps,
-                                                             GROUP_P=max(16, next_pow2(group)),
-                                                             DOT_FP32=dot_fp32, EARLY=early, QKV=fused is not None,
-                                                             HKV=hkv, **shape)
+        _decode_attention_split_dot_kernel[(b, hkv, splits)](*args, GROUP_P=max(16, next_pow2(group)),
+                                                             DOT_FP32=dot_fp32, EARLY=early,
+                                                             **shape)
     if splits > 1:
         _decode_attention_merge_kernel[(b, hq)](lengths, out, acc, ml, out.stride(0), out.stride(1),
                                                 D=d, CHUNK=chunk, SPLITS=splits, HQ=hq, PDL=pdl, num_warps=4,

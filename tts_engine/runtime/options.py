@@ -52,9 +52,6 @@ class FastPathOptions:
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).
     attention_version: int = 3
-    # The talker's q/k norm + RoPE + K/V store inside its decode attention's split kernel (version 3;
-    # kernels/decode_attention.py `decode_qk_attention`): one launch a layer fewer, 28 a step.
-    talker_fused_attention: bool = False
 
     def problems(self) -> list[tuple[str, str]]:
         """(field, what is wrong with it) for each bad value; empty if none."""
@@ -73,8 +70,6 @@ class FastPathOptions:
             out.append(("talker_pdl", "needs talker_gemv_rows > 0 (PDL launches the talker's GEMV steps)"))
         if self.attention_version not in (2, 3):
             out.append(("attention_version", f"must be 2 or 3, got {self.attention_version}"))
-        if self.talker_fused_attention and self.attention_version != 3:
-            out.append(("talker_fused_attention", "is attention version 3's (the tensor-core split kernel)"))
         return out
 
     def validate(self) -> FastPathOptions:

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.backend import pdl_supported, runs_on
-from ..kernels.decode_attention import decode_attention, decode_attention_ref, decode_qk_attention
+from ..kernels.decode_attention import decode_attention, decode_attention_ref
 from ..kernels.gemv import LATE_SUM
 from ..kernels.rms_norm import rms_norm as rms_norm_kernel
 from ..kernels.sample import sample_rows
@@ -164,8 +164,6 @@ class ModelRunner(PromptPrefill):
         # (kernels/decode_attention.py `early`, version 3); its GPU tests pass (run 15); run 16: a step
         # 1.242 ms against 1.250, within noise, so off.
         self.talker_attention_early = False
-        # q/k norm + RoPE + the new K/V's store inside the attention's launch (version 3; FastPathOptions).
-        self.talker_fused_attention = opts.talker_fused_attention
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
@@ -239,23 +237,16 @@ class ModelRunner(PromptPrefill):
             gemv_step = x.shape[0] <= self.talker_gemv_rows
             pdl = gemv_step and self.talker_pdl
 
-            early = pdl and self.talker_attention_early
-
             def attend(i, q):
                 return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths,
-                                        version=self.attention_version, pdl=pdl, early=early)
+                                        version=self.attention_version, pdl=pdl,
+                                        early=pdl and self.talker_attention_early)
 
-            def qkv_attend(i, layer, qkv):  # qkv [B, (Hq + 2 Hkv) D] -> [B, Hq, D]
-                return decode_qk_attention(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k_cache[i],
-                                           self.v_cache[i], slots, lengths, st.eps, st.num_heads, st.num_kv_heads,
-                                           pdl=pdl, early=early)
-
-            fused = dict(qkv_attend=qkv_attend if self.talker_fused_attention and self.attention_version == 3 else None)
             args = (st, x, *self.rope, positions, slots, self.k_cache, self.v_cache, attend)
             if gemv_step:  # the residual stream before the final norm
                 launch = self.talker_pdl_launch if pdl else self.talker_launch
-                return rms_norm_kernel(decoder_step_gemv(*args, launch, pdl=pdl, **fused), st.norm, st.eps, pdl=pdl)
-            return decoder_step_triton(*args, **fused)
+                return rms_norm_kernel(decoder_step_gemv(*args, launch, pdl=pdl), st.norm, st.eps, pdl=pdl)
+            return decoder_step_triton(*args)
 
         def attend_torch(i, q, k, v):  # q [B, 1, Hq, D], k/v [B, 1, Hkv, D]
             self.k_cache[i][slots, :, positions] = k[:, 0]
