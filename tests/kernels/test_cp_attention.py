@@ -60,7 +60,7 @@ def test_cp_qk_attention_equals_norm_rope_then_attention(device, dtype, hq, hkv,
     cache = torch.randn(b + 1, hkv, positions, d, generator=g)
     cache[:, :, start + t:] = math.nan  # cells past the new tokens: never read, never written
     cache[b:] = math.nan  # rows past the batch likewise
-    caches = {name: (cache.to(**to), (cache * 0.5).to(**to)) for name in ("fused", "kernels")}
+    caches = {name: (cache.to(**to).clone(), (cache * 0.5).to(**to)) for name in ("fused", "kernels")}  # no aliases
     # torch's attention multiplies the masked cells by 0, so the reference's hold large values, not NaN
     caches["ref"] = tuple(c.nan_to_num(s) for c, s in zip(caches["fused"], (1e4, -1e4)))
     args = (q_norm, k_norm, cos, sin)
