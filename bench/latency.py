@@ -104,6 +104,20 @@ def cp_attention_times(runner, out: dict, t_len: int) -> dict:
     return out
 
 
+def pdl_launch_from(runner, sweep: dict) -> dict:
+    """A `bench.step_sweep` result's best tables installed for the batch-1 PDL steps, each product's
+    entry merged onto the default's -> the tables now in use, by stage."""
+    import tts_engine.runtime.code_predictor as cp_module
+
+    if "talker" in sweep:
+        runner.talker_pdl_launch = {k: {**v, **sweep["talker"]["best"].get(k, {})}
+                                    for k, v in runner.talker_pdl_launch.items()}
+    if "cp" in sweep:
+        best = sweep["cp"]["best"]
+        cp_module.PDL_LAUNCH.update({k: {**v, **best.get(k, {})} for k, v in cp_module.PDL_LAUNCH.items()})
+    return {"talker": runner.talker_pdl_launch, "cp": dict(cp_module.PDL_LAUNCH)}
+
+
 def talker_pdl_times(runner, fns: dict) -> dict:
     """The talker's GEMV step (batch 1) with and without programmatic dependent launch, and which part
     of a difference is PDL and which the whole-row products it launches (`runner.TALKER_PDL_LAUNCH`):
@@ -304,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--talker-launch-from", type=Path,
                    help="a `bench.kernels --gemv-sweep --shapes talker` JSON: the talker's GEMVs run with its "
                         "fastest configurations at 1 row instead of runner.TALKER_GEMV_LAUNCH")
+    p.add_argument("--pdl-launch-from", type=Path,
+                   help="a `bench.step_sweep` JSON: the batch-1 PDL steps run with its best tables (the talker's "
+                        "runner.talker_pdl_launch, the code predictor's code_predictor.PDL_LAUNCH) instead of the "
+                        "defaults")
     args = p.parse_args(argv)
     if args.socket_port is not None:
         result = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
@@ -361,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
                                                "talker", 1)
             result["talker_launch"] = runner.talker_launch
             print(f"talker GEMV launch: {runner.talker_launch}", flush=True)
+        if args.pdl_launch_from is not None:
+            result["pdl_launch"] = pdl_launch_from(runner, json.loads(args.pdl_launch_from.read_text()))
+            print(f"PDL launch tables: {result['pdl_launch']}", flush=True)
         prompt = runner.embed_prompt([151644, 77091, 198] + [151671] * 6 + [151672, 1000],
                                      [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149])
         print(f"stages, {mode} mode", flush=True)

@@ -7,7 +7,9 @@ Here every candidate is timed as the whole step it runs in: the talker's PDL ste
 descent: each product in turn tries every candidate with the others held at their best so far, for
 `rounds` rounds; then today's table and the best are timed against each other, interleaved.
 
-    python -m bench.step_sweep --out step-sweep.json [--stages talker,cp] [--rounds 2]
+    python -m bench.step_sweep --out step-sweep.json [--stages talker,cp] [--rounds 2] [--wide talker]
+
+`bench.latency --pdl-launch-from step-sweep.json` times issue 3's table with the tables found.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from pathlib import Path
 
 # Whole-row products under PDL: rows of w a program, warps a program.
 CANDIDATES = tuple(dict(block_n=bn, num_warps=w) for bn in (1, 2, 4, 8) for w in (2, 4, 8))
+# Past CANDIDATES' largest programs (run 20's first sweep kept 8 rows for the talker's qkv and gate/up, its
+# largest): up to 32 whole rows a program, with the warps to hold them.
+WIDE_CANDIDATES = tuple(dict(block_n=bn, num_warps=w) for bn in (8, 16, 32) for w in (4, 8, 16))
 
 
 def _key(cfg: dict) -> str:
@@ -57,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--stages", default="talker,cp", help="talker (its PDL step), cp (the code predictor's frame)")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--wide", default="", help="stages swept over WIDE_CANDIDATES instead (e.g. talker)")
     args = p.parse_args(argv)
     import torch
 
@@ -74,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("the batch-1 steps do not run with PDL on this device: nothing to sweep")
     t_len = 22
     prefill_every_slot(runner, torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16))
-    out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "candidates": len(CANDIDATES)}
+    wide = set(filter(None, args.wide.split(",")))
+    out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                 "candidates": {stage: [_key(c) for c in (WIDE_CANDIDATES if stage in wide else CANDIDATES)]
+                                for stage in args.stages.split(",")}}
     with torch.inference_mode():
         fns = _stage_fns(runner, 1, t_len)
         stages = {"talker": ("talker_step", lambda table: setattr(runner, "talker_pdl_launch", table),
@@ -89,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             def measure(fn_name=fn_name, table=table, install=install):
                 install(table)
                 return cuda_time_ms(graph_of(fns[fn_name]))
-            result = coordinate_sweep(measure, table, names, rounds=args.rounds)
+            result = coordinate_sweep(measure, table, names, WIDE_CANDIDATES if stage in wide else CANDIDATES,
+                                      rounds=args.rounds)
             pair = {"default": [], "best": []}  # interleaved, three rounds
             for _ in range(3):
                 for label, t in (("default", default), ("best", result["best"])):
@@ -98,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             install(default)
             result["interleaved_ms"] = pair
             out[stage] = result
+            args.out.write_text(json.dumps(out, indent=1))  # each stage as it ends: a later one may be cut off
             print(f"{stage}: start {result['start_ms']:.4f} best {result['best_ms']:.4f} ms {result['best']}; "
                   f"interleaved {pair}", flush=True)
     args.out.write_text(json.dumps(out, indent=1))

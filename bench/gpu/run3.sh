@@ -33,7 +33,11 @@
 #   PART=kerneltests ... bash bench/gpu/run3.sh                 tests/kernels compiled on the card (KERNEL_TESTS_K: a
 #                                                               pytest -k expression)
 #   PART=stepsweep ... bash bench/gpu/run3.sh                   bench.step_sweep: each product's launch inside its
-#                                                               batch-1 step (talker and code predictor)
+#                                                               batch-1 step (talker and code predictor; SWEEP_STAGES,
+#                                                               SWEEP_ARGS e.g. "--wide talker --rounds 1",
+#                                                               SWEEP_LEAVE: seconds it leaves the parts after it)
+#   TABLE_ARGS: more bench.latency arguments for PART=table (e.g. "--pdl-launch-from $W/step-sweep.json" after
+#   a sweep in the same call: the table at the tables it found)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
 # diagnostics after). Everything lands in $W and comes back as one tarball ($OUT takes at most 8
 # files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds, default start + 585)
@@ -203,7 +207,7 @@ part_draw() {  # the sampling kernel's launch: timed alone, then in the engine's
 part_table() {  # issue 3's table, one process (run 19's call 3), this script's environment (the server's wheels)
   timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/latency.json --modes triton \
     --batches ${TABLE_BATCHES:-1,8,32,64} --skip-codec-eager --skip-reference --requests 100 \
-    --codec-variants "${CODEC_VARIANTS:-bf16+fused}" > $W/latency.log 2>&1
+    --codec-variants "${CODEC_VARIANTS:-bf16+fused}" ${TABLE_ARGS:-} > $W/latency.log 2>&1
   echo "table rc=$? $((SECONDS - t0)) s"; grep -E "^batch (1|32):|^codec bf16|^socket" $W/latency.log | cut -c1-300
 }
 
@@ -214,8 +218,8 @@ part_kerneltests() {  # every kernel's tests against its torch reference, compil
 }
 
 part_stepsweep() {  # each product's whole-row launch timed inside the talker step / code-predictor frame
-  timeout $(left 5) python3 -m bench.step_sweep --out $W/step-sweep.json --stages ${SWEEP_STAGES:-talker,cp} \
-    > $W/step-sweep.log 2>&1
+  timeout $(left ${SWEEP_LEAVE:-5}) python3 -m bench.step_sweep --out $W/step-sweep.json --stages ${SWEEP_STAGES:-talker,cp} \
+    ${SWEEP_ARGS:-} > $W/step-sweep.log 2>&1
   echo "step sweep rc=$? $((SECONDS - t0)) s"; cut -c1-400 $W/step-sweep.log | tail -4
 }
 

@@ -167,3 +167,20 @@ def test_prefill_times_the_tensor_core_products_beside_cublas_and_restores_the_s
     assert runner.prefill_mma_rows == 0
     runner.use_triton = False
     assert not [k for k in latency.prefill_times(runner, lengths=(12,)) if "mma" in k]
+
+
+def test_pdl_launch_from_a_step_sweep_merges_each_products_best_onto_the_defaults(monkeypatch):
+    """bench.latency --pdl-launch-from: the sweep's best entries replace those keys of each product's
+    default (whole_rows and pdl kept); products the sweep did not name keep their default."""
+    import tts_engine.runtime.code_predictor as cp_module
+
+    monkeypatch.setattr(cp_module, "PDL_LAUNCH", {"qkv": dict(block_n=4, num_warps=4, whole_rows=True, pdl=True),
+                                                  "head": dict(block_n=2, num_warps=8, whole_rows=True, pdl=True)})
+    runner = SimpleNamespace(talker_pdl_launch={"o": dict(block_n=2, num_warps=2, whole_rows=True, pdl=True),
+                                                "down": dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)})
+    sweep = {"talker": {"best": {"o": dict(block_n=16, num_warps=8)}}, "cp": {"best": {"head": dict(num_warps=4)}}}
+    got = latency.pdl_launch_from(runner, sweep)
+    assert runner.talker_pdl_launch["o"] == dict(block_n=16, num_warps=8, whole_rows=True, pdl=True)
+    assert runner.talker_pdl_launch["down"] == dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)
+    assert cp_module.PDL_LAUNCH["head"] == dict(block_n=2, num_warps=4, whole_rows=True, pdl=True)
+    assert cp_module.PDL_LAUNCH["qkv"]["block_n"] == 4 and got["cp"]["head"]["num_warps"] == 4
