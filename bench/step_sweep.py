@@ -24,10 +24,16 @@ CANDIDATES = tuple(dict(block_n=bn, num_warps=w) for bn in (1, 2, 4, 8) for w in
 # Past CANDIDATES' largest programs (run 20's first sweep kept 8 rows for the talker's qkv and gate/up, its
 # largest): up to 32 whole rows a program, with the warps to hold them.
 WIDE_CANDIDATES = tuple(dict(block_n=bn, num_warps=w) for bn in (8, 16, 32) for w in (4, 8, 16))
+# Stage "draw": every draw's launch (kernels/sample.py DRAW_LAUNCH: warps of a row's program, halvings of
+# the top-k search, parts a halving cuts), timed as the code predictor's frame (15 of its draws).
+DRAW_CANDIDATES = tuple(dict(num_warps=w, top_k_window=n, top_k_ways=ways)
+                        for w in (4, 8, 16) for n in (10, 12, 14) for ways in (2, 3))
 
 
 def _key(cfg: dict) -> str:
-    return f"n{cfg['block_n']}w{cfg['num_warps']}"
+    if "block_n" in cfg:
+        return f"n{cfg['block_n']}w{cfg['num_warps']}"
+    return f"w{cfg['num_warps']}k{cfg['top_k_window']}x{cfg['top_k_ways']}"  # a draw's launch
 
 
 def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names: tuple[str, ...],
@@ -60,7 +66,9 @@ def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.step_sweep")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--stages", default="talker,cp", help="talker (its PDL step), cp (the code predictor's frame)")
+    p.add_argument("--stages", default="talker,cp",
+                   help="talker (its PDL step), cp (the code predictor's frame), draw (every draw's launch, timed as "
+                        "the code predictor's frame)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--wide", default="", help="stages swept over WIDE_CANDIDATES instead (e.g. talker)")
     args = p.parse_args(argv)
@@ -81,15 +89,21 @@ def main(argv: list[str] | None = None) -> int:
     t_len = 22
     prefill_every_slot(runner, torch.randn(t_len, runner.cfg.hidden_size, device="cuda", dtype=torch.bfloat16))
     wide = set(filter(None, args.wide.split(",")))
+    import tts_engine.kernels.sample as sample_module
+
+    def candidates(stage: str) -> tuple[dict, ...]:
+        return DRAW_CANDIDATES if stage == "draw" else WIDE_CANDIDATES if stage in wide else CANDIDATES
+
     out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                 "candidates": {stage: [_key(c) for c in (WIDE_CANDIDATES if stage in wide else CANDIDATES)]
-                                for stage in args.stages.split(",")}}
+                 "candidates": {stage: [_key(c) for c in candidates(stage)] for stage in args.stages.split(",")}}
     with torch.inference_mode():
         fns = _stage_fns(runner, 1, t_len)
         stages = {"talker": ("talker_step", lambda table: setattr(runner, "talker_pdl_launch", table),
                              dict(runner.talker_pdl_launch), ("qkv", "o", "gate_up", "down")),
                   "cp": ("code_predictor_frame", lambda table: cp_module.PDL_LAUNCH.update(table),
-                         dict(cp_module.PDL_LAUNCH), ("qkv", "o", "gate_up", "down", "head"))}
+                         dict(cp_module.PDL_LAUNCH), ("qkv", "o", "gate_up", "down", "head")),
+                  "draw": ("code_predictor_frame", lambda table: sample_module.DRAW_LAUNCH.update(table["draw"]),
+                           {"draw": dict(sample_module.DRAW_LAUNCH)}, ("draw",))}
         for stage in args.stages.split(","):
             fn_name, install, default, names = stages[stage]
             table = {k: dict(v) for k, v in default.items()}
@@ -98,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             def measure(fn_name=fn_name, table=table, install=install):
                 install(table)
                 return cuda_time_ms(graph_of(fns[fn_name]))
-            result = coordinate_sweep(measure, table, names, WIDE_CANDIDATES if stage in wide else CANDIDATES,
-                                      rounds=args.rounds)
+            result = coordinate_sweep(measure, table, names, candidates(stage), rounds=args.rounds)
             pair = {"default": [], "best": []}  # interleaved, three rounds
             for _ in range(3):
                 for label, t in (("default", default), ("best", result["best"])):

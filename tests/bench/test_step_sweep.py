@@ -41,3 +41,18 @@ def test_a_product_whose_every_candidate_fails_keeps_its_entry():
 
     result = coordinate_sweep(measure, table, ("down",), rounds=1)
     assert table["down"] == dict(block_n=2, num_warps=8) and result["best_ms"] == 2.0
+
+
+def test_the_draw_stage_sweeps_its_launch_as_one_entry():
+    """Stage "draw": one entry (kernels/sample.py DRAW_LAUNCH) over warps x halvings x parts, named by all three."""
+    from bench.step_sweep import DRAW_CANDIDATES
+
+    table = {"draw": dict(num_warps=8, top_k_window=12, top_k_ways=2)}
+
+    def measure():
+        cfg = table["draw"]
+        return 1.0 + 0.01 * (abs(cfg["num_warps"] - 4) + abs(cfg["top_k_window"] - 14) + abs(cfg["top_k_ways"] - 3))
+
+    result = coordinate_sweep(measure, table, ("draw",), DRAW_CANDIDATES, rounds=1)
+    assert table["draw"] == dict(num_warps=4, top_k_window=14, top_k_ways=3) and result["best_ms"] == 1.0
+    assert result["trials"][0]["kept"] == "w4k14x3" and len(result["trials"][0]["times"]) == len(DRAW_CANDIDATES)
