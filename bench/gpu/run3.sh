@@ -33,7 +33,7 @@
 #   PART=kerneltests ... bash bench/gpu/run3.sh                 tests/kernels compiled on the card (KERNEL_TESTS_K: a
 #                                                               pytest -k expression)
 #   PART=stepsweep ... bash bench/gpu/run3.sh                   bench.step_sweep: each product's launch inside its
-#                                                               batch-1 step (talker and code predictor; SWEEP_STAGES,
+#                                                               batch-1 step (talker, cp, draw; SWEEP_STAGES,
 #                                                               SWEEP_ARGS e.g. "--wide talker --rounds 1",
 #                                                               SWEEP_LEAVE: seconds it leaves the parts after it)
 #   TABLE_ARGS: more bench.latency arguments for PART=table (e.g. "--pdl-launch-from $W/step-sweep.json" after
