@@ -123,7 +123,8 @@ def talker_pdl_times(runner, fns: dict) -> dict:
     of a difference is PDL and which the whole-row products it launches (`runner.TALKER_PDL_LAUNCH`):
     the other setting of `talker_pdl` ("tpdl" / "notpdl"), PDL over the sliced products ("tpdl_sliced"),
     over `runner.TALKER_PDL_MIXED` ("tpdl_mixed"), the whole-row products without PDL ("trows"); PDL
-    with the attention's early loads of earlier positions ("tpdl_early", `talker_attention_early`)."""
+    with the attention's early loads of earlier positions ("tpdl_early", `talker_attention_early`); the
+    attention as one key chunk a kv head, no merge ("tsplit1", `talker_attention_splits`)."""
     from tts_engine.runtime.runner import TALKER_PDL_MIXED
 
     on = {k: {**cfg, "pdl": True} for k, cfg in runner.talker_launch.items()}
@@ -135,6 +136,7 @@ def talker_pdl_times(runner, fns: dict) -> dict:
     out |= _variant_times("tpdl_mixed", runner, dict(talker_pdl=True, talker_pdl_launch=TALKER_PDL_MIXED), stages)
     out |= _variant_times("trows", runner, dict(talker_pdl=False, talker_launch=rows), stages)
     out |= _variant_times("tpdl_early", runner, dict(talker_pdl=True, talker_attention_early=True), stages)
+    out |= _variant_times("tsplit1", runner, dict(talker_attention_splits=1), stages)  # no merge launch
     return out
 
 

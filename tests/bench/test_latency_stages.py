@@ -99,19 +99,21 @@ def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
     _timed(monkeypatch)
     runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
     runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch = False, TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH
-    runner.talker_attention_early = False
-    seen, early = [], []
+    runner.talker_attention_early, runner.talker_attention_splits = False, None
+    seen, early, splits = [], [], []
 
     def decode(*a):
         seen.append((runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch))
         early.append((runner.talker_pdl, runner.talker_attention_early))
+        splits.append(runner.talker_attention_splits)
 
     runner._talker_decode = decode
     fns = latency._stage_fns(runner, 1, 11)
     out = latency.talker_pdl_times(runner, fns)
     assert (True, True) in early and (False, True) not in early and runner.talker_attention_early is False
     assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "talker_step_long", "frame_step")
-                        for name in ("tpdl", "tpdl_sliced", "tpdl_mixed", "trows", "tpdl_early")}
+                        for name in ("tpdl", "tpdl_sliced", "tpdl_mixed", "trows", "tpdl_early", "tsplit1")}
+    assert 1 in splits and runner.talker_attention_splits is None
     launched = [(pdl, (pdl_launch if pdl else launch)["qkv"]) for pdl, launch, pdl_launch in seen]
     assert (True, TALKER_PDL_LAUNCH["qkv"]) in launched  # whole rows with PDL
     assert (True, {**TALKER_GEMV_LAUNCH["qkv"], "pdl": True}) in launched  # sliced with PDL

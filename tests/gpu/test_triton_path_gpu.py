@@ -67,6 +67,22 @@ def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, p
         assert rel_err(k_got, k_want) < tol, f"layer {layer} keys"
 
 
+@pytest.mark.parametrize("batch,attention,gemv_rows,pdl", [(1, 3, 1, True), (2, 3, 2, True), (5, 2, 0, False)])
+def test_talker_step_with_one_key_chunk_equals_torch(runners, batch, attention, gemv_rows, pdl, monkeypatch):
+    """`talker_attention_splits` 1: one program a kv head over the whole context, no merge launch."""
+    cfg, (fast, ref) = runners
+    slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
+    positions = 20 + 9 * slots
+    x = torch.randn(batch, cfg.talker.hidden_size, device="cuda").bfloat16()
+    for name, value in (("attention_version", attention), ("talker_gemv_rows", gemv_rows), ("talker_pdl", pdl),
+                        ("talker_attention_splits", 1)):
+        monkeypatch.setattr(fast, name, value)
+    with torch.inference_mode():
+        got = fast._talker_decode(slots, x, positions)
+        want = ref._talker_decode(slots, x, positions)
+    assert rel_err(got, want) < 2e-2
+
+
 # all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; the opt-in tensor-core kernel; with
 # the q/k norm + RoPE fused into the attention's launch and without, in PDL passes (1-2 rows) and the rest
 @pytest.mark.parametrize("b,mma_rows,fused", [(1, 0, True), (2, 0, True), (6, 0, True), (3, 16, True), (8, 16, True),

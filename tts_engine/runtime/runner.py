@@ -164,6 +164,10 @@ class ModelRunner(PromptPrefill):
         # (kernels/decode_attention.py `early`, version 3); its GPU tests pass (run 15); run 16: a step
         # 1.242 ms against 1.250, within noise, so off.
         self.talker_attention_early = False
+        # Key chunks of the decode attention (None: `decode_attention.num_splits`, 32 at batch 1 and 2,048
+        # positions, and a merge launch after it; 1: one program a kv head walks the whole context, no merge).
+        # Run 20's profile: the merge is 2.9 µs a layer at batch 1. Untimed: bench.latency's "tsplit1".
+        self.talker_attention_splits: int | None = None
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
@@ -240,7 +244,7 @@ class ModelRunner(PromptPrefill):
             def attend(i, q):
                 return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths,
                                         version=self.attention_version, pdl=pdl,
-                                        early=pdl and self.talker_attention_early)
+                                        early=pdl and self.talker_attention_early, splits=self.talker_attention_splits)
 
             args = (st, x, *self.rope, positions, slots, self.k_cache, self.v_cache, attend)
             if gemv_step:  # the residual stream before the final norm
