@@ -81,7 +81,7 @@ TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict
 # -> 1.82 ms in run 10). The fastest whole-row configurations of run 13's sweep with PDL (`bench.kernels
 # --gemv-sweep --shapes talker`, one product chained with itself, µs): qkv 6.60, o + residual 3.50,
 # gate/up + SwiGLU 15.53, down + residual 10.65. Run 13's talker step at batch 1 (607ce2e): 1.386 ms
-# without PDL, 1.252 with this table, 1.441 with TALKER_PDL_MIXED (the sweep's sliced kernels with PDL,
+# without PDL, 1.252 with run 13's table, 1.441 with TALKER_PDL_MIXED (the sweep's sliced kernels with PDL,
 # faster alone for qkv and down, slower in the step), 1.469 with PDL over the sliced table. Run 20's
 # `bench.step_sweep` (each candidate timed as the whole step, the others at their best;
 # bench/results/run20-h200/call1) chose this table: 1.215 ms a step against 1.248 with run 13's (qkv n4 w4,
