@@ -80,6 +80,8 @@ def stage_times(runner, prompt_rows, batches) -> dict:
         if pdl_supported(runner.device) and runner.talker_gemv_rows and 1 in out:
             out[1] |= talker_pdl_times(runner, _stage_fns(runner, 1, t_len))
             print(f"batch 1, the talker's PDL variants: {out[1]}", flush=True)
+            out[1] |= talker_qk_attention_times(runner, _stage_fns(runner, 1, t_len))
+            print(f"batch 1, the talker's fused attention: {out[1]}", flush=True)
     return out
 
 
@@ -138,6 +140,28 @@ def talker_pdl_times(runner, fns: dict) -> dict:
     out |= _variant_times("tpdl_early", runner, dict(talker_pdl=True, talker_attention_early=True), stages)
     out |= _variant_times("tsplit1", runner, dict(talker_attention_splits=1), stages)  # no merge launch
     return out
+
+
+# kernels/talker_attention.py's launches (`runner.talker_qk_attention_launch`), by variant name.
+QK_ATTENTION_VARIANTS = {"tqkattn": {}, "tqkattn_nodot": dict(dot=False), "tqkattn_w8": dict(num_warps=8),
+                         "tqkattn_b32": dict(block_n=32), "tqkattn_b128w8": dict(block_n=128, num_warps=8),
+                         "tqkattn_late": dict(early=False)}
+
+
+def talker_qk_attention_times(runner, fns: dict, rounds: int = 3) -> dict:
+    """The talker's batch-1 step with its q/k norm, RoPE, K/V store and attention in one launch a layer
+    (`talker_qk_attention`) against the configured step ("tqkbase"), in `rounds` interleaved rounds (each
+    variant's graph captured anew a round): `<stage>_<name>_ms` the median of its rounds, short and long
+    context."""
+    stages = {k: fns[k] for k in ("talker_step", "talker_step_long")}
+    variants = {"tqkbase": {}} | {name: dict(talker_qk_attention=True, talker_qk_attention_launch=launch)
+                                  for name, launch in QK_ATTENTION_VARIANTS.items()}
+    runs: dict[str, list] = {}
+    for _ in range(rounds):
+        for name, settings in variants.items():
+            for key, value in _variant_times(name, runner, settings, stages).items():
+                runs.setdefault(key, []).append(value)
+    return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
 
 
 def prefill_times(runner, lengths=(12, 40, 120)) -> dict:

@@ -83,6 +83,30 @@ def test_talker_step_with_one_key_chunk_equals_torch(runners, batch, attention, 
     assert rel_err(got, want) < 2e-2
 
 
+# (batch, PDL, launch keywords, far): kernels/talker_attention.py in the talker's GEMV steps; far: the rows
+# 190-200 positions in, four blocks of keys of which the cache's prefilled part is the first.
+@pytest.mark.parametrize("batch,pdl,launch,far", [
+    (1, True, {}, False), (1, True, {}, True), (1, True, dict(dot=False), True), (1, False, {}, True),
+    (2, True, dict(num_warps=8, early=False), True), (1, True, dict(block_n=32, num_warps=8), False)])
+def test_talker_step_with_fused_qk_attention_equals_torch(runners, batch, pdl, launch, far, monkeypatch):
+    """`talker_qk_attention`: q/k norm + RoPE + K/V store + attention over the whole context in one launch."""
+    cfg, (fast, ref) = runners
+    slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
+    positions = 200 - slots if far else 20 + 9 * slots
+    x = torch.randn(batch, cfg.talker.hidden_size, device="cuda").bfloat16()
+    for name, value in (("attention_version", 3), ("talker_gemv_rows", batch), ("talker_pdl", pdl),
+                        ("talker_qk_attention", True), ("talker_qk_attention_launch", launch)):
+        monkeypatch.setattr(fast, name, value)
+    with torch.inference_mode():
+        got = fast._talker_decode(slots, x, positions)
+        want = ref._talker_decode(slots, x, positions)
+    assert rel_err(got, want) < 2e-2
+    for layer, tol in ((0, 2e-2), (27, 3e-2)):
+        k_got, k_want = (r.k_cache[layer][slots, :, positions] for r in (fast, ref))
+        v_got, v_want = (r.v_cache[layer][slots, :, positions] for r in (fast, ref))
+        assert rel_err(k_got, k_want) < tol and rel_err(v_got, v_want) < tol, f"layer {layer} K/V"
+
+
 # all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; the opt-in tensor-core kernel; with
 # the q/k norm + RoPE fused into the attention's launch and without, in PDL passes (1-2 rows) and the rest
 @pytest.mark.parametrize("b,mma_rows,fused", [(1, 0, True), (2, 0, True), (6, 0, True), (3, 16, True), (8, 16, True),

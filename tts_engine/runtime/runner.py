@@ -39,6 +39,7 @@ from ..kernels.decode_attention import decode_attention, decode_attention_ref
 from ..kernels.gemv import LATE_SUM
 from ..kernels.rms_norm import rms_norm as rms_norm_kernel
 from ..kernels.sample import sample_rows
+from ..kernels.talker_attention import decode_qk_attention
 from ..model.qwen3_tts import Qwen3TTS
 from ..sampling import SamplingParams, suppress_mask
 from .code_predictor import CodePredictorRunner
@@ -168,6 +169,12 @@ class ModelRunner(PromptPrefill):
         # positions, and a merge launch after it; 1: one program a kv head walks the whole context, no merge).
         # Run 20's profile: the merge is 2.9 µs a layer at batch 1. Untimed: bench.latency's "tsplit1".
         self.talker_attention_splits: int | None = None
+        # In those GEMV steps: the q/k norm + RoPE + K/V store and the attention over the whole context in
+        # one launch a layer, one program a kv head (kernels/talker_attention.py; no merge, no q/k norm
+        # launch: 2.9 + 1.8 µs a layer in run 20's profile); its launch keywords in talker_qk_attention_launch.
+        # Untimed: bench.latency's "tqkattn" variants.
+        self.talker_qk_attention = False
+        self.talker_qk_attention_launch: dict = {}
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
@@ -246,10 +253,17 @@ class ModelRunner(PromptPrefill):
                                         version=self.attention_version, pdl=pdl,
                                         early=pdl and self.talker_attention_early, splits=self.talker_attention_splits)
 
+            def qkv_attend(i, layer, qkv):
+                return decode_qk_attention(qkv, layer.q_norm, layer.k_norm, *self.rope, positions, slots,
+                                           self.k_cache[i], self.v_cache[i], st.eps, st.num_heads, st.num_kv_heads,
+                                           pdl=pdl, **self.talker_qk_attention_launch)
+
             args = (st, x, *self.rope, positions, slots, self.k_cache, self.v_cache, attend)
             if gemv_step:  # the residual stream before the final norm
                 launch = self.talker_pdl_launch if pdl else self.talker_launch
-                return rms_norm_kernel(decoder_step_gemv(*args, launch, pdl=pdl), st.norm, st.eps, pdl=pdl)
+                fused = qkv_attend if self.talker_qk_attention else None
+                return rms_norm_kernel(decoder_step_gemv(*args, launch, pdl=pdl, qkv_attend=fused), st.norm, st.eps,
+                                       pdl=pdl)
             return decoder_step_triton(*args)
 
         def attend_torch(i, q, k, v):  # q [B, 1, Hq, D], k/v [B, 1, Hkv, D]
