@@ -164,6 +164,65 @@ def talker_qk_attention_times(runner, fns: dict, rounds: int = 3) -> dict:
     return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
 
 
+# The fused attention's launches timed against the split one by context (`talker_context_times`).
+CONTEXT_LAUNCHES = {"w8b64": dict(num_warps=8), "w8b128": dict(num_warps=8, block_n=128),
+                    "w16b64": dict(num_warps=16), "w16b128": dict(num_warps=16, block_n=128),
+                    "w8b64s2": dict(num_warps=8, stages=2), "w8b128s2": dict(num_warps=8, block_n=128, stages=2)}
+
+
+def talker_context_times(runner, t_len: int, contexts=(12, 64, 128, 192, 256, 320, 448), rounds: int = 3) -> dict:
+    """The talker's batch-1 step attending to each of `contexts` positions: the configured step ("split")
+    against `talker_qk_attention` with each of CONTEXT_LAUNCHES, interleaved rounds, the median of each
+    -> {launch: {context: ms}}; where the fused kernel stops paying sets `talker_qk_attention_context`."""
+    slots, x = torch.zeros(1, dtype=torch.long, device=runner.device), runner.hidden[:1].clone()
+    variants = {"split": {}} | {name: dict(talker_qk_attention=True, talker_qk_attention_launch=launch)
+                                for name, launch in CONTEXT_LAUNCHES.items()}
+    runs: dict[str, dict] = {name: {} for name in variants}
+    for c in contexts:
+        positions = torch.full((1,), c - 1, device=runner.device)
+        stage = {"talker_step": partial(runner._talker_decode, slots, x, positions)}
+        for _ in range(rounds):
+            for name, settings in variants.items():
+                for value in _variant_times(name, runner, settings, stage).values():
+                    runs[name].setdefault(c, []).append(value)
+    out = {name: {c: statistics.median(v) if all(isinstance(t, float) for t in v) else v[0]
+                  for c, v in by_c.items()} for name, by_c in runs.items()}
+    print(f"talker step by context: {out}", flush=True)
+    return out
+
+
+def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
+    """The o and down products' residual read before their PDL wait (gemv `residual_early`) in the talker's
+    batch-1 step and the code predictor's frame, against the tables as they are, interleaved rounds."""
+    import tts_engine.runtime.code_predictor as cp_module
+
+    def early(table: dict) -> dict:
+        return {k: {**v, "residual_early": True} if k in ("o", "down") else v for k, v in table.items()}
+
+    fns = _stage_fns(runner, 1, t_len)
+    stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
+    talker_table, cp_table = runner.talker_pdl_launch, dict(cp_module.PDL_LAUNCH)
+    runs: dict[str, list] = {}
+    try:
+        for _ in range(rounds):
+            for name, on in (("resbase", False), ("researly", True)):
+                runner.talker_pdl_launch = early(talker_table) if on else talker_table
+                cp_module.PDL_LAUNCH.update(early(cp_table) if on else cp_table)
+                for key, value in _variant_times(name, runner, {}, stages).items():
+                    runs.setdefault(key, []).append(value)
+    finally:
+        runner.talker_pdl_launch = talker_table
+        cp_module.PDL_LAUNCH.update(cp_table)
+    out = {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
+    print(f"residual read early: {out}", flush=True)
+    return out
+
+
+# Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
+EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
+               "qk_attention": lambda runner, t_len: talker_qk_attention_times(runner, _stage_fns(runner, 1, t_len))}
+
+
 def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
     """One prompt's embedding and prefill at batch 1 (slot 0), eager and through its captured bucket
     graph (`prefill_prompt`: the embedding inside it); on the Triton path also with the talker's
@@ -348,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a `bench.step_sweep` JSON: the batch-1 PDL steps run with its best tables (the talker's "
                         "runner.talker_pdl_launch, the code predictor's code_predictor.PDL_LAUNCH) instead of the "
                         "defaults")
+    p.add_argument("--experiments", help=f"comma-separated batch-1 experiments ({', '.join(EXPERIMENTS)}) to run "
+                                         "instead of the stage and prefill times")
     args = p.parse_args(argv)
     if args.socket_port is not None:
         result = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
@@ -410,6 +471,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"PDL launch tables: {result['pdl_launch']}", flush=True)
         prompt = runner.embed_prompt([151644, 77091, 198] + [151671] * 6 + [151672, 1000],
                                      [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149])
+        if args.experiments:
+            prefill_every_slot(runner, prompt)
+            with torch.inference_mode():
+                result[f"experiments_{mode}"] = {name: EXPERIMENTS[name](runner, prompt.shape[0])
+                                                 for name in args.experiments.split(",")}
+            del runner
+            continue
         print(f"stages, {mode} mode", flush=True)
         result["stages" if mode == "triton" else f"stages_{mode}"] = stage_times(runner, prompt, batches)
         result["prefill" if mode == "triton" else f"prefill_{mode}"] = prefill_times(runner)

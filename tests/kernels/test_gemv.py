@@ -101,6 +101,11 @@ def test_whole_rows_kernel(device, m, k, n):
     for norm in (None, (ln, 1e-6)):
         assert_epilogues(x, w, r, f"whole rows {m}x{k}x{n} norm={norm is not None}", whole_rows=True, block_n=8,
                          norm=norm)
+        # the residual read before the (PDL) wait: the same sums
+        assert_same_rounding(gemv(x, w, residual=r, norm=norm, whole_rows=True, block_n=8, residual_early=True),
+                             gemv_ref(x, w, residual=r, norm=norm), f"whole rows {m}x{k}x{n} residual read early")
+    with pytest.raises(ValueError, match="residual_early"):
+        gemv(x, w, whole_rows=True, residual_early=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

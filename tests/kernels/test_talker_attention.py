@@ -25,9 +25,9 @@ def _tables(positions: int, d: int, dtype, device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("dot", [True, False])
+@pytest.mark.parametrize("dot,stages", [(True, 1), (False, 1), (True, 2)])
 @pytest.mark.parametrize("hq,hkv,positions", [(4, 2, (0, 9, 16, 37)), (3, 1, (15, 1)), (2, 2, (40,))])
-def test_decode_qk_attention_equals_norm_rope_then_attention(device, dtype, dot, hq, hkv, positions):
+def test_decode_qk_attention_equals_norm_rope_then_attention(device, dtype, dot, stages, hq, hkv, positions):
     g = torch.Generator().manual_seed(sum(positions) + 7 * hq + dot)
     d, length, block_n = 16, 48, 16
     b = len(positions)
@@ -46,7 +46,8 @@ def test_decode_qk_attention_equals_norm_rope_then_attention(device, dtype, dot,
     # torch's attention multiplies masked cells by 0, so the reference's hold large values, not NaN
     caches["ref"] = tuple(c.nan_to_num(s) for c, s in zip(caches["fused"], (1e4, -1e4)))
     args = (q_norm, k_norm, cos, sin)
-    got = decode_qk_attention(qkv, *args, pos, rows, *caches["fused"], 1e-6, hq, hkv, dot=dot, block_n=block_n)
+    got = decode_qk_attention(qkv, *args, pos, rows, *caches["fused"], 1e-6, hq, hkv, dot=dot, block_n=block_n,
+                              stages=stages)
     want = decode_qk_attention_ref(qkv.float(), *(a.float() for a in args), pos, rows,
                                    *(c.float() for c in caches["ref"]), 1e-6, hq, hkv)
     q = qk_norm_rope(qkv, *args, pos, rows, *caches["kernels"], 1e-6, hq, hkv)

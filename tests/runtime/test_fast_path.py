@@ -372,16 +372,23 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     prefill_rows = []  # the prompts prefilled on the tensor-core products, by their rows
     gemv_step = prefill_module.decoder_step_gemv
     prefill_module.decoder_step_gemv = lambda *a, **k: prefill_rows.append(a[1].shape[0]) or gemv_step(*a, **k)
+    fused_attention = []  # the talker steps' positions where kernels/talker_attention.py ran
+    qk_attention = runner_module.decode_qk_attention
+    runner_module.decode_qk_attention = lambda *a, **k: fused_attention.append(a[5].tolist()) or qk_attention(*a, **k)
     synth = Synthesizer(checkpoint)
     inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
               make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
     results = []
     # torch; Triton with the products on cuBLAS; with the talker's and code predictor's fused GEMVs and
-    # the talker's tensor-core attention (version 3; one runner for all keeps this test's time down);
-    # with the code predictor's fusions and the talker's prefill products on the tensor-core kernel, the
-    # code predictor's q/k norm + RoPE a launch of its own (the others: fused into its attention)
+    # the talker's tensor-core attention (version 3; one runner for all keeps this test's time down), its
+    # first step's in one launch with the q/k norm (kernels/talker_attention.py: its context is the longest
+    # prompt + 1), the second's split; with the code predictor's fusions and the talker's prefill products
+    # on the tensor-core kernel, the code predictor's q/k norm + RoPE a launch of its own (the others: fused
+    # into its attention)
     cublas = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=0, attention_version=2)
-    variants = (cublas, cublas, FastPathOptions(talker_gemv_rows=2, cp_gemv_rows=4, attention_version=3),
+    first_step = [len(inputs[0].prompt), len(inputs[1].prompt)]
+    variants = (cublas, cublas, FastPathOptions(talker_gemv_rows=2, cp_gemv_rows=4, attention_version=3,
+                                                talker_qk_attention_context=max(first_step) + 1),
                 replace(cublas, cp_mma_rows=4, cp_fused_attention=False, prefill_mma_rows=64))
     for i, options in enumerate(variants):
         d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=i > 0, use_graphs=False,
@@ -396,8 +403,12 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
         results.append((d.codes(2), d.codes(0), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), prefilled))
         assert prefill_rows == ([len(inputs[0].prompt), len(inputs[1].prompt)] if options.prefill_mma_rows else [])
         prefill_rows.clear()
+        layers = len(r.talker.layers)
+        assert fused_attention == ([first_step] * layers if options.talker_qk_attention_context else []), \
+            "the fused attention ran at other steps than the first"
+        fused_attention.clear()
     (a2, a0, ah, al, a_prefilled) = results[0]
-    names = ("Triton", "Triton + GEMVs + attention v3",
+    names = ("Triton", "Triton + GEMVs + attention v3 (the first step's fused with its q/k norm)",
              "Triton + tensor-core kernel (code predictor, prefill), CP attention unfused")
     for what, (b2, b0, bh, bl, b_prefilled) in zip(names, results[1:], strict=True):
         for name, b, a in zip(("hidden", "logits", "keys", "values"), b_prefilled, a_prefilled, strict=True):

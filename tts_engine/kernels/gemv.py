@@ -117,16 +117,18 @@ if HAVE_TRITON:
         if LATE_SUM:
             acc = tl.sum(part, axis=2)
             acc_up = tl.sum(part_up, axis=2)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False)
 
     @triton.jit
     def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
                           MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+                          BLOCK_K: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr):
         """`_gemv_kernel` with whole rows of w (BLOCK_K >= K) per program, loaded before anything the
         previous kernel writes is read: launched with PDL, this program's weights stream in while the
         previous kernel finishes, and `gdc_wait` then makes that kernel's outputs (x, residual)
-        visible. `gdc_launch_dependents` lets the next kernel do the same."""
+        visible. `gdc_launch_dependents` lets the next kernel do the same. RES_EARLY: the residual is
+        read before the wait too, right where it was written two launches back or more (then the
+        previous kernel's own wait has seen that launch finish)."""
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
         ks = tl.arange(0, BLOCK_K)
@@ -140,6 +142,10 @@ if HAVE_TRITON:
         ln = tl.zeros((BLOCK_K,), dtype=tl.float32)
         if NORM:
             ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
+        ok = r_ok[:, None] & f_ok[None, :]
+        res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
+        if RES_EARLY:
+            res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
         pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
         xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
@@ -151,7 +157,7 @@ if HAVE_TRITON:
         acc_up = acc
         if MODE == 2:
             acc_up = tl.sum(xs[:, None, :] * wu.to(tl.float32)[None, :, :], axis=2)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY)
 
     @triton.jit
     def _gemm_mma_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
@@ -198,16 +204,19 @@ if HAVE_TRITON:
                     acc_up = tl.dot(xs.to(tl.float32), tl.trans(wu.to(tl.float32)), acc_up, input_precision="ieee")
                 else:
                     acc_up = tl.dot(xs, tl.trans(wu), acc_up)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False)
 
     @triton.jit
-    def _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE: tl.constexpr):
-        """fp32 products [M_P, BLOCK_N] -> rounded, the residual added or SwiGLU applied, stored."""
+    def _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE: tl.constexpr, res,
+                  RES_LOADED: tl.constexpr):
+        """fp32 products [M_P, BLOCK_N] -> rounded, the residual added or SwiGLU applied, stored.
+        RES_LOADED: res holds the residual already (fp32), else it is read here."""
         dt = y_ptr.dtype.element_ty
         out = round_to(acc, dt)
         ok = r_ok[:, None] & f_ok[None, :]
         if MODE == 1:
-            res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
+            if not RES_LOADED:
+                res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
             out = round_to(res + out, dt)
         if MODE == 2:
             act = round_to(out / (1.0 + tl.exp(-out)), dt)
@@ -218,7 +227,7 @@ if HAVE_TRITON:
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
          late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
-         mma: bool = False) -> torch.Tensor:
+         mma: bool = False, residual_early: bool = False) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
@@ -226,7 +235,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     rounded up; for a few rows of x); pdl: launched with programmatic dependent launch
     (`backend.pdl_supported`; with whole_rows the weights load before the wait for the previous
     kernel). mma: tensor-core products over rows padded to >= 16 (block_n, block_k >= 16), for 3-64
-    rows."""
+    rows. residual_early (whole_rows): the residual is read before that wait too, which with pdl is right
+    only where it was written two launches back or more (the decoder layers' o and down products)."""
     if not HAVE_TRITON:
         return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm)
     m, k = x.shape
@@ -241,6 +251,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         raise ValueError("gemv: residual and silu_mul do not combine")
     if mma and pdl:
         raise ValueError("gemv: the tensor-core kernel (mma) is not launched with pdl")
+    if residual_early and not (whole_rows and residual is not None):
+        raise ValueError("gemv: residual_early is the whole-row kernel's early read of a residual")
     n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
     y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
     r = residual if residual is not None else y
@@ -260,8 +272,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         _gemm_mma_kernel[grid](*args, **shape, BLOCK_M=max(16, next_pow2(m)), BLOCK_K=block_k, STAGES=stages,
                                IEEE=x.dtype == torch.float32 or x.device.type == "cpu", num_warps=num_warps)
     elif whole_rows:
-        _gemv_rows_kernel[grid](*args, **shape, BLOCK_K=next_pow2(k), PDL=pdl, num_warps=num_warps,
-                                **pdl_launch(pdl))
+        _gemv_rows_kernel[grid](*args, **shape, BLOCK_K=next_pow2(k), PDL=pdl, RES_EARLY=residual_early,
+                                num_warps=num_warps, **pdl_launch(pdl))
     else:
         _gemv_kernel[grid](*args, **shape, BLOCK_K=block_k, LATE_SUM=late_sum, STAGES=stages, PDL=pdl,
                            num_warps=num_warps, **pdl_launch(pdl))

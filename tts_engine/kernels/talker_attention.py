@@ -82,7 +82,7 @@ if HAVE_TRITON:
                                     HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
                                     GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
                                     DOT: tl.constexpr, DOT_FP32: tl.constexpr, EARLY: tl.constexpr,
-                                    PDL: tl.constexpr):
+                                    STAGES: tl.constexpr, PDL: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         dt = qkv_ptr.dtype.element_ty
@@ -121,7 +121,7 @@ if HAVE_TRITON:
         if not DOT_FP32:
             q = q.to(dt)
         m, den, acc = _attend_block(q, keys0, values0, first, m, den, acc, scale, DOT, DOT_FP32)
-        for start in range(BLOCK_N, pos, BLOCK_N):
+        for start in tl.range(BLOCK_N, pos, BLOCK_N, num_stages=STAGES):
             at = start + blk
             ok = at < pos
             kv_at = cache + at[:, None] * s_pos + d[None, :]
@@ -134,12 +134,13 @@ if HAVE_TRITON:
 
 def decode_qk_attention(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_cache, eps: float,
                         num_heads: int, num_kv_heads: int, *, pdl: bool = False, dot: bool = True,
-                        early: bool = True, block_n: int = 64, num_warps: int = 4) -> torch.Tensor:
+                        early: bool = True, block_n: int = 64, num_warps: int = 4, stages: int = 1) -> torch.Tensor:
     """Triton when available (CUDA, or CPU tensors through the interpreter), else the reference. dot:
     the scores and the weighted values on the tensor cores (query heads padded to 16 rows), else fp32
     CUDA-core products. early: with pdl, the first block of earlier positions is read before the wait
     for the previous kernel (right where that kernel wrote no earlier position of these rows: the
-    talker's qkv product). block_n: keys a block."""
+    talker's qkv product). block_n: keys a block; stages: blocks of keys in flight (software pipelining of
+    the loop over the blocks after the first)."""
     if not HAVE_TRITON:
         return decode_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_cache, eps,
                                        num_heads, num_kv_heads)
@@ -166,6 +167,7 @@ def decode_qk_attention(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache,
         qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_cache, out, eps, LOG2E / math.sqrt(d),
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1),
         HQ=num_heads, HKV=num_kv_heads, GROUP=group, GROUP_P=max(16, next_pow2(group)) if dot else next_pow2(group),
-        D=d, BLOCK_N=block_n, DOT=dot, DOT_FP32=dot_fp32, EARLY=early and pdl, PDL=pdl, num_warps=num_warps,
+        D=d, BLOCK_N=block_n, DOT=dot, DOT_FP32=dot_fp32, EARLY=early and pdl, STAGES=stages, PDL=pdl,
+        num_warps=num_warps,
         **pdl_launch(pdl))
     return out

@@ -49,6 +49,11 @@ class FastPathOptions:
     # first audio on the socket. Off: run 15 measured +1.2 ms of device time; run 16's profile: the norm
     # prologues of qkv and gate/up cost 9-12 µs each, and without them the products only tie cuBLAS.
     prefill_mma_rows: int = 0
+    # The talker's GEMV steps (talker_gemv_rows) whose every row attends to fewer than this many positions
+    # run the q/k norm, RoPE, K/V store and attention as one launch a layer (kernels/talker_attention.py,
+    # one program a kv head over the whole context; a feed graph of its own per bucket), the rest the split
+    # attention after a q/k norm launch; 0: never.
+    talker_qk_attention_context: int = 0
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).
     attention_version: int = 3
@@ -62,6 +67,8 @@ class FastPathOptions:
         if self.cp_mma_rows and not self.cp_gemv_rows < self.cp_mma_rows <= MAX_CP_MMA_ROWS:
             out.append(("cp_mma_rows", f"must be 0 or above cp_gemv_rows ({self.cp_gemv_rows}) and at most "
                                        f"{MAX_CP_MMA_ROWS}, got {self.cp_mma_rows}"))
+        if self.talker_qk_attention_context < 0:
+            out.append(("talker_qk_attention_context", f"must be >= 0, got {self.talker_qk_attention_context}"))
         if not 0 <= self.prefill_mma_rows <= MAX_PREFILL_MMA_ROWS:
             out.append(("prefill_mma_rows", f"must be in 0..{MAX_PREFILL_MMA_ROWS}, got {self.prefill_mma_rows}"))
         if self.cp_pdl and not self.cp_gemv_rows:

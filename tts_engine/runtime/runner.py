@@ -172,7 +172,9 @@ class ModelRunner(PromptPrefill):
         # In those GEMV steps: the q/k norm + RoPE + K/V store and the attention over the whole context in
         # one launch a layer, one program a kv head (kernels/talker_attention.py; no merge, no q/k norm
         # launch: 2.9 + 1.8 µs a layer in run 20's profile); its launch keywords in talker_qk_attention_launch.
-        # Untimed: bench.latency's "tqkattn" variants.
+        # Run by the steps whose rows all attend to fewer than `qk_attention_context` positions (graphs: a
+        # feed graph of their own); `talker_qk_attention` says whether the step being issued does.
+        self.qk_attention_context = opts.talker_qk_attention_context if self.use_triton else 0
         self.talker_qk_attention = False
         self.talker_qk_attention_launch: dict = {}
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
@@ -217,6 +219,8 @@ class ModelRunner(PromptPrefill):
         # (bucket, variant) -> (codes graph, talker graph, inputs [4, bucket], codes out [bucket, 16])
         self.graphs: dict[tuple[int, SamplerVariant],
                           tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        # (bucket, variant) -> the talker half with the fused attention, for steps of short contexts
+        self.short_feed_graphs: dict[tuple[int, SamplerVariant], torch.cuda.CUDAGraph] = {}
 
     def lane_runner(self) -> ModelRunner:
         """A runner for the newcomer lane: this one's weights and per-slot state (KV cache, hidden,
@@ -227,7 +231,7 @@ class ModelRunner(PromptPrefill):
         each step (attention_version, talker_launch, talker_gemv_rows, talker_pdl) are copied, not shared."""
         lane = copy.copy(self)
         lane.buckets = (1,)
-        lane.graphs, lane.prefill_graphs, lane._pool, lane._ring_pos = {}, {}, None, 0
+        lane.graphs, lane.short_feed_graphs, lane.prefill_graphs, lane._pool, lane._ring_pos = {}, {}, {}, None, 0
         lane.prefill_stream = lane._prefill_capture = None  # the lane's prefills run on the lane
         lane.code_predictor = self.code_predictor.with_own_cache(1)
         return lane
@@ -339,6 +343,7 @@ class ModelRunner(PromptPrefill):
         if b > max(self.buckets):
             raise ValueError(f"batch of {b} exceeds the largest bucket {max(self.buckets)}")
         variant = FAST if not self.fused_sampler and all(self.slot_fast[s] for s in slots) else GENERAL
+        self.talker_qk_attention = b <= self.talker_gemv_rows and max(positions) < self.qk_attention_context
         if not (self.use_graphs and self.graphs):
             t = lambda v: to_device(v, self.device)  # noqa: E731
             codes = self._frame_step(t(slots), t(frames), t(positions), t(step_text), variant, after_codes)
@@ -363,7 +368,8 @@ class ModelRunner(PromptPrefill):
         ready.record()
         if after_codes is not None:
             after_codes(out[:b])
-        feed_graph.replay()
+        short_feed = self.short_feed_graphs.get((bucket, variant)) if self.talker_qk_attention else None
+        (short_feed or feed_graph).replay()
         return StepCodes(out[:b], host[:b], ready)
 
     def _ring_next(self) -> int:
@@ -406,5 +412,18 @@ class ModelRunner(PromptPrefill):
             with torch.cuda.graph(feed_graph, pool=pool, stream=capture_stream):
                 self._frame_feed(slots, positions, text, out)
             self.graphs[(bucket, variant)] = (codes_graph, feed_graph, inputs, out)
+            if bucket <= self.talker_gemv_rows and self.qk_attention_context:
+                self.talker_qk_attention = True
+                try:
+                    stream.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(stream):  # compiled and warmed before its capture
+                        self._frame_feed(slots, positions, text, out)
+                    torch.cuda.current_stream().wait_stream(stream)
+                    short_feed = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(short_feed, pool=pool, stream=capture_stream):
+                        self._frame_feed(slots, positions, text, out)
+                    self.short_feed_graphs[(bucket, variant)] = short_feed
+                finally:
+                    self.talker_qk_attention = False
         torch.cuda.synchronize()
         self.capture_prefill_graphs(capture_stream=capture_stream)
