@@ -76,6 +76,46 @@ def test_graph_replay_equals_eager_for_every_bucket(model_1_7b):
             _restore(runner, snap)
 
 
+def test_short_context_steps_replay_the_fused_attention_graph(model_1_7b):
+    """`talker_qk_attention_context`: batch-1 steps under it replay a feed graph of their own
+    (kernels/talker_attention.py), equal to the eager step that runs it; steps past it, and batches past
+    `talker_gemv_rows`, the split attention's graph."""
+    from tts_engine.runtime.options import FastPathOptions
+
+    cfg, model = model_1_7b
+    runner = ModelRunner(model, max_slots=4, max_context=512, buckets=(1, 2),
+                         options=FastPathOptions(talker_qk_attention_context=64))
+    prompts = _prompts(cfg, 2)
+    for slot, p in enumerate(prompts):
+        runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
+        runner.prefill(slot, runner.embed_prompt(list(p.text_ids), list(p.codec_ids)))
+    runner.capture_graphs()
+    assert set(runner.short_feed_graphs) == {(1, v) for v in runner.variants}
+    for slots, positions, fused in (([0], [len(prompts[0])], True), ([1], [100], False),
+                                    ([1, 0], [len(prompts[1]), len(prompts[0])], False)):
+        args = (slots, [3] * len(slots), positions, [2000] * len(slots))
+        snap = _state(runner)
+        runner.use_graphs = False
+        eager = runner.frame_step(*args).clone()
+        eager_state = _state(runner)
+        assert runner.talker_qk_attention == fused
+        _restore(runner, snap)
+        runner.use_graphs = True
+        graph = runner.frame_step(*args).clone()
+        graph_state = _state(runner)
+        assert runner.talker_qk_attention == fused
+        assert torch.equal(eager, graph), f"codes differ at positions {positions}"
+        for e, g in zip(eager_state, graph_state):
+            torch.testing.assert_close(g.float(), e.float(), rtol=2e-2, atol=2e-2)
+        if fused:  # the same step through the split attention's graph: other hidden states
+            _restore(runner, snap)
+            runner.qk_attention_context = 0
+            runner.frame_step(*args)
+            runner.qk_attention_context = 64
+            assert not torch.equal(runner.hidden[0], graph_state[2][0]), "the fused step replayed the split graph"
+        _restore(runner, snap)
+
+
 def test_greedy_fast_path_equals_reference_loop_on_1_7b_config(cuda):
     cfg, model = random_model("1.7b", torch.float32, cuda, seed=7)
     frames = 16
