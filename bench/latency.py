@@ -143,19 +143,20 @@ def talker_pdl_times(runner, fns: dict) -> dict:
 
 
 # kernels/talker_attention.py's launches (`runner.talker_qk_attention_launch`), by variant name.
-QK_ATTENTION_VARIANTS = {"tqkattn": {}, "tqkattn_nodot": dict(dot=False), "tqkattn_w8": dict(num_warps=8),
-                         "tqkattn_b32": dict(block_n=32), "tqkattn_b128w8": dict(block_n=128, num_warps=8),
-                         "tqkattn_late": dict(early=False)}
+QK_ATTENTION_VARIANTS = {"tqkattn": {}, "tqkattn_nodot": dict(dot=False), "tqkattn_w4": dict(num_warps=4),
+                         "tqkattn_b64": dict(block_n=64), "tqkattn_late": dict(early=False)}
 
 
 def talker_qk_attention_times(runner, fns: dict, rounds: int = 3) -> dict:
     """The talker's batch-1 step with its q/k norm, RoPE, K/V store and attention in one launch a layer
-    (`talker_qk_attention`) against the configured step ("tqkbase"), in `rounds` interleaved rounds (each
-    variant's graph captured anew a round): `<stage>_<name>_ms` the median of its rounds, short and long
-    context."""
+    (kernels/talker_attention.py at every context, its launch by variant) against never ("tqkbase"), in
+    `rounds` interleaved rounds (each variant's graph captured anew a round): `<stage>_<name>_ms` the
+    median of its rounds, short and long context."""
     stages = {k: fns[k] for k in ("talker_step", "talker_step_long")}
-    variants = {"tqkbase": {}} | {name: dict(talker_qk_attention=True, talker_qk_attention_launch=launch)
-                                  for name, launch in QK_ATTENTION_VARIANTS.items()}
+    every, table = runner.max_context, runner.talker_qk_attention_launch  # the fused attention at both contexts
+    variants = {"tqkbase": dict(qk_attention_context=0)} | {
+        name: dict(qk_attention_context=every, talker_qk_attention_launch={**table, **launch})
+        for name, launch in QK_ATTENTION_VARIANTS.items()}
     runs: dict[str, list] = {}
     for _ in range(rounds):
         for name, settings in variants.items():
@@ -175,8 +176,9 @@ def talker_context_times(runner, t_len: int, contexts=(12, 64, 128, 192, 256, 32
     against `talker_qk_attention` with each of CONTEXT_LAUNCHES, interleaved rounds, the median of each
     -> {launch: {context: ms}}; where the fused kernel stops paying sets `talker_qk_attention_context`."""
     slots, x = torch.zeros(1, dtype=torch.long, device=runner.device), runner.hidden[:1].clone()
-    variants = {"split": {}} | {name: dict(talker_qk_attention=True, talker_qk_attention_launch=launch)
-                                for name, launch in CONTEXT_LAUNCHES.items()}
+    variants = {"split": dict(talker_qk_attention=False)} | {
+        name: dict(talker_qk_attention=True, talker_qk_attention_launch=launch)
+        for name, launch in CONTEXT_LAUNCHES.items()}
     runs: dict[str, dict] = {name: {} for name in variants}
     for c in contexts:
         positions = torch.full((1,), c - 1, device=runner.device)
@@ -192,12 +194,12 @@ def talker_context_times(runner, t_len: int, contexts=(12, 64, 128, 192, 256, 32
 
 
 def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
-    """The o and down products' residual read before their PDL wait (gemv `residual_early`) in the talker's
-    batch-1 step and the code predictor's frame, against the tables as they are, interleaved rounds."""
+    """The o and down products' residual read before their PDL wait (gemv `residual_early`) or after it
+    ("resoff") in the talker's batch-1 step and the code predictor's frame, interleaved rounds."""
     import tts_engine.runtime.code_predictor as cp_module
 
-    def early(table: dict) -> dict:
-        return {k: {**v, "residual_early": True} if k in ("o", "down") else v for k, v in table.items()}
+    def early(table: dict, on: bool) -> dict:
+        return {k: {**v, "residual_early": on} if k in ("o", "down") else v for k, v in table.items()}
 
     fns = _stage_fns(runner, 1, t_len)
     stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
@@ -205,9 +207,9 @@ def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
     runs: dict[str, list] = {}
     try:
         for _ in range(rounds):
-            for name, on in (("resbase", False), ("researly", True)):
-                runner.talker_pdl_launch = early(talker_table) if on else talker_table
-                cp_module.PDL_LAUNCH.update(early(cp_table) if on else cp_table)
+            for name, on in (("resoff", False), ("researly", True)):
+                runner.talker_pdl_launch = early(talker_table, on)
+                cp_module.PDL_LAUNCH.update(early(cp_table, on))
                 for key, value in _variant_times(name, runner, {}, stages).items():
                     runs.setdefault(key, []).append(value)
     finally:
@@ -265,17 +267,26 @@ def _stage_fns(runner, b: int, t_len: int) -> dict:
     dev = runner.device
     slots = torch.arange(b, device=dev)
     positions = torch.full((b,), t_len, device=dev)
-    long_positions = torch.full((b,), runner.max_context - 64, device=dev)
+    long_positions = torch.full((b,), runner.max_context - 64, device=dev)  # as `long` below
     x = runner.hidden[:b].clone()
     frames = torch.full((b,), 5, device=dev)
     rows = runner.rows.gather(slots)
     c0 = torch.randint(0, 2048, (b,), device=dev)
     text = torch.zeros(b, dtype=torch.long, device=dev)
-    return {"talker_step": lambda: runner._talker_decode(slots, x, positions),
-            "talker_step_long": lambda: runner._talker_decode(slots, x, long_positions),
+
+    def at(position: int, fn):  # the talker's attention as a frame step at that position picks it
+        def run():
+            runner.talker_qk_attention = runner.qk_attention_serves(b, position)
+            return fn()
+        return run
+
+    short, long = t_len, runner.max_context - 64
+    return {"talker_step": at(short, lambda: runner._talker_decode(slots, x, positions)),
+            "talker_step_long": at(long, lambda: runner._talker_decode(slots, x, long_positions)),
             "code_predictor_frame": lambda: runner.code_predictor.predict(x, c0, frames, rows, variant=FAST),
-            "frame_step": lambda: runner._frame_step(slots, frames, positions, text, FAST),
-            "frame_step_general_sampler": lambda: runner._frame_step(slots, frames, positions, text, GENERAL)}
+            "frame_step": at(short, lambda: runner._frame_step(slots, frames, positions, text, FAST)),
+            "frame_step_general_sampler": at(short, lambda: runner._frame_step(slots, frames, positions, text,
+                                                                                GENERAL))}
 
 
 def _variant_times(name: str, obj, settings: dict, fns: dict) -> dict:

@@ -67,10 +67,16 @@ MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps
 # The table: run 20's `bench.step_sweep` (each product's candidates timed as the whole batch-1 frame, the
 # others at their best; bench/results/run20-h200/call1): 1.705 ms a frame with run 10's table
 # (o n2 w4, gate/up n4 w4, down n2 w8, head n4 w4), 1.590 with this one, three interleaved pairs.
+# o and down read their residual before the wait too (`residual_early`: written two launches back or more,
+# the draw's embedding or the previous layer's down for o, o's output for down): run 21 (bench.latency
+# --experiments residual_early, three interleaved rounds) frame 1.583 -> 1.557 ms, the talker step (the same
+# for its o and down) 1.211 -> 1.191.
 PDL_ROWS = 2
 _PDL = dict(whole_rows=True, pdl=True)
-PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL), "o": dict(block_n=4, num_warps=4, **_PDL),
-              "gate_up": dict(block_n=4, num_warps=2, **_PDL), "down": dict(block_n=4, num_warps=4, **_PDL),
+PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
+              "o": dict(block_n=4, num_warps=4, residual_early=True, **_PDL),
+              "gate_up": dict(block_n=4, num_warps=2, **_PDL),
+              "down": dict(block_n=4, num_warps=4, residual_early=True, **_PDL),
               "head": dict(block_n=2, num_warps=8, **_PDL)}
 
 

@@ -87,11 +87,20 @@ TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict
 # `bench.step_sweep` (each candidate timed as the whole step, the others at their best;
 # bench/results/run20-h200/call1) chose this table: 1.215 ms a step against 1.248 with run 13's (qkv n4 w4,
 # o n4 w8, gate/up n2 w4), three interleaved pairs.
-TALKER_PDL_LAUNCH = {"qkv": dict(block_n=8, num_warps=4), "o": dict(block_n=2, num_warps=2),
-                     "gate_up": dict(block_n=8, num_warps=4), "down": dict(block_n=4, num_warps=4)}
+# o and down read their residual before the wait (`residual_early`; code_predictor.PDL_LAUNCH says why it is
+# right): run 21, talker step 1.211 -> 1.191 ms.
+TALKER_PDL_LAUNCH = {"qkv": dict(block_n=8, num_warps=4), "o": dict(block_n=2, num_warps=2, residual_early=True),
+                     "gate_up": dict(block_n=8, num_warps=4), "down": dict(block_n=4, num_warps=4, residual_early=True)}
 TALKER_PDL_LAUNCH = {name: dict(cfg, whole_rows=True, pdl=True) for name, cfg in TALKER_PDL_LAUNCH.items()}
 TALKER_PDL_MIXED = {**TALKER_PDL_LAUNCH, "qkv": dict(block_n=8, block_k=512, pdl=True, **LATE_SUM),
                     "down": dict(block_n=4, block_k=512, pdl=True, **LATE_SUM)}
+
+# kernels/talker_attention.py's launch in those steps. Run 21 (bench.latency --experiments talker_context,
+# bench/results/run21-h200/call2; talker step at batch 1, ms, split attention / this launch / 8 warps with
+# 64-key blocks, three interleaved rounds): context 12 1.220 / 1.099 / 1.097, 128 1.225 / 1.105 / 1.164,
+# 256 1.223 / 1.181 / 1.272, 320 1.225 / 1.249 / 1.327, 448 1.227 / 1.318 / 1.438. 16 warps, and two
+# blocks in flight (`stages`), were slower; 4 warps 1.191 at 12 (call 1).
+TALKER_QK_ATTENTION_LAUNCH = dict(block_n=128, num_warps=8)
 
 # With `FastPathOptions.prefill_mma_rows`: the talker's products in a prefill of up to 64 rows on the
 # tensor-core kernel (rows padded to 16 / 32 / 64): 128-192 programs a product for the H200's 132 SMs,
@@ -167,16 +176,16 @@ class ModelRunner(PromptPrefill):
         self.talker_attention_early = False
         # Key chunks of the decode attention (None: `decode_attention.num_splits`, 32 at batch 1 and 2,048
         # positions, and a merge launch after it; 1: one program a kv head walks the whole context, no merge).
-        # Run 20's profile: the merge is 2.9 µs a layer at batch 1. Untimed: bench.latency's "tsplit1".
+        # Run 20's profile: the merge is 2.9 µs a layer at batch 1. Run 21 (bench.latency's "tsplit1"): a step
+        # 1.217 ms against 1.210 at 12 positions, 1.422 against 1.221 at 448: no gain, kept as a setting.
         self.talker_attention_splits: int | None = None
         # In those GEMV steps: the q/k norm + RoPE + K/V store and the attention over the whole context in
         # one launch a layer, one program a kv head (kernels/talker_attention.py; no merge, no q/k norm
-        # launch: 2.9 + 1.8 µs a layer in run 20's profile); its launch keywords in talker_qk_attention_launch.
-        # Run by the steps whose rows all attend to fewer than `qk_attention_context` positions (graphs: a
+        # launch), for the steps whose rows all attend to at most `qk_attention_context` positions (graphs: a
         # feed graph of their own); `talker_qk_attention` says whether the step being issued does.
         self.qk_attention_context = opts.talker_qk_attention_context if self.use_triton else 0
         self.talker_qk_attention = False
-        self.talker_qk_attention_launch: dict = {}
+        self.talker_qk_attention_launch = TALKER_QK_ATTENTION_LAUNCH
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
@@ -244,6 +253,10 @@ class ModelRunner(PromptPrefill):
         self.eos_allowed[slot].fill_(eos_allowed)
 
     # -- one frame -------------------------------------------------------------------------------
+    def qk_attention_serves(self, rows: int, max_position: int) -> bool:
+        """Does a step of `rows` rows, the furthest writing `max_position`, run kernels/talker_attention.py?"""
+        return rows <= self.talker_gemv_rows and max_position < self.qk_attention_context
+
     def _talker_decode(self, slots, x, positions):
         """x [B, H] at positions [B] -> final-norm hidden [B, H]; writes each slot's K/V."""
         st = self.talker
@@ -343,7 +356,7 @@ class ModelRunner(PromptPrefill):
         if b > max(self.buckets):
             raise ValueError(f"batch of {b} exceeds the largest bucket {max(self.buckets)}")
         variant = FAST if not self.fused_sampler and all(self.slot_fast[s] for s in slots) else GENERAL
-        self.talker_qk_attention = b <= self.talker_gemv_rows and max(positions) < self.qk_attention_context
+        self.talker_qk_attention = self.qk_attention_serves(b, max(positions))
         if not (self.use_graphs and self.graphs):
             t = lambda v: to_device(v, self.device)  # noqa: E731
             codes = self._frame_step(t(slots), t(frames), t(positions), t(step_text), variant, after_codes)
