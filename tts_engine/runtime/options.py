@@ -49,11 +49,12 @@ class FastPathOptions:
     # first audio on the socket. Off: run 15 measured +1.2 ms of device time; run 16's profile: the norm
     # prologues of qkv and gate/up cost 9-12 µs each, and without them the products only tie cuBLAS.
     prefill_mma_rows: int = 0
-    # The talker's GEMV steps (talker_gemv_rows) whose every row attends to fewer than this many positions
+    # The talker's GEMV steps (talker_gemv_rows) whose every row attends to at most this many positions
     # run the q/k norm, RoPE, K/V store and attention as one launch a layer (kernels/talker_attention.py,
     # one program a kv head over the whole context; a feed graph of its own per bucket), the rest the split
-    # attention after a q/k norm launch; 0: never.
-    talker_qk_attention_context: int = 0
+    # attention after a q/k norm launch; 0: never. Run 21 (runner.TALKER_QK_ATTENTION_LAUNCH): talker step at
+    # batch 1 1.220 -> 1.099 ms at 12 positions, 1.223 -> 1.181 at 256, 1.225 against 1.249 at 320.
+    talker_qk_attention_context: int = 256
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).
     attention_version: int = 3
