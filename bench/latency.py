@@ -220,8 +220,48 @@ def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
     return out
 
 
+# Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
+# function).
+AB_CALLS = (("runner", "talker_attention", "decode_qk_attention"), ("runner", "sample", "sample_rows"),
+            ("code_predictor", "sample", "sample_rows"), ("code_predictor", "cp_attention", "cp_qk_attention"),
+            ("fused", "qk_norm_rope", "qk_norm_rope"))
+
+
+def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
+    """The batch-1 stages with this tree's attention and draw kernels ("abnew") against another tree's
+    ("abold"), in interleaved rounds in one process: CADENCE_AB_KERNELS names a folder holding that tree's
+    tts_engine/kernels as a package of another name (e.g. /tmp/ab/oldkernels from `git archive`), whose
+    functions of AB_CALLS are swapped in where the runtime calls them."""
+    import importlib
+
+    folder = Path(os.environ["CADENCE_AB_KERNELS"])
+    sys.path.insert(0, str(folder.parent))
+    calls = []
+    for runtime, kernel, fn in AB_CALLS:
+        where = importlib.import_module(f"tts_engine.runtime.{runtime}")
+        old = getattr(importlib.import_module(f"{folder.name}.{kernel}"), fn)
+        calls.append((where, fn, getattr(where, fn), old))
+    fns = _stage_fns(runner, 1, t_len)
+    stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
+    runs: dict[str, list] = {}
+    try:
+        for _ in range(rounds):
+            for name, pick in (("abold", 3), ("abnew", 2)):
+                for call in calls:
+                    setattr(call[0], call[1], call[pick])
+                for key, value in _variant_times(name, runner, {}, stages).items():
+                    runs.setdefault(key, []).append(value)
+    finally:
+        for where, fn, new, _ in calls:
+            setattr(where, fn, new)
+    out = {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
+    print(f"kernels a/b: {out}", flush=True)
+    return out
+
+
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
+               "kernels_ab": kernels_ab_times,
                "qk_attention": lambda runner, t_len: talker_qk_attention_times(runner, _stage_fns(runner, 1, t_len))}
 
 

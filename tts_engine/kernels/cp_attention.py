@@ -36,7 +36,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
     from .backend import gdc_launch_dependents, gdc_wait, pdl_start, round_to
-    from .qk_norm_rope import norm_rope_rows
+    from .qk_norm_rope import norm_rope_tables, norm_rope_values
 
 LOG2E = 1.4426950408889634
 
@@ -138,16 +138,21 @@ if HAVE_TRITON:
         kv_off = cache + pos[:, None] * s_pos + d[None, :]
         keys = tl.load(k_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)  # [BLOCK_P, D]
         values = tl.load(v_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)
+        rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
+        # The norm weights and RoPE rows too (T <= 2 positions): constants, out of L2 by now.
+        kw, kwr, c0, s0 = norm_rope_tables(kn_ptr, cos_ptr, sin_ptr, d[None, :], rot[None, :], start, D)
+        qw, qwr, c1, s1 = norm_rope_tables(qn_ptr, cos_ptr, sin_ptr, d[None, :], rot[None, :], start + T - 1, D)
         if PDL:
             gdc_wait()
             gdc_launch_dependents()
-        rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
         # The new tokens' keys (normed, rotated) and values: into the cache for later passes, and into
         # this program's copy of it, which the queries below read.
         for t in tl.static_range(T):
             src = qkv_ptr + (row * T + t) * s_qkv
-            k = norm_rope_rows(src + (HQ + kvh) * D, d[None, :], rot[None, :], d[None, :] < D, kn_ptr, cos_ptr,
-                               sin_ptr, start + t, eps, D, dt)  # [1, D]
+            c, s = (c0, s0) if t == 0 else (c1, s1)
+            k_at = src + (HQ + kvh) * D
+            k = norm_rope_values(tl.load(k_at + d)[None, :].to(tl.float32), tl.load(k_at + rot)[None, :].to(tl.float32),
+                                 kw, kwr, c, s, d[None, :], eps, D, dt)  # [1, D]
             v = tl.load(src + (HQ + HKV + kvh) * D + d)
             tl.store(k_ptr + cache + (start + t) * s_pos + d[None, :], k.to(dt))
             tl.store(v_ptr + cache + (start + t) * s_pos + d, v)
@@ -155,8 +160,10 @@ if HAVE_TRITON:
             values = tl.where((pos == start + t)[:, None], v.to(tl.float32)[None, :], values)
         for t in tl.static_range(T):
             src = qkv_ptr + (row * T + t) * s_qkv + heads[:, None] * D
-            q = norm_rope_rows(src, d[None, :], rot[None, :], g_ok[:, None], qn_ptr, cos_ptr, sin_ptr, start + t, eps,
-                               D, dt) * scale  # [GROUP_P, D]
+            c, s = (c0, s0) if t == 0 else (c1, s1)
+            x = tl.load(src + d[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32)
+            xr = tl.load(src + rot[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32)
+            q = norm_rope_values(x, xr, qw, qwr, c, s, d[None, :], eps, D, dt) * scale  # [GROUP_P, D]
             ok = pos <= start + t
             s = tl.sum(q[:, None, :] * keys[None, :, :], axis=2)  # [GROUP_P, BLOCK_P]
             s = tl.where(ok[None, :], s, float("-inf"))
@@ -175,6 +182,8 @@ def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int,
                                    num_kv_heads)
     n, d = qkv.shape[0], q_norm.shape[0]
     p = k_cache.shape[2]
+    if t not in (1, 2):
+        raise ValueError(f"cp_qk_attention takes 1 or 2 new positions a row (a pass, its prefill), got {t}")
     if n % t or start < 0 or start + t > p or n // t > k_cache.shape[0]:
         raise ValueError(f"{n} tokens at positions {start}..{start + t - 1}, {t} a row, do not fit a cache of "
                          f"{tuple(k_cache.shape)}")

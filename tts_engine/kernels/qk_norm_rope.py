@@ -51,18 +51,19 @@ def qk_norm_rope_ref(qkv, q_norm, k_norm, cos, sin, positions, rows, k_cache, v_
 if HAVE_TRITON:
 
     @triton.jit
-    def norm_rope_rows(src, d, rot, mask, w_ptr, cos_ptr, sin_ptr, pos, eps, D: tl.constexpr, dt: tl.constexpr):
-        """R heads at src + d and src + rot (src [R, 1] or one pointer, d / rot [1, D]; mask [R, 1]: which
-        rows exist) -> [R, D]: each row's RMSNorm then RoPE at position pos, rounded as
-        `qk_norm_rope_ref`, fp32 holding values of dtype dt. (The kernel below is the same math for
-        one head a program.)"""
+    def norm_rope_tables(w_ptr, cos_ptr, sin_ptr, d, rot, pos, D: tl.constexpr):
+        """The constants of a head's norm + RoPE at position pos, fp32: the norm weight at d and at rot,
+        the cos and sin rows (d / rot [1, D] or [D]). Written before a step begins, so a kernel under PDL
+        reads them before its wait (each layer's norm weights are out of L2 by the time it runs again)."""
+        return (tl.load(w_ptr + d).to(tl.float32), tl.load(w_ptr + rot).to(tl.float32),
+                tl.load(cos_ptr + pos * D + d).to(tl.float32), tl.load(sin_ptr + pos * D + d).to(tl.float32))
+
+    @triton.jit
+    def norm_rope_values(x, xr, w, wr, c, s, d, eps, D: tl.constexpr, dt: tl.constexpr):
+        """Heads x [R, D] (and xr: each row's elements at rot, the ones rotate_half brings to d) -> each
+        row's RMSNorm then RoPE, rounded as `qk_norm_rope_ref`, fp32 holding values of dtype dt; the
+        tables from `norm_rope_tables`. (The kernel below is the same math for one head a program.)"""
         sign = tl.where(d < D // 2, -1.0, 1.0)
-        c = tl.load(cos_ptr + pos * D + d).to(tl.float32)
-        s = tl.load(sin_ptr + pos * D + d).to(tl.float32)
-        w = tl.load(w_ptr + d).to(tl.float32)
-        wr = tl.load(w_ptr + rot).to(tl.float32)
-        x = tl.load(src + d, mask=mask, other=0.0).to(tl.float32)
-        xr = tl.load(src + rot, mask=mask, other=0.0).to(tl.float32)
         r = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)[:, None]
         n = round_to(round_to(x * r, dt) * w, dt)
         nr = round_to(round_to(xr * r, dt) * wr, dt)
@@ -73,10 +74,9 @@ if HAVE_TRITON:
                              s_qkv, s_cache_row, s_cache_head, s_cache_pos, eps,
                              HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
                              PDL: tl.constexpr):
-        pdl_start(PDL)
         tok = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
-        pos = tl.load(pos_ptr + tok)
+        pos = tl.load(pos_ptr + tok)  # the positions, tables and norm weights: written before the step
         half = D // 2
         d = tl.arange(0, BLOCK_D)
         ok = d < D
@@ -84,13 +84,12 @@ if HAVE_TRITON:
         sign = tl.where(d < half, -1.0, 1.0)
         c = tl.load(cos_ptr + pos * D + d, mask=ok, other=0.0).to(tl.float32)
         s = tl.load(sin_ptr + pos * D + d, mask=ok, other=0.0).to(tl.float32)
+        is_q = head < HQ
+        w = tl.where(is_q, tl.load(qn_ptr + d, mask=ok, other=0.0), tl.load(kn_ptr + d, mask=ok, other=0.0))
+        wr = tl.where(is_q, tl.load(qn_ptr + rot, mask=ok, other=0.0), tl.load(kn_ptr + rot, mask=ok, other=0.0))
+        w, wr = w.to(tl.float32), wr.to(tl.float32)
+        pdl_start(PDL)
         src = qkv_ptr + tok * s_qkv + head * D  # q heads then k heads: one running index
-        if head < HQ:
-            w = tl.load(qn_ptr + d, mask=ok, other=0.0).to(tl.float32)
-            wr = tl.load(qn_ptr + rot, mask=ok, other=0.0).to(tl.float32)
-        else:
-            w = tl.load(kn_ptr + d, mask=ok, other=0.0).to(tl.float32)
-            wr = tl.load(kn_ptr + rot, mask=ok, other=0.0).to(tl.float32)
         dt = qkv_ptr.dtype.element_ty
         x = tl.load(src + d, mask=ok, other=0.0).to(tl.float32)
         xr = tl.load(src + rot, mask=ok, other=0.0).to(tl.float32)

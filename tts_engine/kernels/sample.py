@@ -123,29 +123,36 @@ if HAVE_TRITON:
                        CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, BLOCK: tl.constexpr,
                        EMB_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr,
                        TOPK_WAYS: tl.constexpr):
-        pdl_start(PDL)
         row = tl.program_id(0).to(tl.int64)
         ids = tl.arange(0, BLOCK)
         valid = ids < n_vocab
         neg_inf = float("-inf")
-        s = tl.load(logits_ptr + row * logits_stride + ids, mask=valid, other=neg_inf).to(tl.float32)
+        # The row's settings and frame were written before the step's graph began, `seen` by an earlier
+        # step, `suppress` never: all read before the wait for the logits' kernel (under PDL they arrive
+        # while it finishes, instead of one dependent memory round trip after another behind the wait).
+        do_sample = tl.load(do_sample_ptr + row)
+        t = tl.load(temperature_ptr + row)
+        top_k = tl.load(top_k_ptr + row)
+        top_p = tl.load(top_p_ptr + row)
+        seed = tl.load(seed_ptr + row).to(tl.uint64)
+        frame0 = tl.load(frame_ptr + row)
         if CODEBOOK0:
             slot = tl.load(slot_ptr + row).to(tl.int64)
             seen = tl.load(seen_ptr + slot * n_vocab + ids, mask=valid, other=0) != 0
             p = tl.load(penalty_ptr + row)
-            s = tl.where(seen, tl.where(s < 0, s * p, tl.math.div_rn(s, p + tl.zeros_like(s))), s)
-            frame0 = tl.load(frame_ptr + row)
             block_eos = (frame0 < tl.load(min_new_ptr + row)) | (tl.load(eos_ok_ptr + row) == 0)
-            s = tl.where((ids == eos_id) & block_eos, neg_inf, s)
             suppressed = tl.load(suppress_ptr + ids, mask=valid, other=1) != 0
+        pdl_start(PDL)
+        s = tl.load(logits_ptr + row * logits_stride + ids, mask=valid, other=neg_inf).to(tl.float32)
+        if CODEBOOK0:
+            s = tl.where(seen, tl.where(s < 0, s * p, tl.math.div_rn(s, p + tl.zeros_like(s))), s)
+            s = tl.where((ids == eos_id) & block_eos, neg_inf, s)
             s = tl.where(suppressed, neg_inf, s)
-        if tl.load(do_sample_ptr + row) == 0:
+        if do_sample == 0:
             code = tl.argmax(s, axis=0).to(tl.int64)  # greedy rows alone: two block-wide reductions
         else:
-            t = tl.load(temperature_ptr + row)
             s = tl.math.div_rn(s, t + tl.zeros_like(s))
             key = tl.where(valid, _order_key(s), -(1 << 40))
-            top_k = tl.load(top_k_ptr + row)
             if (top_k > 0) & (top_k < n_vocab):
                 if TOPK_WINDOW > 0:
                     s = _top_k_window(s, valid, top_k, TOPK_WINDOW, TOPK_WAYS)
@@ -162,7 +169,6 @@ if HAVE_TRITON:
                         hi = tl.where(enough, hi, mid - 1)
                     s = tl.where(key >= lo, s, neg_inf)
                 key = tl.where(valid, _order_key(s), -(1 << 40))
-            top_p = tl.load(top_p_ptr + row)
             if top_p < 1.0:
                 m = tl.max(s, axis=0)
                 e = tl.where(s > neg_inf, tl.exp(s - m), 0.0)
@@ -181,8 +187,7 @@ if HAVE_TRITON:
             e = tl.where(kept, tl.exp(s - m), 0.0)
             cdf = tl.cumsum(e, axis=0)
             total = tl.max(cdf, axis=0)
-            seed = tl.load(seed_ptr + row).to(tl.uint64)
-            frame = tl.load(frame_ptr + row).to(tl.uint64)
+            frame = frame0.to(tl.uint64)
             cb = frame * 0 + codebook  # a uint64 even when Triton passes codebook as a constexpr
             h = _splitmix64(_splitmix64(_splitmix64(seed) ^ frame) ^ cb)
             u = (h >> 11).to(tl.float64) * (1.0 / 9007199254740992.0)

@@ -38,7 +38,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
     from .backend import gdc_launch_dependents, gdc_wait, round_to
-    from .qk_norm_rope import norm_rope_rows
+    from .qk_norm_rope import norm_rope_tables, norm_rope_values
 
 LOG2E = 1.4426950408889634
 
@@ -92,6 +92,10 @@ if HAVE_TRITON:
         blk = tl.arange(0, BLOCK_N)
         first = blk < pos  # the first block of earlier positions
         first_at = cache + blk[:, None] * s_pos + d[None, :]
+        rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
+        # The norm weights and the RoPE row: constants of the step (and out of L2 since the layer last ran).
+        kw, kwr, c, s = norm_rope_tables(kn_ptr, cos_ptr, sin_ptr, d[None, :], rot[None, :], pos, D)
+        qw, qwr = tl.load(qn_ptr + d[None, :]).to(tl.float32), tl.load(qn_ptr + rot[None, :]).to(tl.float32)
         if EARLY:
             keys0 = tl.load(k_ptr + first_at, mask=first[:, None], other=0.0)  # [BLOCK_N, D]
             values0 = tl.load(v_ptr + first_at, mask=first[:, None], other=0.0)
@@ -101,10 +105,10 @@ if HAVE_TRITON:
         if not EARLY:
             keys0 = tl.load(k_ptr + first_at, mask=first[:, None], other=0.0)
             values0 = tl.load(v_ptr + first_at, mask=first[:, None], other=0.0)
-        rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
         src = qkv_ptr + b * s_qkv
-        k = norm_rope_rows(src + (HQ + kvh) * D, d[None, :], rot[None, :], d[None, :] < D, kn_ptr, cos_ptr, sin_ptr,
-                           pos, eps, D, dt)  # [1, D]
+        k_at = src + (HQ + kvh) * D
+        k = norm_rope_values(tl.load(k_at + d)[None, :].to(tl.float32), tl.load(k_at + rot)[None, :].to(tl.float32),
+                             kw, kwr, c, s, d[None, :], eps, D, dt)  # [1, D]
         v = tl.load(src + (HQ + HKV + kvh) * D + d)
         new_at = cache + pos * s_pos + d
         tl.store(k_ptr + new_at[None, :], k.to(dt))
@@ -112,8 +116,10 @@ if HAVE_TRITON:
         g = tl.arange(0, GROUP_P)
         g_ok = g < GROUP
         heads = kvh * GROUP + g
-        q = norm_rope_rows(src + heads[:, None] * D, d[None, :], rot[None, :], g_ok[:, None], qn_ptr, cos_ptr,
-                           sin_ptr, pos, eps, D, dt)  # [GROUP_P, D], fp32 holding dt values
+        q_at = src + heads[:, None] * D
+        q = norm_rope_values(tl.load(q_at + d[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32),
+                             tl.load(q_at + rot[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32),
+                             qw, qwr, c, s, d[None, :], eps, D, dt)  # [GROUP_P, D], fp32 holding dt values
         # The new position first, from registers: the running max starts at its score.
         m = tl.sum(q * k, axis=1) * scale  # [GROUP_P]
         den = tl.full([GROUP_P], 1.0, tl.float32)
