@@ -16,12 +16,16 @@ class _Runner:
     def __init__(self, gemv_rows: int, talker_gemv_rows: int = 0):
         self.device, self.max_context, self.use_triton, self.attention_version = torch.device("cpu"), 512, True, 2
         self.talker_gemv_rows = talker_gemv_rows
+        self.qk_attention_context, self.talker_qk_attention, self.talker_qk_attention_launch = 256, False, {}
         self.hidden = torch.zeros(64, 8)
         self.rows = SimpleNamespace(gather=lambda slots: slots)
         self.calls = []
         cp = SimpleNamespace(gemv_rows=gemv_rows, mma_rows=0, pdl=False, use_triton=True)
         cp.predict = lambda *a, **k: self.calls.append(("cp", cp.gemv_rows, cp.mma_rows, cp.pdl))
         self.code_predictor = cp
+
+    def qk_attention_serves(self, rows: int, max_position: int) -> bool:  # the runner's rule
+        return rows <= self.talker_gemv_rows and max_position < self.qk_attention_context
 
     def _talker_decode(self, *a):
         self.calls.append(("talker", self.attention_version, self.talker_gemv_rows))
@@ -186,3 +190,62 @@ def test_pdl_launch_from_a_step_sweep_merges_each_products_best_onto_the_default
     assert runner.talker_pdl_launch["down"] == dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)
     assert cp_module.PDL_LAUNCH["head"] == dict(block_n=2, num_warps=4, whole_rows=True, pdl=True)
     assert cp_module.PDL_LAUNCH["qkv"]["block_n"] == 4 and got["cp"]["head"]["num_warps"] == 4
+
+
+def test_the_talker_stages_run_the_attention_a_step_at_their_position_would(monkeypatch):
+    """The short-context stages of a GEMV step take kernels/talker_attention.py, the 448-position one and
+    larger batches the split attention; the fused attention's variants at every context against none, each
+    under its own launch; every setting restored."""
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
+    seen = []
+    runner._talker_decode = lambda *a: seen.append((runner.talker_qk_attention, runner.talker_qk_attention_launch))
+    fns = latency._stage_fns(runner, 1, 11)
+    fns["talker_step"]()
+    fns["talker_step_long"]()
+    latency._stage_fns(runner, 8, 11)["talker_step"]()
+    assert [fused for fused, _ in seen] == [True, False, False]
+    seen.clear()
+    out = latency.talker_qk_attention_times(runner, fns, rounds=2)
+    assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "talker_step_long")
+                        for name in ("tqkbase", *latency.QK_ATTENTION_VARIANTS)}
+    assert seen.count((False, {})) == 4  # tqkbase: two stages, two rounds
+    assert (True, {"num_warps": 4}) in seen and (True, {"dot": False}) in seen
+    assert (True, {}) in seen  # "tqkattn": the runner's own launch, at both contexts
+    assert (runner.qk_attention_context, runner.talker_qk_attention_launch) == (256, {})
+
+
+def test_the_context_sweep_times_each_launch_at_each_context_against_the_split_step(monkeypatch):
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
+    seen = []
+    runner._talker_decode = lambda slots, x, positions: seen.append(
+        (int(positions[0]), runner.talker_qk_attention, dict(runner.talker_qk_attention_launch)))
+    out = latency.talker_context_times(runner, 11, contexts=(12, 300), rounds=1)
+    assert set(out) == {"split", *latency.CONTEXT_LAUNCHES} and set(out["split"]) == {12, 300}
+    assert (11, False, {}) in seen and (299, False, {}) in seen  # the split step writes position context - 1
+    assert (299, True, latency.CONTEXT_LAUNCHES["w8b128"]) in seen
+    assert runner.talker_qk_attention is False and runner.talker_qk_attention_launch == {}
+
+
+def test_residual_early_toggles_o_and_down_in_both_tables_and_restores_them(monkeypatch):
+    import tts_engine.runtime.code_predictor as cp_module
+
+    _timed(monkeypatch)
+    table = {name: dict(block_n=4, whole_rows=True, pdl=True) for name in ("qkv", "o", "gate_up", "down", "head")}
+    monkeypatch.setattr(cp_module, "PDL_LAUNCH", dict(table))
+    runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
+    runner.talker_pdl_launch = {name: table[name] for name in ("qkv", "o", "gate_up", "down")}
+    seen = []
+    runner._talker_decode = lambda *a: seen.append(("talker", {k: v.get("residual_early") for k, v
+                                                               in runner.talker_pdl_launch.items()}))
+    runner.code_predictor.predict = lambda *a, **k: seen.append(
+        ("cp", {k: v.get("residual_early") for k, v in cp_module.PDL_LAUNCH.items()}))
+    out = latency.residual_early_times(runner, 11, rounds=1)
+    assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "code_predictor_frame", "frame_step")
+                        for name in ("resoff", "researly")}
+    on = {"qkv": None, "o": True, "gate_up": None, "down": True}
+    assert ("talker", on) in seen and ("cp", {**on, "head": None}) in seen
+    assert ("talker", {**on, "o": False, "down": False}) in seen
+    assert runner.talker_pdl_launch == {name: table[name] for name in ("qkv", "o", "gate_up", "down")}
+    assert table == cp_module.PDL_LAUNCH
