@@ -17,10 +17,11 @@ new position's key and value stay in registers for this step's own query; the ea
 read from the cache, the first block of them (`early`) before the wait for the qkv product under PDL
 (earlier steps wrote them, and the positions and rows were written before the step began).
 
-Why one program a kv head is enough at batch 1: a short context is one or two blocks of keys, and at
-448 positions a program reads 229 KB of keys and values, against the split kernel's second launch and
-the separate q/k norm (2.9 + 1.8 µs a layer in run 20's profile). Where it stops paying is measured
-(bench/latency.py "tqkattn"), not assumed.
+Why one program a kv head is enough at batch 1: a short context is one or two blocks of keys, against
+the split kernel's second launch and the separate q/k norm (2.9 + 1.8 µs a layer in run 20's profile).
+Run 21 (bench.latency --experiments talker_context, 8 warps, 128-key blocks): talker step 1.220 -> 1.099 ms
+at 12 positions, 1.223 -> 1.181 at 256; past ~300 the serial walk over the keys loses (1.318 against 1.227
+at 448), so the runner uses it up to `talker_qk_attention_context` positions and the split kernel beyond.
 """
 
 from __future__ import annotations
