@@ -193,13 +193,10 @@ def talker_context_times(runner, t_len: int, contexts=(12, 64, 128, 192, 256, 32
     return out
 
 
-def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
-    """The o and down products' residual read before their PDL wait (gemv `residual_early`) or after it
-    ("resoff") in the talker's batch-1 step and the code predictor's frame, interleaved rounds."""
+def _pdl_tables_ab(runner, t_len: int, names: tuple[str, str], change, rounds: int) -> dict:
+    """The talker's batch-1 step and the code predictor's frame with both PDL launch tables as `change(table,
+    False)` and as `change(table, True)` (names[0] / names[1]), interleaved rounds; the tables restored."""
     import tts_engine.runtime.code_predictor as cp_module
-
-    def early(table: dict, on: bool) -> dict:
-        return {k: {**v, "residual_early": on} if k in ("o", "down") else v for k, v in table.items()}
 
     fns = _stage_fns(runner, 1, t_len)
     stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
@@ -207,16 +204,37 @@ def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
     runs: dict[str, list] = {}
     try:
         for _ in range(rounds):
-            for name, on in (("resoff", False), ("researly", True)):
-                runner.talker_pdl_launch = early(talker_table, on)
-                cp_module.PDL_LAUNCH.update(early(cp_table, on))
+            for name, on in zip(names, (False, True)):
+                runner.talker_pdl_launch = change(talker_table, on)
+                cp_module.PDL_LAUNCH.update(change(cp_table, on))
                 for key, value in _variant_times(name, runner, {}, stages).items():
                     runs.setdefault(key, []).append(value)
     finally:
         runner.talker_pdl_launch = talker_table
         cp_module.PDL_LAUNCH.update(cp_table)
-    out = {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
+    return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
+
+
+def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
+    """The o and down products' residual read before their PDL wait (gemv `residual_early`) or after it
+    ("resoff") in the talker's batch-1 step and the code predictor's frame, interleaved rounds."""
+    def early(table: dict, on: bool) -> dict:
+        return {k: {**v, "residual_early": on} if k in ("o", "down") else v for k, v in table.items()}
+
+    out = _pdl_tables_ab(runner, t_len, ("resoff", "researly"), early, rounds)
     print(f"residual read early: {out}", flush=True)
+    return out
+
+
+def row_chunks_times(runner, t_len: int, rounds: int = 3) -> dict:
+    """The down products' rows as three power-of-two slices (gemv `row_chunks` 3: the talker's 6,144 columns
+    as 3 x 2,048, the code predictor's 3,072 as 3 x 1,024) against one slice padded to the next power of
+    two ("chunks1" / "chunks3"), in both batch-1 PDL tables, interleaved rounds."""
+    def chunks(table: dict, on: bool) -> dict:
+        return {k: {**v, "row_chunks": 3 if on else 1} if k == "down" else v for k, v in table.items()}
+
+    out = _pdl_tables_ab(runner, t_len, ("chunks1", "chunks3"), chunks, rounds)
+    print(f"down rows in slices: {out}", flush=True)
     return out
 
 
@@ -261,7 +279,7 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
-               "kernels_ab": kernels_ab_times,
+               "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times,
                "qk_attention": lambda runner, t_len: talker_qk_attention_times(runner, _stage_fns(runner, 1, t_len))}
 
 

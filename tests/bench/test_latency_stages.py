@@ -249,3 +249,22 @@ def test_residual_early_toggles_o_and_down_in_both_tables_and_restores_them(monk
     assert ("talker", {**on, "o": False, "down": False}) in seen
     assert runner.talker_pdl_launch == {name: table[name] for name in ("qkv", "o", "gate_up", "down")}
     assert table == cp_module.PDL_LAUNCH
+
+
+def test_row_chunks_toggle_the_down_products_slices_in_both_tables(monkeypatch):
+    import tts_engine.runtime.code_predictor as cp_module
+
+    _timed(monkeypatch)
+    table = {name: dict(block_n=4, whole_rows=True, pdl=True) for name in ("qkv", "o", "gate_up", "down", "head")}
+    monkeypatch.setattr(cp_module, "PDL_LAUNCH", dict(table))
+    runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
+    runner.talker_pdl_launch = {name: table[name] for name in ("qkv", "o", "gate_up", "down")}
+    seen = []
+    runner._talker_decode = lambda *a: seen.append(
+        {k: v.get("row_chunks") for k, v in runner.talker_pdl_launch.items()})
+    out = latency.row_chunks_times(runner, 11, rounds=1)
+    assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "code_predictor_frame", "frame_step")
+                        for name in ("chunks1", "chunks3")}
+    assert {"qkv": None, "o": None, "gate_up": None, "down": 3} in seen
+    assert {"qkv": None, "o": None, "gate_up": None, "down": 1} in seen
+    assert table == cp_module.PDL_LAUNCH and runner.talker_pdl_launch["down"] == table["down"]

@@ -108,6 +108,24 @@ def test_whole_rows_kernel(device, m, k, n):
         gemv(x, w, whole_rows=True, residual_early=True)
 
 
+@pytest.mark.parametrize("chunks", [2, 3])
+@pytest.mark.parametrize("m,k,n", [(1, 96, 24), (3, 200, 40), (2, 192, 16)])
+def test_whole_rows_in_slices(device, chunks, m, k, n):
+    """`row_chunks`: a row held as 2-3 power-of-two slices (96 = 3 x 32: none masked; 200 in 3 x 128: the last
+    partly masked), every prologue and epilogue, the residual read early or not."""
+    x, w, g = inputs(m, k, 2 * n, torch.bfloat16, device, seed=19 * m + k + chunks)
+    x = x * 2 + 0.5  # the norm's sum of squares must take every slice
+    ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, torch.bfloat16)
+    r = torch.randn(m, 2 * n, generator=g).to(device, torch.bfloat16)
+    for norm in (None, (ln, 1e-6)):
+        cfg = dict(whole_rows=True, block_n=4, norm=norm, row_chunks=chunks)
+        assert_epilogues(x, w, r, f"whole rows in {chunks} slices {m}x{k}x{n} norm={norm is not None}", **cfg)
+        assert_same_rounding(gemv(x, w, residual=r, residual_early=True, **cfg), gemv_ref(x, w, residual=r, norm=norm),
+                             f"{chunks} slices, residual read early")
+    with pytest.raises(ValueError, match="row_chunks"):
+        gemv(x, w, row_chunks=2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("m,k,n", [(3, 64, 40), (16, 200, 96), (37, 130, 64)])
 def test_tensor_core_kernel(device, dtype, m, k, n):

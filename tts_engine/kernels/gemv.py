@@ -120,44 +120,85 @@ if HAVE_TRITON:
         _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False)
 
     @triton.jit
+    def _row_slice(ptr, idx, ok, stride, k, start, WIDTH: tl.constexpr):
+        """Columns start .. start + WIDTH - 1 (those < k) of rows idx [R] (ok: which exist) -> [R, WIDTH]."""
+        ks = start + tl.arange(0, WIDTH)
+        return tl.load(ptr + idx[:, None].to(tl.int64) * stride + ks[None, :], mask=ok[:, None] & (ks < k)[None, :],
+                       other=0.0)
+
+    @triton.jit
     def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
                           MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr):
-        """`_gemv_kernel` with whole rows of w (BLOCK_K >= K) per program, loaded before anything the
-        previous kernel writes is read: launched with PDL, this program's weights stream in while the
-        previous kernel finishes, and `gdc_wait` then makes that kernel's outputs (x, residual)
-        visible. `gdc_launch_dependents` lets the next kernel do the same. RES_EARLY: the residual is
-        read before the wait too, right where it was written two launches back or more (then the
-        previous kernel's own wait has seen that launch finish)."""
+                          BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr):
+        """`_gemv_kernel` with whole rows of w (CHUNKS slices of BLOCK_K >= K / CHUNKS) per program, loaded
+        before anything the previous kernel writes is read: launched with PDL, this program's weights stream
+        in while the previous kernel finishes, and `gdc_wait` then makes that kernel's outputs (x, residual)
+        visible. `gdc_launch_dependents` lets the next kernel do the same. RES_EARLY: the residual is read
+        before the wait too, right where it was written two launches back or more (then the previous
+        kernel's own wait has seen that launch finish). CHUNKS (1-3): a row held as that many power-of-two
+        slices, so that a row of 3 * 2^n columns is not padded to 4 * 2^n (the talker's down, 6,144 wide)."""
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
-        ks = tl.arange(0, BLOCK_K)
-        f_ok, r_ok, k_ok = feats < n_out, rows < m, ks < k
-        w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
-        w_ok = f_ok[:, None] & k_ok[None, :]
-        ws = tl.load(w_at, mask=w_ok, other=0.0)  # [BLOCK_N, BLOCK_K]: constants, safe before the wait
-        wu = ws
+        f_ok, r_ok = feats < n_out, rows < m
+        # constants, safe before the wait: [BLOCK_N, BLOCK_K] slices of the rows (and of the up rows)
+        w0 = _row_slice(w_ptr, feats, f_ok, s_w, k, 0, BLOCK_K)
+        w1, w2, u0, u1, u2 = w0, w0, w0, w0, w0
+        if CHUNKS > 1:
+            w1 = _row_slice(w_ptr, feats, f_ok, s_w, k, BLOCK_K, BLOCK_K)
+        if CHUNKS > 2:
+            w2 = _row_slice(w_ptr, feats, f_ok, s_w, k, 2 * BLOCK_K, BLOCK_K)
         if MODE == 2:
-            wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0)
-        ln = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        if NORM:
-            ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
+            u0 = _row_slice(w_ptr + n_out * s_w, feats, f_ok, s_w, k, 0, BLOCK_K)
+            if CHUNKS > 1:
+                u1 = _row_slice(w_ptr + n_out * s_w, feats, f_ok, s_w, k, BLOCK_K, BLOCK_K)
+            if CHUNKS > 2:
+                u2 = _row_slice(w_ptr + n_out * s_w, feats, f_ok, s_w, k, 2 * BLOCK_K, BLOCK_K)
         ok = r_ok[:, None] & f_ok[None, :]
         res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
         if RES_EARLY:
             res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
+        one = tl.full((1,), 0, tl.int32)  # the norm weight as a one-row slice: [1, BLOCK_K]
+        ln0, ln1, ln2 = w0, w0, w0
+        if NORM:
+            ln0 = _row_slice(ln_ptr, one, one == 0, 0, k, 0, BLOCK_K).to(tl.float32)
+            ln1, ln2 = ln0, ln0
+            if CHUNKS > 1:
+                ln1 = _row_slice(ln_ptr, one, one == 0, 0, k, BLOCK_K, BLOCK_K).to(tl.float32)
+            if CHUNKS > 2:
+                ln2 = _row_slice(ln_ptr, one, one == 0, 0, k, 2 * BLOCK_K, BLOCK_K).to(tl.float32)
         pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
-        xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
-                     other=0.0).to(tl.float32)  # [M_P, BLOCK_K]
+        x0 = _row_slice(x_ptr, rows, r_ok, s_x, k, 0, BLOCK_K).to(tl.float32)  # [M_P, BLOCK_K]
+        x1, x2 = x0, x0
+        if CHUNKS > 1:
+            x1 = _row_slice(x_ptr, rows, r_ok, s_x, k, BLOCK_K, BLOCK_K).to(tl.float32)
+        if CHUNKS > 2:
+            x2 = _row_slice(x_ptr, rows, r_ok, s_x, k, 2 * BLOCK_K, BLOCK_K).to(tl.float32)
         if NORM:
-            inv_rms = tl.rsqrt(tl.sum(xs * xs, axis=1) / k + eps)
-            xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
-        acc = tl.sum(xs[:, None, :] * ws.to(tl.float32)[None, :, :], axis=2)
+            sum_sq = tl.sum(x0 * x0, axis=1)
+            if CHUNKS > 1:
+                sum_sq += tl.sum(x1 * x1, axis=1)
+            if CHUNKS > 2:
+                sum_sq += tl.sum(x2 * x2, axis=1)
+            inv_rms = tl.rsqrt(sum_sq / k + eps)[:, None]
+            x0 = round_to(ln0 * round_to(x0 * inv_rms, x_dt), x_dt)
+            x1 = round_to(ln1 * round_to(x1 * inv_rms, x_dt), x_dt)
+            x2 = round_to(ln2 * round_to(x2 * inv_rms, x_dt), x_dt)
+        acc = _rows_dot(x0, x1, x2, w0, w1, w2, CHUNKS)
         acc_up = acc
         if MODE == 2:
-            acc_up = tl.sum(xs[:, None, :] * wu.to(tl.float32)[None, :, :], axis=2)
+            acc_up = _rows_dot(x0, x1, x2, u0, u1, u2, CHUNKS)
         _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY)
+
+    @triton.jit
+    def _rows_dot(x0, x1, x2, w0, w1, w2, CHUNKS: tl.constexpr):
+        """x slices [M_P, BLOCK_K] against weight slices [BLOCK_N, BLOCK_K] -> fp32 products [M_P, BLOCK_N]."""
+        acc = tl.sum(x0[:, None, :] * w0.to(tl.float32)[None, :, :], axis=2)
+        if CHUNKS > 1:
+            acc += tl.sum(x1[:, None, :] * w1.to(tl.float32)[None, :, :], axis=2)
+        if CHUNKS > 2:
+            acc += tl.sum(x2[:, None, :] * w2.to(tl.float32)[None, :, :], axis=2)
+        return acc
 
     @triton.jit
     def _gemm_mma_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
@@ -227,7 +268,7 @@ if HAVE_TRITON:
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
          late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
-         mma: bool = False, residual_early: bool = False) -> torch.Tensor:
+         mma: bool = False, residual_early: bool = False, row_chunks: int = 1) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
@@ -236,7 +277,9 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     (`backend.pdl_supported`; with whole_rows the weights load before the wait for the previous
     kernel). mma: tensor-core products over rows padded to >= 16 (block_n, block_k >= 16), for 3-64
     rows. residual_early (whole_rows): the residual is read before that wait too, which with pdl is right
-    only where it was written two launches back or more (the decoder layers' o and down products)."""
+    only where it was written two launches back or more (the decoder layers' o and down products);
+    row_chunks (whole_rows, 1-3): a row held as that many power-of-two slices of K / row_chunks rounded up
+    (K 6,144 as 3 x 2,048, not one 8,192-wide slice with a quarter masked)."""
     if not HAVE_TRITON:
         return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm)
     m, k = x.shape
@@ -251,6 +294,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         raise ValueError("gemv: residual and silu_mul do not combine")
     if mma and pdl:
         raise ValueError("gemv: the tensor-core kernel (mma) is not launched with pdl")
+    if row_chunks not in (1, 2, 3) or (row_chunks > 1 and not whole_rows):
+        raise ValueError(f"gemv: row_chunks is 1, 2 or 3, and more than 1 only with whole_rows, got {row_chunks}")
     if residual_early and not (whole_rows and residual is not None):
         raise ValueError("gemv: residual_early is the whole-row kernel's early read of a residual")
     n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
@@ -272,7 +317,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         _gemm_mma_kernel[grid](*args, **shape, BLOCK_M=max(16, next_pow2(m)), BLOCK_K=block_k, STAGES=stages,
                                IEEE=x.dtype == torch.float32 or x.device.type == "cpu", num_warps=num_warps)
     elif whole_rows:
-        _gemv_rows_kernel[grid](*args, **shape, BLOCK_K=next_pow2(k), PDL=pdl, RES_EARLY=residual_early,
+        _gemv_rows_kernel[grid](*args, **shape, BLOCK_K=next_pow2(-(-k // row_chunks)), CHUNKS=row_chunks, PDL=pdl,
+                                RES_EARLY=residual_early,
                                 num_warps=num_warps, **pdl_launch(pdl))
     else:
         _gemv_kernel[grid](*args, **shape, BLOCK_K=block_k, LATE_SUM=late_sum, STAGES=stages, PDL=pdl,
