@@ -1,0 +1,72 @@
+"""Registers and stack (spills) of the batch-1 whole-row GEMV launches, compiled for sm90 on this machine
+(no GPU needed: Triton compiles for a named target and its bundled cuobjdump reads the cubin).
+
+    python -m bench.kernel_resources            # the talker's and the code predictor's PDL tables
+
+The installed Triton compiles, which may not be the GPU host's (3.9 here, 3.6 there): the figures say what
+a kernel asks of the register file, not what the card's compiler gives it to the register.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+
+# (what, the product's K and whether it is SwiGLU with a norm prologue, its launch keywords) at batch 1
+SHAPES = {"talker": {"qkv": (2048, False, True), "o": (2048, False, False), "gate_up": (2048, True, True),
+                     "down": (6144, False, False)},
+          "cp": {"qkv": (1024, False, True), "o": (2048, False, False), "gate_up": (1024, True, True),
+                 "down": (3072, False, False), "head": (1024, False, True)}}
+
+
+def resources(k: int, swiglu: bool, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
+              residual_early: bool = False) -> str:
+    """cuobjdump's resource line of one whole-row launch (bf16, one row of x, PDL)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from tts_engine.kernels import gemv as g
+    from tts_engine.kernels.backend import next_pow2
+
+    fn = g._gemv_rows_kernel if row_chunks == 1 else g._gemv_row_slices_kernel
+    pointers = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "ln_ptr", "y_ptr"), "*bf16")
+    scalars = dict.fromkeys(("m", "n_out", "k", "s_x", "s_w", "s_r", "s_y"), "i32")
+    signature = {**pointers, **scalars, "eps": "fp32", **dict.fromkeys(fn.arg_names[13:], "constexpr")}
+    consts = dict(MODE=2 if swiglu else 1, NORM=norm, M_P=1, BLOCK_N=block_n, BLOCK_K=next_pow2(-(-k // row_chunks)),
+                  PDL=True, RES_EARLY=residual_early and not swiglu)
+    if row_chunks > 1:
+        consts["CHUNKS"] = row_chunks
+    src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True, check=True)
+    line = next(ln for ln in out.stdout.splitlines() if "REG:" in ln)
+    return " ".join(line.split()[:3])  # REG:n STACK:n SHARED:n
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    from tts_engine.runtime.code_predictor import PDL_LAUNCH
+    from tts_engine.runtime.runner import TALKER_PDL_LAUNCH
+
+    for stage, table in (("talker", TALKER_PDL_LAUNCH), ("cp", PDL_LAUNCH)):
+        for product, (k, swiglu, norm) in SHAPES[stage].items():
+            cfg = table[product]
+            keys = dict(block_n=cfg["block_n"], num_warps=cfg["num_warps"],
+                        residual_early=cfg.get("residual_early", False))
+            line = f"{stage} {product} (K {k}, {cfg['block_n']} rows, {cfg['num_warps']} warps): "
+            line += resources(k, swiglu, norm, row_chunks=cfg.get("row_chunks", 1), **keys)
+            if k & (k - 1):  # not a power of two: the sliced kernel beside it
+                line += f"; in 3 slices {resources(k, swiglu, norm, row_chunks=3, **keys)}"
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,23 @@
+"""bench.kernel_resources compiles a whole-row GEMV for sm90 on a machine without a GPU and reads its registers
+and stack from the cubin (in a process of its own: the test session runs Triton's interpreter, which does not
+compile)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_whole_row_launch_compiles_for_sm90_and_reports_its_registers():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("from bench.kernel_resources import resources; "
+            "print(resources(96, False, True, 4, 4)); print(resources(96, True, False, 4, 4, row_chunks=3))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.split("\n")
+    assert [ln.split()[0].startswith("REG:") and ln.split()[1].startswith("STACK:") for ln in lines[:2]] == [True] * 2
+    assert 0 < int(lines[0].split()[0][4:]) <= 255
