@@ -96,6 +96,7 @@ def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
     (["--cp-gemv-rows", "1", "--cp-mma-rows", "17"],
      "--cp-mma-rows must be 0 or above --cp-gemv-rows (1) and at most 16, got 17"),
     (["--prefill-mma-rows", "65"], "--prefill-mma-rows must be in 0..64, got 65"),
+    (["--talker-qk-attention-context", "-1"], "--talker-qk-attention-context must be >= 0, got -1"),
     (["--first-audio-yield-ms", "-1"], "--first-audio-yield-ms must be >= 0, got -1.0"),
     (["--codec-window-max", "-1"], "--codec-window-max must be >= 0, got -1"),
     (["--cp-gemv-rows", "0", "--cp-pdl"],

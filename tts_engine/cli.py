@@ -138,6 +138,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-fused-attention", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's q/k norm, RoPE and K/V store in its attention kernel, one launch "
                         "(default: on; CUDA)")
+    p.add_argument("--talker-qk-attention-context", type=int, default=None,
+                   help="the talker's GEMV steps whose rows all attend to at most this many positions run the q/k "
+                        "norm, RoPE, K/V store and attention as one launch a layer (default 256; 0: never; CUDA)")
     p.add_argument("--attention-version", type=int, choices=[2, 3], default=None,
                    help="the talker's decode attention kernel: 2 CUDA-core products, 3 tensor-core products "
                         "(default 3; CUDA)")
