@@ -56,3 +56,23 @@ def test_the_draw_stage_sweeps_its_launch_as_one_entry():
     result = coordinate_sweep(measure, table, ("draw",), DRAW_CANDIDATES, rounds=1)
     assert table["draw"] == dict(num_warps=4, top_k_window=14, top_k_ways=3) and result["best_ms"] == 1.0
     assert result["trials"][0]["kept"] == "w4k14x3" and len(result["trials"][0]["times"]) == len(DRAW_CANDIDATES)
+
+
+def test_the_down_stages_sweep_whole_and_sliced_rows_and_a_later_whole_candidate_drops_the_slices():
+    """Stages "talker_down" / "cp_down": SLICED_CANDIDATES name their slices, and every candidate says its own
+    `row_chunks`, so a whole-row candidate after a sliced winner does not inherit the slices."""
+    from bench.step_sweep import SLICED_CANDIDATES
+
+    table = {"down": dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)}
+    seen = []
+
+    def measure():
+        cfg = table["down"]
+        seen.append((cfg["block_n"], cfg["num_warps"], cfg["row_chunks"]) if "row_chunks" in cfg else None)
+        return 1.0 + 0.01 * abs(cfg["block_n"] - 8) + 0.01 * abs(cfg["num_warps"] - 8) + (0.0 if cfg.get(
+            "row_chunks") == 3 else 0.05)
+
+    result = coordinate_sweep(measure, table, ("down",), SLICED_CANDIDATES, rounds=2)
+    assert table["down"] == dict(block_n=8, num_warps=8, row_chunks=3, whole_rows=True, pdl=True)
+    assert result["trials"][1]["kept"] == "n8w8c3" and "n4w4c1" in result["trials"][0]["times"]
+    assert (4, 4, 1) in seen[len(SLICED_CANDIDATES) + 1:]  # round 2's whole rows really are whole
