@@ -14,16 +14,16 @@ import os
 import subprocess
 import tempfile
 
-# (what, the product's K and whether it is SwiGLU with a norm prologue, its launch keywords) at batch 1
-SHAPES = {"talker": {"qkv": (2048, False, True), "o": (2048, False, False), "gate_up": (2048, True, True),
-                     "down": (6144, False, False)},
-          "cp": {"qkv": (1024, False, True), "o": (2048, False, False), "gate_up": (1024, True, True),
-                 "down": (3072, False, False), "head": (1024, False, True)}}
+# Each batch-1 product: (K, its epilogue: 0 plain, 1 + residual, 2 SwiGLU, whether an RMSNorm prologue).
+SHAPES = {"talker": {"qkv": (2048, 0, True), "o": (2048, 1, False), "gate_up": (2048, 2, True),
+                     "down": (6144, 1, False)},
+          "cp": {"qkv": (1024, 0, True), "o": (2048, 1, False), "gate_up": (1024, 2, True), "down": (3072, 1, False),
+                 "head": (1024, 0, True)}}
 
 
-def resources(k: int, swiglu: bool, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
+def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
               residual_early: bool = False) -> str:
-    """cuobjdump's resource line of one whole-row launch (bf16, one row of x, PDL)."""
+    """cuobjdump's resource line of one whole-row launch (bf16, one row of x, PDL; mode as in SHAPES)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -35,8 +35,8 @@ def resources(k: int, swiglu: bool, norm: bool, block_n: int, num_warps: int, ro
     pointers = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "ln_ptr", "y_ptr"), "*bf16")
     scalars = dict.fromkeys(("m", "n_out", "k", "s_x", "s_w", "s_r", "s_y"), "i32")
     signature = {**pointers, **scalars, "eps": "fp32", **dict.fromkeys(fn.arg_names[13:], "constexpr")}
-    consts = dict(MODE=2 if swiglu else 1, NORM=norm, M_P=1, BLOCK_N=block_n, BLOCK_K=next_pow2(-(-k // row_chunks)),
-                  PDL=True, RES_EARLY=residual_early and not swiglu)
+    consts = dict(MODE=mode, NORM=norm, M_P=1, BLOCK_N=block_n, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=True,
+                  RES_EARLY=residual_early and mode == 1)
     if row_chunks > 1:
         consts["CHUNKS"] = row_chunks
     src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
@@ -56,14 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     from tts_engine.runtime.runner import TALKER_PDL_LAUNCH
 
     for stage, table in (("talker", TALKER_PDL_LAUNCH), ("cp", PDL_LAUNCH)):
-        for product, (k, swiglu, norm) in SHAPES[stage].items():
+        for product, (k, mode, norm) in SHAPES[stage].items():
             cfg = table[product]
             keys = dict(block_n=cfg["block_n"], num_warps=cfg["num_warps"],
                         residual_early=cfg.get("residual_early", False))
             line = f"{stage} {product} (K {k}, {cfg['block_n']} rows, {cfg['num_warps']} warps): "
-            line += resources(k, swiglu, norm, row_chunks=cfg.get("row_chunks", 1), **keys)
+            line += resources(k, mode, norm, row_chunks=cfg.get("row_chunks", 1), **keys)
             if k & (k - 1):  # not a power of two: the sliced kernel beside it
-                line += f"; in 3 slices {resources(k, swiglu, norm, row_chunks=3, **keys)}"
+                line += f"; in 3 slices {resources(k, mode, norm, row_chunks=3, **keys)}"
             print(line, flush=True)
     return 0
 

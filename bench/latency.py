@@ -172,7 +172,8 @@ CONTEXT_LAUNCHES = {"w8b64": dict(num_warps=8), "w8b128": dict(num_warps=8, bloc
 
 
 def talker_context_times(runner, t_len: int, contexts=(12, 64, 128, 192, 256, 320, 448), rounds: int = 3) -> dict:
-    """The talker's batch-1 step attending to each of `contexts` positions: the configured step ("split")
+    """(t_len: the experiments' common signature; the contexts set the positions here.)
+    The talker's batch-1 step attending to each of `contexts` positions: the configured step ("split")
     against `talker_qk_attention` with each of CONTEXT_LAUNCHES, interleaved rounds, the median of each
     -> {launch: {context: ms}}; where the fused kernel stops paying sets `talker_qk_attention_context`."""
     slots, x = torch.zeros(1, dtype=torch.long, device=runner.device), runner.hidden[:1].clone()
@@ -479,6 +480,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--experiments", help=f"comma-separated batch-1 experiments ({', '.join(EXPERIMENTS)}) to run "
                                          "instead of the stage and prefill times")
     args = p.parse_args(argv)
+    unknown = set(filter(None, (args.experiments or "").split(","))) - set(EXPERIMENTS)
+    if unknown:
+        p.error(f"--experiments: unknown {', '.join(sorted(unknown))} (known: {', '.join(EXPERIMENTS)})")
     if args.socket_port is not None:
         result = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                   "commit": os.environ.get("CADENCE_COMMIT", "unknown"),

@@ -268,3 +268,12 @@ def test_row_chunks_toggle_the_down_products_slices_in_both_tables(monkeypatch):
     assert {"qkv": None, "o": None, "gate_up": None, "down": 3} in seen
     assert {"qkv": None, "o": None, "gate_up": None, "down": 1} in seen
     assert table == cp_module.PDL_LAUNCH and runner.talker_pdl_launch["down"] == table["down"]
+
+
+def test_an_unknown_experiment_is_refused_before_anything_loads(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_info:
+        latency.main(["--model", str(tmp_path), "--out", str(tmp_path / "out.json"), "--experiments",
+                      "row_chunks,nope"])
+    assert exit_info.value.code == 2 and "unknown nope" in capsys.readouterr().err

@@ -85,7 +85,7 @@ def test_talker_step_with_one_key_chunk_equals_torch(runners, batch, attention, 
 
 
 # (batch, PDL, launch keywords, far): kernels/talker_attention.py in the talker's GEMV steps; far: the rows
-# 190-200 positions in, four blocks of keys of which the cache's prefilled part is the first.
+# 190-200 positions in, two blocks of 128 keys (four of 32 / 64 where the launch says) past the prefilled part.
 @pytest.mark.parametrize("batch,pdl,launch,far", [
     (1, True, {}, False), (1, True, {}, True), (1, True, dict(dot=False), True), (1, False, {}, True),
     (2, True, dict(num_warps=8, early=False), True), (1, True, dict(block_n=32, num_warps=8), False)])
@@ -107,8 +107,8 @@ def test_talker_step_with_fused_qk_attention_equals_torch(runners, batch, pdl, l
         fast.talker_qk_attention = True
         got = fast._talker_decode(slots, x, positions)
     # bf16 paths one summation order apart drift over 28 layers as far from each other as from torch: run
-    # 21 measured 0.018-0.024 between this and the split path (calls 1-2), 0.022-0.024 against torch 190-200
-    # positions in, where the cache's zero keys past the prefill take most of the weight. A wrong kernel is
+    # 21 measured 0.018-0.024 between this and the split path (call 2), 0.022-0.024 against torch 190-200
+    # positions in (call 1), where the cache's zero keys past the prefill take most of the weight. A wrong kernel is
     # off by O(1); layer 0's new K/V, before any drift, are the split path's to the rounding.
     assert rel_err(got, split) < 3e-2
     assert rel_err(got, want) < max(3e-2, 1.5 * rel_err(split, want))
@@ -151,16 +151,17 @@ def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):
 
 def _graph_replays(fn, n: int = 20, before=None) -> list[torch.Tensor]:
     """fn() captured in a CUDA graph as the engine runs it (compiled outside the capture), its output
-    after each of n replays: a race need not show every time. before(): queued ahead of each replay."""
+    after each of n replays: a race need not show every time. before(i): queued ahead of replay i (the
+    tests alternate the step's input there, so that a read of the previous replay's values shows)."""
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = fn()
     outs = []
-    for _ in range(n):
+    for i in range(n):
         if before is not None:
-            before()
+            before(i)
         graph.replay()
         torch.cuda.synchronize()
         outs.append(out.clone())
@@ -168,15 +169,17 @@ def _graph_replays(fn, n: int = 20, before=None) -> list[torch.Tensor]:
 
 
 def _assert_pdl_gives_the_output_without(outs: dict[bool, list[torch.Tensor]], what: str) -> None:
-    """outs[pdl]: the replays with and without PDL of the same kernels. In this order, so that a
-    failure says which."""
-    differ = [i for i, got in enumerate(outs[False]) if not torch.equal(got, outs[False][0])]
-    assert not differ, f"replays {differ} without PDL differ from the first: the kernels are not deterministic"
-    differ = [i for i, got in enumerate(outs[True]) if not torch.equal(got, outs[True][0])]
-    assert not differ, f"replays {differ} with PDL differ from the first: a kernel reads before its input is written"
-    assert torch.equal(outs[True][0], outs[False][0]), (
-        f"every replay with PDL gives the same {what}, but not those without: the PDL-compiled kernels round "
-        "differently, or a race that repeats")
+    """outs[pdl]: the replays with and without PDL of the same kernels, their inputs alternating between two
+    (replay i equals replay i % 2). In this order, so that a failure says which."""
+    differ = [i for i, got in enumerate(outs[False]) if not torch.equal(got, outs[False][i % 2])]
+    assert not differ, f"replays {differ} without PDL differ from their input's first: nondeterministic kernels"
+    differ = [i for i, got in enumerate(outs[True]) if not torch.equal(got, outs[True][i % 2])]
+    assert not differ, (f"replays {differ} with PDL differ from their input's first: a kernel reads before its input "
+                        "is written")
+    differ = [i for i in (0, 1) if not torch.equal(outs[True][i], outs[False][i])]
+    assert not differ, (
+        f"every replay with PDL gives the same {what}, but not those without (input {differ}): the PDL-compiled "
+        "kernels round differently, or a race that repeats")
 
 
 @pytest.mark.parametrize("b,fused,change", [(1, False, ""), (2, False, ""), (1, True, ""), (2, True, ""),
@@ -198,6 +201,11 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
     cp = fast.code_predictor
     assert pdl_supported(fast.device), "the H200 (sm90) supports PDL"
     hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    inputs = (hidden.clone(), torch.randn_like(hidden))  # replays alternate between them
+
+    def alternate(i):
+        hidden.copy_(inputs[i % 2])
+
     c0 = torch.tensor([17, 1500][:b], device="cuda")
     frames = torch.tensor([3, 9][:b], device="cuda")
     rows = fast.rows.gather(torch.arange(b, device="cuda"))
@@ -220,7 +228,8 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
             cp.fused_attention = cp.fused_attention_pdl = fused
             cp.fused_attention_warps = attention_warps(b, pdl=True)
             try:
-                codes[pdl] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL))
+                codes[pdl] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
+                                            before=alternate)
             finally:
                 PDL_LAUNCH.update(table_was)
                 cp.pdl, cp.gemv_launch = was, table
@@ -249,8 +258,10 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
     from tts_engine.runtime.runner import TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
 
     launch = TALKER_PDL_MIXED if table == "mixed" else TALKER_PDL_LAUNCH
-    if "residual_early" in table:
-        launch = {name: {**cfg, "residual_early": name in ("o", "down")} for name, cfg in launch.items()}
+    # o's and down's residual read before their wait: the default table's setting, here on where the case
+    # names it and off elsewhere, so that both are tested
+    launch = {name: {**cfg, "residual_early": "residual_early" in table and name in ("o", "down")}
+              if cfg.get("whole_rows") else cfg for name, cfg in launch.items()}
     if "row_chunks" in table:  # down's 6,144-wide rows as 3 x 2,048
         launch = {name: {**cfg, "row_chunks": 3} if name == "down" else cfg for name, cfg in launch.items()}
     qk_attention = "qk_attention" in table
@@ -258,12 +269,14 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
     slots = torch.arange(b, device="cuda")
     positions = 30 + 7 * slots
     x = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    inputs = (x.clone(), torch.randn_like(x))  # replays alternate between them
     no_pdl = {name: {**cfg, "pdl": False} for name, cfg in launch.items()}
     before = (fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch,
               fast.talker_pdl_launch, fast.talker_attention_early, fast.talker_qk_attention,
               fast.talker_qk_attention_launch)
 
-    def poison():
+    def poison(i):
+        x.copy_(inputs[i % 2])
         for cache in (fast.k_cache, fast.v_cache):
             cache[:, slots, :, positions] = float("nan")  # [layers, b, Hkv, D]
 
@@ -280,4 +293,5 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
                  fast.talker_pdl_launch, fast.talker_attention_early, fast.talker_qk_attention,
                  fast.talker_qk_attention_launch) = before
     assert all(torch.isfinite(h).all() for h in hidden[False]), "NaN without PDL: the poison reached the step"
+    assert not torch.equal(hidden[False][0], hidden[False][1]), "the two inputs give one output: a stale read hides"
     _assert_pdl_gives_the_output_without(hidden, "hidden state")

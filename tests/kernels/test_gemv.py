@@ -111,8 +111,8 @@ def test_whole_rows_kernel(device, m, k, n):
 @pytest.mark.parametrize("chunks", [2, 3])
 @pytest.mark.parametrize("m,k,n", [(1, 96, 24), (3, 200, 40), (2, 192, 16)])
 def test_whole_rows_in_slices(device, chunks, m, k, n):
-    """`row_chunks`: a row held as 2-3 power-of-two slices (96 = 3 x 32: none masked; 200 in 3 x 128: the last
-    partly masked), every prologue and epilogue, the residual read early or not."""
+    """`row_chunks`: a row held as 2-3 power-of-two slices (96 as 3 x 32 or 2 x 64; 200 as 2 or 3 slices of 128:
+    the second partly masked, a third wholly), every prologue and epilogue, the residual read early or not."""
     x, w, g = inputs(m, k, 2 * n, torch.bfloat16, device, seed=19 * m + k + chunks)
     x = x * 2 + 0.5  # the norm's sum of squares must take every slice
     ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, torch.bfloat16)
@@ -124,6 +124,8 @@ def test_whole_rows_in_slices(device, chunks, m, k, n):
                              f"{chunks} slices, residual read early")
     with pytest.raises(ValueError, match="row_chunks"):
         gemv(x, w, row_chunks=2)
+    with pytest.raises(ValueError, match="mma"):
+        gemv(x, w, mma=True, block_n=16, block_k=16, whole_rows=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

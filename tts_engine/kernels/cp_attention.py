@@ -140,8 +140,8 @@ if HAVE_TRITON:
         values = tl.load(v_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)
         rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
         # The norm weights and RoPE rows too (T <= 2 positions): constants, out of L2 by now.
-        kw, kwr, c0, s0 = norm_rope_tables(kn_ptr, cos_ptr, sin_ptr, d[None, :], rot[None, :], start, D)
-        qw, qwr, c1, s1 = norm_rope_tables(qn_ptr, cos_ptr, sin_ptr, d[None, :], rot[None, :], start + T - 1, D)
+        kw, kwr, cos0, sin0 = norm_rope_tables(kn_ptr, cos_ptr, sin_ptr, d[None, :], rot[None, :], start, D)
+        qw, qwr, cos1, sin1 = norm_rope_tables(qn_ptr, cos_ptr, sin_ptr, d[None, :], rot[None, :], start + T - 1, D)
         if PDL:
             gdc_wait()
             gdc_launch_dependents()
@@ -149,10 +149,10 @@ if HAVE_TRITON:
         # this program's copy of it, which the queries below read.
         for t in tl.static_range(T):
             src = qkv_ptr + (row * T + t) * s_qkv
-            c, s = (c0, s0) if t == 0 else (c1, s1)
+            cos_t, sin_t = (cos0, sin0) if t == 0 else (cos1, sin1)
             k_at = src + (HQ + kvh) * D
             k = norm_rope_values(tl.load(k_at + d)[None, :].to(tl.float32), tl.load(k_at + rot)[None, :].to(tl.float32),
-                                 kw, kwr, c, s, d[None, :], eps, D, dt)  # [1, D]
+                                 kw, kwr, cos_t, sin_t, d[None, :], eps, D, dt)  # [1, D]
             v = tl.load(src + (HQ + HKV + kvh) * D + d)
             tl.store(k_ptr + cache + (start + t) * s_pos + d[None, :], k.to(dt))
             tl.store(v_ptr + cache + (start + t) * s_pos + d, v)
@@ -160,10 +160,10 @@ if HAVE_TRITON:
             values = tl.where((pos == start + t)[:, None], v.to(tl.float32)[None, :], values)
         for t in tl.static_range(T):
             src = qkv_ptr + (row * T + t) * s_qkv + heads[:, None] * D
-            c, s = (c0, s0) if t == 0 else (c1, s1)
+            cos_t, sin_t = (cos0, sin0) if t == 0 else (cos1, sin1)
             x = tl.load(src + d[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32)
             xr = tl.load(src + rot[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32)
-            q = norm_rope_values(x, xr, qw, qwr, c, s, d[None, :], eps, D, dt) * scale  # [GROUP_P, D]
+            q = norm_rope_values(x, xr, qw, qwr, cos_t, sin_t, d[None, :], eps, D, dt) * scale  # [GROUP_P, D]
             ok = pos <= start + t
             s = tl.sum(q[:, None, :] * keys[None, :, :], axis=2)  # [GROUP_P, BLOCK_P]
             s = tl.where(ok[None, :], s, float("-inf"))

@@ -195,15 +195,15 @@ if HAVE_TRITON:
         res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
         if RES_EARLY:
             res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
-        one = tl.full((1,), 0, tl.int32)  # the norm weight as a one-row slice: [1, BLOCK_K]
+        row0 = tl.full((1,), 0, tl.int32)  # the norm weight as a one-row slice: [1, BLOCK_K]
         ln0, ln1, ln2 = w0, w0, w0
         if NORM:
-            ln0 = _row_slice(ln_ptr, one, one == 0, 0, k, 0, BLOCK_K).to(tl.float32)
+            ln0 = _row_slice(ln_ptr, row0, row0 == 0, 0, k, 0, BLOCK_K).to(tl.float32)
             ln1, ln2 = ln0, ln0
             if CHUNKS > 1:
-                ln1 = _row_slice(ln_ptr, one, one == 0, 0, k, BLOCK_K, BLOCK_K).to(tl.float32)
+                ln1 = _row_slice(ln_ptr, row0, row0 == 0, 0, k, BLOCK_K, BLOCK_K).to(tl.float32)
             if CHUNKS > 2:
-                ln2 = _row_slice(ln_ptr, one, one == 0, 0, k, 2 * BLOCK_K, BLOCK_K).to(tl.float32)
+                ln2 = _row_slice(ln_ptr, row0, row0 == 0, 0, k, 2 * BLOCK_K, BLOCK_K).to(tl.float32)
         pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
         x0 = _row_slice(x_ptr, rows, r_ok, s_x, k, 0, BLOCK_K).to(tl.float32)  # [M_P, BLOCK_K]
@@ -330,8 +330,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         raise ValueError(f"gemv needs one dtype, got x {x.dtype}, w {w.dtype}")
     if residual is not None and silu_mul:
         raise ValueError("gemv: residual and silu_mul do not combine")
-    if mma and pdl:
-        raise ValueError("gemv: the tensor-core kernel (mma) is not launched with pdl")
+    if mma and (pdl or whole_rows or residual_early or row_chunks != 1):
+        raise ValueError("gemv: the tensor-core kernel (mma) takes no pdl, whole_rows, residual_early or row_chunks")
     if row_chunks not in (1, 2, 3) or (row_chunks > 1 and not whole_rows):
         raise ValueError(f"gemv: row_chunks is 1, 2 or 3, and more than 1 only with whole_rows, got {row_chunks}")
     if residual_early and not (whole_rows and residual is not None):

@@ -127,9 +127,11 @@ if HAVE_TRITON:
         ids = tl.arange(0, BLOCK)
         valid = ids < n_vocab
         neg_inf = float("-inf")
-        # The row's settings and frame were written before the step's graph began, `seen` by an earlier
-        # step, `suppress` never: all read before the wait for the logits' kernel (under PDL they arrive
-        # while it finishes, instead of one dependent memory round trip after another behind the wait).
+        # The row's settings (gathered at the start of the step's codes graph) and frame, `seen` (an earlier
+        # step's) and `suppress` (never written) are not the logits kernel's outputs: read before the wait for
+        # it, under PDL they arrive while it finishes instead of one dependent round trip after another behind
+        # the wait. That holds for the code predictor's draws (PDL, the gathers many launches back); the
+        # codebook-0 draw, right after those gathers, is launched without PDL, so it waits for them anyway.
         do_sample = tl.load(do_sample_ptr + row)
         t = tl.load(temperature_ptr + row)
         top_k = tl.load(top_k_ptr + row)

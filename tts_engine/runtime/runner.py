@@ -402,6 +402,8 @@ class ModelRunner(PromptPrefill):
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         pool = self._pool = torch.cuda.graph_pool_handle()
+        # the split attention's graphs whatever step ran last (an eager step sets the flag for its positions)
+        self.talker_qk_attention, self.short_feed_graphs = False, {}
         bmax = max(self.buckets)
         self._staging = [torch.zeros(4 * bmax, dtype=torch.long).pin_memory() for _ in range(STEP_RING)]
         self._codes_host = [torch.zeros(bmax, 16, dtype=torch.long).pin_memory() for _ in range(STEP_RING)]
