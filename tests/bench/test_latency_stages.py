@@ -228,7 +228,9 @@ def test_the_context_sweep_times_each_launch_at_each_context_against_the_split_s
     assert runner.talker_qk_attention is False and runner.talker_qk_attention_launch == {}
 
 
-def test_residual_early_toggles_o_and_down_in_both_tables_and_restores_them(monkeypatch):
+def _pdl_tables(monkeypatch):
+    """A stand-in runner with whole-row PDL tables for the talker and (patched in) the code predictor -> (runner,
+    the tables' common entry by product, the code predictor's module)."""
     import tts_engine.runtime.code_predictor as cp_module
 
     _timed(monkeypatch)
@@ -236,6 +238,11 @@ def test_residual_early_toggles_o_and_down_in_both_tables_and_restores_them(monk
     monkeypatch.setattr(cp_module, "PDL_LAUNCH", dict(table))
     runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
     runner.talker_pdl_launch = {name: table[name] for name in ("qkv", "o", "gate_up", "down")}
+    return runner, table, cp_module
+
+
+def test_residual_early_toggles_o_and_down_in_both_tables_and_restores_them(monkeypatch):
+    runner, table, cp_module = _pdl_tables(monkeypatch)
     seen = []
     runner._talker_decode = lambda *a: seen.append(("talker", {k: v.get("residual_early") for k, v
                                                                in runner.talker_pdl_launch.items()}))
@@ -252,13 +259,7 @@ def test_residual_early_toggles_o_and_down_in_both_tables_and_restores_them(monk
 
 
 def test_row_chunks_toggle_the_down_products_slices_in_both_tables(monkeypatch):
-    import tts_engine.runtime.code_predictor as cp_module
-
-    _timed(monkeypatch)
-    table = {name: dict(block_n=4, whole_rows=True, pdl=True) for name in ("qkv", "o", "gate_up", "down", "head")}
-    monkeypatch.setattr(cp_module, "PDL_LAUNCH", dict(table))
-    runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
-    runner.talker_pdl_launch = {name: table[name] for name in ("qkv", "o", "gate_up", "down")}
+    runner, table, cp_module = _pdl_tables(monkeypatch)
     seen = []
     runner._talker_decode = lambda *a: seen.append(
         {k: v.get("row_chunks") for k, v in runner.talker_pdl_launch.items()})

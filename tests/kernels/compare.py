@@ -19,3 +19,11 @@ def assert_same_rounding(got: torch.Tensor, want: torch.Tensor, what: str, *, mi
                                msg=lambda m: f"{what}: more than one ulp: {m}")
     identical = (got == want).float().mean().item()
     assert identical >= min_identical, f"{what}: only {identical:.1%} bit-identical to the reference"
+
+
+def rope_tables(positions: int, d: int, dtype, device, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [positions, d] (rotate-half layout) in dtype on device: the RoPE tables the q/k norm kernels read."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2).float() / d))
+    emb = torch.arange(positions).float()[:, None] * inv_freq
+    emb = torch.cat((emb, emb), dim=-1)
+    return emb.cos().to(device, dtype), emb.sin().to(device, dtype)

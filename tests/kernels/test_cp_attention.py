@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from tests.kernels.compare import assert_same_rounding
+from tests.kernels.compare import assert_same_rounding, rope_tables
 from tts_engine.kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention, cp_qk_attention_ref
 from tts_engine.kernels.qk_norm_rope import qk_norm_rope
 
@@ -40,10 +40,7 @@ def test_cp_attention_refuses_positions_past_the_cache(device):
 
 
 def _tables(positions: int, d: int, dtype, device):
-    inv_freq = 1.0 / (1000.0 ** (torch.arange(0, d, 2).float() / d))
-    emb = torch.arange(positions).float()[:, None] * inv_freq
-    emb = torch.cat((emb, emb), dim=-1)
-    return emb.cos().to(device, dtype), emb.sin().to(device, dtype)
+    return rope_tables(positions, d, dtype, device, base=1000.0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -11,17 +11,10 @@ import math
 import pytest
 import torch
 
-from tests.kernels.compare import assert_same_rounding
+from tests.kernels.compare import assert_same_rounding, rope_tables
 from tts_engine.kernels.decode_attention import decode_attention
 from tts_engine.kernels.qk_norm_rope import qk_norm_rope
 from tts_engine.kernels.talker_attention import decode_qk_attention, decode_qk_attention_ref
-
-
-def _tables(positions: int, d: int, dtype, device):
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
-    emb = torch.arange(positions).float()[:, None] * inv_freq
-    emb = torch.cat((emb, emb), dim=-1)
-    return emb.cos().to(device, dtype), emb.sin().to(device, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -34,7 +27,7 @@ def test_decode_qk_attention_equals_norm_rope_then_attention(device, dtype, dot,
     to = dict(device=device, dtype=dtype)
     qkv = (torch.randn(b, (hq + 2 * hkv) * d, generator=g) * 2).to(**to)
     q_norm, k_norm = ((torch.randn(d, generator=g) + 1).to(**to) for _ in range(2))
-    cos, sin = _tables(length, d, dtype, device)
+    cos, sin = rope_tables(length, d, dtype, device)
     pos = torch.tensor(positions, device=device)
     rows = torch.arange(b, device=device).flip(0) * 2 + 1  # slots out of order, others between them
     cache = torch.randn(2 * b + 2, hkv, length, d, generator=g)
@@ -72,5 +65,5 @@ def test_decode_qk_attention_refuses_a_cache_of_other_heads(device):
     cache = torch.zeros(2, 1, 8, 16, device=device)
     with pytest.raises(ValueError, match="caches must be"):
         decode_qk_attention(qkv, torch.ones(16, device=device), torch.ones(16, device=device),
-                            *_tables(8, 16, torch.float32, device), torch.tensor([1], device=device),
+                            *rope_tables(8, 16, torch.float32, device), torch.tensor([1], device=device),
                             torch.tensor([0], device=device), cache, cache.clone(), 1e-6, 4, 2)
