@@ -2,6 +2,7 @@
 (no GPU needed: Triton compiles for a named target and its bundled cuobjdump reads the cubin).
 
     python -m bench.kernel_resources            # the talker's and the code predictor's PDL tables
+    python -m bench.kernel_resources --stream   # each product's launches of bench.step_sweep's STREAM_CANDIDATES
 
 The installed Triton compiles, which may not be the GPU host's (3.9 here, 3.6 there): the figures say what
 a kernel asks of the register file, not what the card's compiler gives it to the register.
@@ -22,7 +23,7 @@ SHAPES = {"talker": {"qkv": (2048, 0, True), "o": (2048, 1, False), "gate_up": (
 
 
 def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
-              residual_early: bool = False) -> str:
+              residual_early: bool = False, row_blocks: int = 1) -> str:
     """cuobjdump's resource line of one whole-row launch (bf16, one row of x, PDL; mode as in SHAPES)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -31,7 +32,8 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
     from tts_engine.kernels import gemv as g
     from tts_engine.kernels.backend import next_pow2
 
-    fn = g._gemv_rows_kernel if row_chunks == 1 else g._gemv_row_slices_kernel
+    fn = g._gemv_row_stream_kernel if row_blocks > 1 else g._gemv_rows_kernel if row_chunks == 1 \
+        else g._gemv_row_slices_kernel
     pointers = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "ln_ptr", "y_ptr"), "*bf16")
     scalars = dict.fromkeys(("m", "n_out", "k", "s_x", "s_w", "s_r", "s_y"), "i32")
     signature = {**pointers, **scalars, "eps": "fp32", **dict.fromkeys(fn.arg_names[13:], "constexpr")}
@@ -39,6 +41,8 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
                   RES_EARLY=residual_early and mode == 1)
     if row_chunks > 1:
         consts["CHUNKS"] = row_chunks
+    if row_blocks > 1:
+        consts["BLOCKS"] = row_blocks
     src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -51,7 +55,11 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stream", action="store_true",
+                   help="the row-block streaming kernel (gemv row_blocks; its registers do not depend on the count)")
+    if p.parse_args(argv).stream:
+        return _stream()
     from tts_engine.runtime.code_predictor import PDL_LAUNCH
     from tts_engine.runtime.runner import TALKER_PDL_LAUNCH
 
@@ -65,6 +73,18 @@ def main(argv: list[str] | None = None) -> int:
             if k & (k - 1):  # not a power of two: the sliced kernel beside it
                 line += f"; in 3 slices {resources(k, mode, norm, row_chunks=3, **keys)}"
             print(line, flush=True)
+    return 0
+
+
+def _stream() -> int:
+    from bench.step_sweep import STREAM_CANDIDATES
+
+    launches = sorted({(c["block_n"], c["num_warps"]) for c in STREAM_CANDIDATES})
+    for stage, shapes in SHAPES.items():
+        for product, (k, mode, norm) in shapes.items():
+            for block_n, warps in launches:
+                print(f"{stage} {product} (K {k}, {block_n} rows, {warps} warps, streamed): "
+                      f"{resources(k, mode, norm, block_n, warps, residual_early=mode == 1, row_blocks=2)}", flush=True)
     return 0
 
 

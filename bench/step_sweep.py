@@ -7,7 +7,8 @@ Here every candidate is timed as the whole step it runs in: the talker's PDL ste
 descent: each product in turn tries every candidate with the others held at their best so far, for
 `rounds` rounds; then today's table and the best are timed against each other, interleaved.
 
-    python -m bench.step_sweep --out step-sweep.json [--stages talker,cp,talker_down,cp_down,draw] [--rounds 2]
+    python -m bench.step_sweep --out step-sweep.json [--rounds 2]
+                               [--stages talker,cp,talker_down,cp_down,talker_stream,cp_stream,draw]
                                [--wide talker]
 
 `bench.latency --pdl-launch-from step-sweep.json` times issue 3's table with the tables found.
@@ -29,6 +30,11 @@ WIDE_CANDIDATES = tuple(dict(block_n=bn, num_warps=w) for bn in (8, 16, 32) for 
 # (one slice padded to the next power of two) or in three power-of-two slices (gemv `row_chunks`).
 SLICED_CANDIDATES = tuple(dict(block_n=bn, num_warps=w, row_chunks=c) for c in (1, 3) for bn in (2, 4, 8)
                           for w in (4, 8, 16))
+# Stages "talker_stream" / "cp_stream": every product's blocks of whole rows streamed a few a program (gemv
+# `row_blocks`: the next block's weights loading while the last one's are summed; untimed before this sweep), for
+# grids from about one wave (16 blocks a program) to four.
+STREAM_CANDIDATES = tuple(dict(block_n=bn, num_warps=w, row_blocks=b) for b in (2, 4, 8, 16) for bn in (1, 2, 4)
+                          for w in (4, 8))
 # Stage "draw": every draw's launch (kernels/sample.py DRAW_LAUNCH: warps of a row's program, halvings of
 # the top-k search, parts a halving cuts), timed as the code predictor's frame (15 of its draws).
 DRAW_CANDIDATES = tuple(dict(num_warps=w, top_k_window=n, top_k_ways=ways)
@@ -37,7 +43,8 @@ DRAW_CANDIDATES = tuple(dict(num_warps=w, top_k_window=n, top_k_ways=ways)
 
 def _key(cfg: dict) -> str:
     if "block_n" in cfg:
-        return f"n{cfg['block_n']}w{cfg['num_warps']}" + (f"c{cfg['row_chunks']}" if "row_chunks" in cfg else "")
+        return (f"n{cfg['block_n']}w{cfg['num_warps']}" + (f"c{cfg['row_chunks']}" if "row_chunks" in cfg else "")
+                + (f"b{cfg['row_blocks']}" if "row_blocks" in cfg else ""))
     return f"w{cfg['num_warps']}k{cfg['top_k_window']}x{cfg['top_k_ways']}"  # a draw's launch
 
 
@@ -74,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", default="talker,cp",
                    help="talker (its PDL step), cp (the code predictor's frame), draw (every draw's launch, timed as "
                         "the code predictor's frame), talker_down / cp_down (the down product alone, its rows whole "
-                        "or in three slices)")
+                        "or in three slices), talker_stream / cp_stream (every product's row blocks streamed a few a "
+                        "program)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--wide", default="", help="stages swept over WIDE_CANDIDATES instead (e.g. talker)")
     args = p.parse_args(argv)
@@ -100,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     def candidates(stage: str) -> tuple[dict, ...]:
         if stage.endswith("_down"):
             return SLICED_CANDIDATES
+        if stage.endswith("_stream"):
+            return STREAM_CANDIDATES
         return DRAW_CANDIDATES if stage == "draw" else WIDE_CANDIDATES if stage in wide else CANDIDATES
 
     out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -114,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                            {"draw": dict(sample_module.DRAW_LAUNCH)}, ("draw",))}
         stages["talker_down"] = (*stages["talker"][:3], ("down",))
         stages["cp_down"] = (*stages["cp"][:3], ("down",))
+        stages["talker_stream"], stages["cp_stream"] = stages["talker"], stages["cp"]
         for stage in args.stages.split(","):
             fn_name, install, default, names = stages[stage]
             table = {k: dict(v) for k, v in default.items()}

@@ -15,9 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 def test_a_whole_row_launch_compiles_for_sm90_and_reports_its_registers():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("from bench.kernel_resources import resources; "
-            "print(resources(96, 0, True, 4, 4)); print(resources(96, 2, False, 4, 4, row_chunks=3))")
+            "print(resources(96, 0, True, 4, 4)); print(resources(96, 2, False, 4, 4, row_chunks=3)); "
+            "print(resources(96, 1, False, 2, 4, residual_early=True, row_blocks=4))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.split("\n")
-    assert [ln.split()[0].startswith("REG:") and ln.split()[1].startswith("STACK:") for ln in lines[:2]] == [True] * 2
+    assert [ln.split()[0].startswith("REG:") and ln.split()[1].startswith("STACK:") for ln in lines[:3]] == [True] * 3
     assert 0 < int(lines[0].split()[0][4:]) <= 255

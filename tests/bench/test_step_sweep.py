@@ -4,6 +4,8 @@ left at the best found."""
 
 from __future__ import annotations
 
+import torch
+
 from bench.step_sweep import CANDIDATES, coordinate_sweep
 
 
@@ -76,3 +78,23 @@ def test_the_down_stages_sweep_whole_and_sliced_rows_and_a_later_whole_candidate
     assert table["down"] == dict(block_n=8, num_warps=8, row_chunks=3, whole_rows=True, pdl=True)
     assert result["trials"][1]["kept"] == "n8w8c3" and "n4w4c1" in result["trials"][0]["times"]
     assert (4, 4, 1) in seen[len(SLICED_CANDIDATES) + 1:]  # round 2's whole rows really are whole
+
+
+def test_the_stream_stages_candidates_each_name_their_row_blocks_and_compute_the_product():
+    """Stages "talker_stream" / "cp_stream": STREAM_CANDIDATES (gemv `row_blocks`) have distinct keys naming their
+    blocks a program, and each, launched as the sweep merges it onto a product's whole-row entry, gives that
+    product (interpreter on CPU; the sweep times them on the GPU)."""
+    from bench.step_sweep import STREAM_CANDIDATES, _key
+    from tests.kernels.compare import assert_same_rounding
+    from tts_engine.kernels.gemv import gemv, gemv_ref
+
+    keys = [_key(c) for c in STREAM_CANDIDATES]
+    assert len(set(keys)) == len(keys)
+    assert all(k.endswith(f"b{c['row_blocks']}") for k, c in zip(keys, STREAM_CANDIDATES))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 96, generator=g).to(device, torch.bfloat16)
+    w = (torch.randn(2 * 37, 96, generator=g) / 10).to(device, torch.bfloat16)
+    entry = dict(block_n=8, num_warps=4, whole_rows=True)
+    for cand in STREAM_CANDIDATES:
+        assert_same_rounding(gemv(x, w, silu_mul=True, **{**entry, **cand}), gemv_ref(x, w, silu_mul=True), _key(cand))

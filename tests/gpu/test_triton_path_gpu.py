@@ -182,9 +182,13 @@ def _assert_pdl_gives_the_output_without(outs: dict[bool, list[torch.Tensor]], w
         "kernels round differently, or a race that repeats")
 
 
+# gemv `row_blocks`: each program streams four blocks of two whole rows, the next block's weights loading while
+# the last one's are summed (8 warps: two blocks of the talker's rows in registers without spilling)
+ROW_BLOCKS = dict(block_n=2, num_warps=8, row_blocks=4)
+
 @pytest.mark.parametrize("b,fused,change", [(1, False, ""), (2, False, ""), (1, True, ""), (2, True, ""),
                                             (1, True, "residual_early"), (2, True, "residual_early"),
-                                            (1, True, "row_chunks")])
+                                            (1, True, "row_chunks"), (1, True, "row_blocks"), (2, True, "row_blocks")])
 def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, change):
     """Batches 1 and 2 (passes of 1-2 rows: the engine's PDL passes) with programmatic dependent
     launch (whole-row GEMVs, every kernel launched early and waiting for its inputs), captured in a
@@ -192,7 +196,8 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
     so any difference is a kernel reading too early. With and without the q/k norm + RoPE fused into
     the attention (whose cache reads of earlier positions come before its wait). change: the table with o's
     and down's residual read before their wait (residual_early; the default now, so "" sets it off), or down's
-    rows in three slices (row_chunks)."""
+    rows in three slices (row_chunks), or every product's row blocks streamed four a program (row_blocks: two rows a
+    block, 8 warps)."""
     from tts_engine.kernels.backend import pdl_supported
     from tts_engine.runtime.code_predictor import PDL_LAUNCH, attention_warps
     from tts_engine.runtime.sampler import GENERAL
@@ -216,6 +221,8 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
         with_pdl = {name: {**cfg, "residual_early": change == "residual_early" and name in ("o", "down"),
                            "row_chunks": 3 if change == "row_chunks" and name == "down" else 1}
                     for name, cfg in PDL_LAUNCH.items()}
+        if change == "row_blocks":
+            with_pdl = {name: {**cfg, **ROW_BLOCKS} for name, cfg in with_pdl.items()}
         no_pdl = {name: {**cfg, "pdl": False, "whole_rows": True} for name, cfg in with_pdl.items()}
         # The fused attention with the warps of a PDL pass in both: the warps set its reduction order
         # (run 14 compared 8 warps with PDL against 4 without: equal replays, other codes).
@@ -244,7 +251,9 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
                                                      (2, 3, "whole_rows", True), (1, 3, "residual_early", False),
                                                      (1, 3, "qk_attention", False),
                                                      (2, 3, "qk_attention+residual_early", False),
-                                                     (1, 3, "qk_attention+row_chunks", False)])
+                                                     (1, 3, "qk_attention+row_chunks", False),
+                                                     (1, 3, "qk_attention+row_blocks", False),
+                                                     (2, 3, "row_blocks+residual_early", False)])
 def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table, early):
     """The talker's GEMV step with programmatic dependent launch (runner.TALKER_PDL_LAUNCH: whole-row
     products reading their weights before the wait, and every other kernel of the step launched early;
@@ -254,7 +263,8 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
     overwritten with NaN before each replay: a replay writes the same keys and values there as the
     one before, so reading them early would not show otherwise. table residual_early: o's and down's
     residual read before their wait too; qk_attention: kernels/talker_attention.py's one launch for the
-    q/k norm, RoPE, K/V store and attention (8 warps a program); row_chunks: down's rows in three slices."""
+    q/k norm, RoPE, K/V store and attention (8 warps a program); row_chunks: down's rows in three slices;
+    row_blocks: every product's row blocks streamed four a program."""
     from tts_engine.runtime.runner import TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
 
     launch = TALKER_PDL_MIXED if table == "mixed" else TALKER_PDL_LAUNCH
@@ -264,6 +274,8 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
               if cfg.get("whole_rows") else cfg for name, cfg in launch.items()}
     if "row_chunks" in table:  # down's 6,144-wide rows as 3 x 2,048
         launch = {name: {**cfg, "row_chunks": 3} if name == "down" else cfg for name, cfg in launch.items()}
+    if "row_blocks" in table:
+        launch = {name: {**cfg, **ROW_BLOCKS} for name, cfg in launch.items()}
     qk_attention = "qk_attention" in table
     cfg, (fast, _) = runners
     slots = torch.arange(b, device="cuda")

@@ -27,7 +27,9 @@ the rows it holds, so the code predictor uses it for passes of 1-2 rows only (ru
 and the talker for its steps at batch 1 (run 10: 35.9 against 44.0 µs a layer; runtime/runner.py).
 The tensor-core variant (`mma`) beats cuBLAS + epilogues at 8-16 rows per product but not yet as a
 code-predictor frame (opt-in); the whole-row variant serves programmatic dependent launch (`pdl`, the
-code predictor's 1-2 row passes on sm90+).
+code predictor's 1-2 row passes on sm90+). Its row-streaming form (`row_blocks`: a program's row blocks in
+turn, the next one's weights loading while the last one's are summed) and its sliced rows (`row_chunks`) are
+tested on CPU and not yet timed on a GPU.
 """
 
 from __future__ import annotations
@@ -158,6 +160,65 @@ if HAVE_TRITON:
         if MODE == 2:
             acc_up = tl.sum(xs[:, None, :] * wu.to(tl.float32)[None, :, :], axis=2)
         _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY)
+
+    @triton.jit
+    def _gemv_row_stream_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
+                                MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                                BLOCK_K: tl.constexpr, BLOCKS: tl.constexpr, PDL: tl.constexpr,
+                                RES_EARLY: tl.constexpr):
+        """`_gemv_rows_kernel` over BLOCKS consecutive blocks of BLOCK_N whole rows a program, in turn: block j + 1's
+        weights are loaded before block j's products are summed and stored, so two blocks are in registers and a
+        program's loads never stop; the first block loads before the PDL wait. With a grid of about one wave,
+        the weights past the first wave no longer wait for a program to exit and a new one to start (the
+        whole-row kernel's later waves); the next kernel's programs, resident beside these once they have all
+        passed their wait, prefetch their own weights meanwhile. RES_EARLY: the first block's residual before
+        the wait, every later one's with its weights. Untimed."""
+        first = tl.program_id(0) * (BLOCKS * BLOCK_N)
+        rows = tl.arange(0, M_P)
+        ks = tl.arange(0, BLOCK_K)
+        r_ok, k_ok = rows < m, ks < k
+        feats = first + tl.arange(0, BLOCK_N)
+        ws, wu, res = _row_block(w_ptr, r_ptr, feats, rows, r_ok, ks, k_ok, n_out, s_w, s_r, MODE, RES_EARLY, M_P,
+                                 BLOCK_N)
+        ln = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        if NORM:
+            ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
+        pdl_start(PDL)
+        x_dt = x_ptr.dtype.element_ty
+        xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
+                     other=0.0).to(tl.float32)  # [M_P, BLOCK_K]
+        if NORM:
+            inv_rms = tl.rsqrt(tl.sum(xs * xs, axis=1) / k + eps)
+            xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
+        for _ in range(BLOCKS):
+            # past the last block (of this program or of w) the masks are all false: no memory is read
+            ahead = feats + BLOCK_N
+            w_next, u_next, r_next = _row_block(w_ptr, r_ptr, tl.where(ahead < first + BLOCKS * BLOCK_N, ahead, n_out),
+                                                rows, r_ok, ks, k_ok, n_out, s_w, s_r, MODE, RES_EARLY, M_P, BLOCK_N)
+            acc = tl.sum(xs[:, None, :] * ws.to(tl.float32)[None, :, :], axis=2)
+            acc_up = acc
+            if MODE == 2:
+                acc_up = tl.sum(xs[:, None, :] * wu.to(tl.float32)[None, :, :], axis=2)
+            _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY)
+            ws, wu, res, feats = w_next, u_next, r_next, ahead
+
+    @triton.jit
+    def _row_block(w_ptr, r_ptr, feats, rows, r_ok, ks, k_ok, n_out, s_w, s_r, MODE: tl.constexpr,
+                   RES: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Whole rows feats [BLOCK_N] of w (those < n_out) -> [BLOCK_N, BLOCK_K], their up rows (MODE 2, else the
+        same), and RES: their residual [M_P, BLOCK_N] in fp32 (else zeros)."""
+        f_ok = feats < n_out
+        w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
+        w_ok = f_ok[:, None] & k_ok[None, :]
+        ws = tl.load(w_at, mask=w_ok, other=0.0)
+        wu = ws
+        if MODE == 2:
+            wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0)
+        res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
+        if RES:
+            res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=r_ok[:, None] & f_ok[None, :],
+                          other=0.0).to(tl.float32)
+        return ws, wu, res
 
     @triton.jit
     def _row_slice(ptr, idx, ok, stride, k, start, WIDTH: tl.constexpr):
@@ -306,7 +367,7 @@ if HAVE_TRITON:
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
          late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
-         mma: bool = False, residual_early: bool = False, row_chunks: int = 1) -> torch.Tensor:
+         mma: bool = False, residual_early: bool = False, row_chunks: int = 1, row_blocks: int = 1) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
@@ -317,7 +378,9 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     rows. residual_early (whole_rows): the residual is read before that wait too, which with pdl is right
     only where it was written two launches back or more (the decoder layers' o and down products);
     row_chunks (whole_rows, 1-3): a row held as that many power-of-two slices of K / row_chunks rounded up
-    (K 6,144 as 3 x 2,048, not one 8,192-wide slice with a quarter masked)."""
+    (K 6,144 as 3 x 2,048, not one 8,192-wide slice with a quarter masked); row_blocks (whole_rows, one slice):
+    blocks of block_n rows one program streams in turn, the next block's weights loading while the last one's
+    products are summed (a grid of cdiv(N, block_n * row_blocks) programs)."""
     if not HAVE_TRITON:
         return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm)
     m, k = x.shape
@@ -330,10 +393,14 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         raise ValueError(f"gemv needs one dtype, got x {x.dtype}, w {w.dtype}")
     if residual is not None and silu_mul:
         raise ValueError("gemv: residual and silu_mul do not combine")
-    if mma and (pdl or whole_rows or residual_early or row_chunks != 1):
-        raise ValueError("gemv: the tensor-core kernel (mma) takes no pdl, whole_rows, residual_early or row_chunks")
+    if mma and (pdl or whole_rows or residual_early or row_chunks != 1 or row_blocks != 1):
+        raise ValueError("gemv: the tensor-core kernel (mma) takes no pdl, whole_rows, residual_early, row_chunks "
+                         "or row_blocks")
     if row_chunks not in (1, 2, 3) or (row_chunks > 1 and not whole_rows):
         raise ValueError(f"gemv: row_chunks is 1, 2 or 3, and more than 1 only with whole_rows, got {row_chunks}")
+    if not 1 <= row_blocks <= 64 or (row_blocks > 1 and not (whole_rows and row_chunks == 1)):
+        raise ValueError(f"gemv: row_blocks is 1-64, and more than 1 only with whole_rows in one slice, "
+                         f"got {row_blocks}")
     if residual_early and not (whole_rows and residual is not None):
         raise ValueError("gemv: residual_early is the whole-row kernel's early read of a residual")
     n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
@@ -357,7 +424,10 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     elif whole_rows:
         launch = dict(**shape, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=pdl, RES_EARLY=residual_early,
                       num_warps=num_warps, **pdl_launch(pdl))
-        if row_chunks == 1:
+        if row_blocks > 1:
+            grid = (triton.cdiv(grid[0], row_blocks),)
+            _gemv_row_stream_kernel[grid](*args, **launch, BLOCKS=row_blocks)
+        elif row_chunks == 1:
             _gemv_rows_kernel[grid](*args, **launch)
         else:
             _gemv_row_slices_kernel[grid](*args, **launch, CHUNKS=row_chunks)
