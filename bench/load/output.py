@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import math
 import os
 import platform
@@ -102,10 +103,11 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def read_run(run_dir: Path) -> dict:
-    """A run's data: results.json, or results.json.gz (how runs are committed under bench/results:
-    a 120 s sweep's raw records are 10-15 MB of JSON, a fifth of that compressed)."""
+    """A run's data: results.json, results.json.xz (how runs are committed under bench/results: a 120 s
+    sweep's raw records are 10-15 MB of JSON, a seventh of that with xz -9e) or results.json.gz."""
     plain = Path(run_dir) / "results.json"
     if plain.exists():
         return json.loads(plain.read_text())
-    with gzip.open(plain.with_suffix(".json.gz"), "rt") as f:
+    packed = plain.with_suffix(".json.xz")
+    with (lzma.open(packed, "rt") if packed.exists() else gzip.open(plain.with_suffix(".json.gz"), "rt")) as f:
         return json.load(f)

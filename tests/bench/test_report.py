@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 from dataclasses import replace
 from pathlib import Path
 
@@ -113,9 +114,13 @@ def test_runs_at_different_rates_merge_into_one_sweep(tmp_path):
     assert merge([low, relabelled], label="both")["config"]["label"] == "both"
     (tmp_path / "low").mkdir()
     (tmp_path / "low" / "results.json").write_text(dumps(low))
-    (tmp_path / "high").mkdir()  # committed runs are gzipped: read either way
-    (tmp_path / "high" / "results.json.gz").write_bytes(gzip.compress(dumps(high).encode()))
+    (tmp_path / "high").mkdir()  # committed runs are packed with xz (earlier ones with gzip): read every way
+    (tmp_path / "high" / "results.json.xz").write_bytes(lzma.compress(dumps(high).encode()))
     assert merge_main([str(tmp_path / "out"), str(tmp_path / "low"), str(tmp_path / "high")]) == 0
+    (tmp_path / "high" / "results.json.xz").unlink()
+    (tmp_path / "high" / "results.json.gz").write_bytes(gzip.compress(dumps(high).encode()))
+    assert merge_main([str(tmp_path / "out2"), str(tmp_path / "low"), str(tmp_path / "high")]) == 0
+    assert (tmp_path / "out2" / "report.md").read_text() == (tmp_path / "out" / "report.md").read_text()
     report = (tmp_path / "out" / "report.md").read_text()
     assert "merged from 2 runs" in report and "`cadence bench high`" in report
     assert report.count("\n| ") >= 4
