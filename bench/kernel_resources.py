@@ -39,7 +39,7 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
     signature = {**pointers, **scalars, "eps": "fp32", **dict.fromkeys(fn.arg_names[13:], "constexpr")}
     consts = dict(MODE=mode, NORM=norm, M_P=1, BLOCK_N=block_n, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=True,
                   RES_EARLY=residual_early and mode == 1)
-    if row_chunks > 1:
+    if row_chunks > 1 or row_blocks > 1:
         consts["CHUNKS"] = row_chunks
     if row_blocks > 1:
         consts["BLOCKS"] = row_blocks

@@ -32,9 +32,17 @@ SLICED_CANDIDATES = tuple(dict(block_n=bn, num_warps=w, row_chunks=c) for c in (
                           for w in (4, 8, 16))
 # Stages "talker_stream" / "cp_stream": every product's blocks of whole rows streamed a few a program (gemv
 # `row_blocks`: the next block's weights loading while the last one's are summed; untimed before this sweep), for
-# grids from about one wave (16 blocks a program) to four.
+# grids from about one wave (16 blocks a program) to four; down's rows (K 6,144 / 3,072) also in three slices.
 STREAM_CANDIDATES = tuple(dict(block_n=bn, num_warps=w, row_blocks=b) for b in (2, 4, 8, 16) for bn in (1, 2, 4)
                           for w in (4, 8))
+STREAM_DOWN_CANDIDATES = tuple({**c, "row_chunks": n} for n in (1, 3) for c in STREAM_CANDIDATES)
+# The whole-row products of each batch-1 step, in the order the sweep visits them.
+PRODUCTS = {"talker": ("qkv", "o", "gate_up", "down"), "cp": ("qkv", "o", "gate_up", "down", "head")}
+
+
+def stream_candidates(products: tuple[str, ...]) -> dict[str, tuple[dict, ...]]:
+    """A stream stage's candidates a product: STREAM_CANDIDATES, and for down those in one slice or three."""
+    return {name: STREAM_DOWN_CANDIDATES if name == "down" else STREAM_CANDIDATES for name in products}
 # Stage "draw": every draw's launch (kernels/sample.py DRAW_LAUNCH: warps of a row's program, halvings of
 # the top-k search, parts a halving cuts), timed as the code predictor's frame (15 of its draws).
 DRAW_CANDIDATES = tuple(dict(num_warps=w, top_k_window=n, top_k_ways=ways)
@@ -49,10 +57,11 @@ def _key(cfg: dict) -> str:
 
 
 def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names: tuple[str, ...],
-                     candidates=CANDIDATES, rounds: int = 2) -> dict:
+                     candidates: tuple[dict, ...] | dict[str, tuple[dict, ...]] = CANDIDATES, rounds: int = 2) -> dict:
     """measure(): the step's time with `table` as it is now (the caller's step reads it). Each of `names`
-    in turn is set to every candidate (merged into its entry) with the others at their best; it keeps
-    its fastest. A candidate that raises is reported, never kept. Leaves `table` at the best found.
+    in turn is set to every candidate (merged into its entry; `candidates` one tuple for all, or a tuple a
+    name) with the others at their best; it keeps its fastest. A candidate that raises is reported, never
+    kept. Leaves `table` at the best found.
     -> {"start_ms", "best": {name: cfg}, "best_ms", "trials": [{"round", "product", "times"}]}"""
     start = measure()
     best_ms, trials = start, []
@@ -60,7 +69,8 @@ def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names
         for name in names:
             kept = dict(table[name])
             times: dict[str, float | str] = {}
-            for cand in candidates:
+            tried = candidates[name] if isinstance(candidates, dict) else candidates
+            for cand in tried:
                 table[name] = {**kept, **cand}
                 try:
                     times[_key(cand)] = measure()
@@ -68,7 +78,7 @@ def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names
                     times[_key(cand)] = f"{type(exc).__name__}: {exc}"[:160]
             timed = {k: v for k, v in times.items() if isinstance(v, float)}
             winner = min(timed, key=timed.get) if timed else None
-            table[name] = {**kept, **next(c for c in candidates if _key(c) == winner)} if winner else kept
+            table[name] = {**kept, **next(c for c in tried if _key(c) == winner)} if winner else kept
             if winner:
                 best_ms = timed[winner]
             trials.append({"round": r, "product": name, "times": times, "kept": _key(table[name])})
@@ -105,21 +115,24 @@ def main(argv: list[str] | None = None) -> int:
     wide = set(filter(None, args.wide.split(",")))
     import tts_engine.kernels.sample as sample_module
 
-    def candidates(stage: str) -> tuple[dict, ...]:
+    def candidates(stage: str) -> tuple[dict, ...] | dict[str, tuple[dict, ...]]:
         if stage.endswith("_down"):
             return SLICED_CANDIDATES
         if stage.endswith("_stream"):
-            return STREAM_CANDIDATES
+            return stream_candidates(PRODUCTS[stage.removesuffix("_stream")])
         return DRAW_CANDIDATES if stage == "draw" else WIDE_CANDIDATES if stage in wide else CANDIDATES
 
+    def keys(cands) -> list[str] | dict[str, list[str]]:
+        return {n: keys(c) for n, c in cands.items()} if isinstance(cands, dict) else [_key(c) for c in cands]
+
     out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                 "candidates": {stage: [_key(c) for c in candidates(stage)] for stage in args.stages.split(",")}}
+                 "candidates": {stage: keys(candidates(stage)) for stage in args.stages.split(",")}}
     with torch.inference_mode():
         fns = _stage_fns(runner, 1, t_len)
         stages = {"talker": ("talker_step", lambda table: setattr(runner, "talker_pdl_launch", table),
-                             dict(runner.talker_pdl_launch), ("qkv", "o", "gate_up", "down")),
+                             dict(runner.talker_pdl_launch), PRODUCTS["talker"]),
                   "cp": ("code_predictor_frame", lambda table: cp_module.PDL_LAUNCH.update(table),
-                         dict(cp_module.PDL_LAUNCH), ("qkv", "o", "gate_up", "down", "head")),
+                         dict(cp_module.PDL_LAUNCH), PRODUCTS["cp"]),
                   "draw": ("code_predictor_frame", lambda table: sample_module.DRAW_LAUNCH.update(table["draw"]),
                            {"draw": dict(sample_module.DRAW_LAUNCH)}, ("draw",))}
         stages["talker_down"] = (*stages["talker"][:3], ("down",))

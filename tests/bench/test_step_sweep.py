@@ -81,20 +81,47 @@ def test_the_down_stages_sweep_whole_and_sliced_rows_and_a_later_whole_candidate
 
 
 def test_the_stream_stages_candidates_each_name_their_row_blocks_and_compute_the_product():
-    """Stages "talker_stream" / "cp_stream": STREAM_CANDIDATES (gemv `row_blocks`) have distinct keys naming their
-    blocks a program, and each, launched as the sweep merges it onto a product's whole-row entry, gives that
-    product (interpreter on CPU; the sweep times them on the GPU)."""
-    from bench.step_sweep import STREAM_CANDIDATES, _key
+    """Stages "talker_stream" / "cp_stream": STREAM_CANDIDATES (gemv `row_blocks`; down's also in three slices) have
+    distinct keys naming their blocks a program, and each, launched as the sweep merges it onto a product's
+    whole-row entry, gives that product (interpreter on CPU; the sweep times them on the GPU)."""
+    from bench.step_sweep import PRODUCTS, STREAM_CANDIDATES, STREAM_DOWN_CANDIDATES, _key, stream_candidates
     from tests.kernels.compare import assert_same_rounding
     from tts_engine.kernels.gemv import gemv, gemv_ref
 
-    keys = [_key(c) for c in STREAM_CANDIDATES]
-    assert len(set(keys)) == len(keys)
-    assert all(k.endswith(f"b{c['row_blocks']}") for k, c in zip(keys, STREAM_CANDIDATES))
+    per_product = stream_candidates(PRODUCTS["cp"])
+    assert per_product["down"] == STREAM_DOWN_CANDIDATES and per_product["o"] == STREAM_CANDIDATES
+    keys = [_key(c) for c in STREAM_DOWN_CANDIDATES]
+    assert len(set(keys)) == len(keys) and {c.get("row_chunks") for c in STREAM_DOWN_CANDIDATES} == {1, 3}
+    assert all(f"b{c['row_blocks']}" in k for k, c in zip(keys, STREAM_DOWN_CANDIDATES))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     g = torch.Generator().manual_seed(3)
     x = torch.randn(1, 96, generator=g).to(device, torch.bfloat16)
     w = (torch.randn(2 * 37, 96, generator=g) / 10).to(device, torch.bfloat16)
-    entry = dict(block_n=8, num_warps=4, whole_rows=True)
-    for cand in STREAM_CANDIDATES:
-        assert_same_rounding(gemv(x, w, silu_mul=True, **{**entry, **cand}), gemv_ref(x, w, silu_mul=True), _key(cand))
+    r = torch.randn(1, 2 * 37, generator=g).to(device, torch.bfloat16)
+    entry = dict(block_n=8, num_warps=4, whole_rows=True, residual_early=True)
+    for cand in STREAM_DOWN_CANDIDATES:
+        assert_same_rounding(gemv(x, w, residual=r, **{**entry, **cand}), gemv_ref(x, w, residual=r), _key(cand))
+
+
+def test_a_sweep_with_candidates_by_product_tries_each_products_own():
+    """`coordinate_sweep` with a tuple of candidates a product (the stream stages): down tries its 48 (one slice or
+    three), gate/up its 24, and each keeps its own fastest."""
+    from bench.step_sweep import STREAM_CANDIDATES, _key, stream_candidates
+
+    table = {"gate_up": dict(block_n=8, num_warps=4, whole_rows=True), "down": dict(block_n=4, num_warps=4)}
+    tried = {"gate_up": set(), "down": set()}
+
+    def measure():
+        down, gate_up = table["down"], table["gate_up"]
+        for name in tried:
+            if "row_blocks" in table[name]:
+                tried[name].add(_key(table[name]))
+        return 1.0 - 0.1 * (down.get("row_chunks") == 3) - 0.01 * down.get("row_blocks", 0) \
+            - 0.001 * gate_up.get("row_blocks", 0) - 0.0001 * gate_up["num_warps"]
+
+    result = coordinate_sweep(measure, table, ("gate_up", "down"), stream_candidates(("gate_up", "down")), rounds=1)
+    n = len(STREAM_CANDIDATES)
+    assert {k: len(v) for k, v in tried.items()} == {"gate_up": n, "down": 2 * n}
+    assert table["down"]["row_chunks"] == 3 and table["down"]["row_blocks"] == 16
+    assert table["gate_up"]["row_blocks"] == 16 and table["gate_up"]["num_warps"] == 8
+    assert "row_chunks" not in table["gate_up"] and result["trials"][1]["kept"].endswith("c3b16")

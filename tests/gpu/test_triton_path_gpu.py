@@ -188,7 +188,8 @@ ROW_BLOCKS = dict(block_n=2, num_warps=8, row_blocks=4)
 
 @pytest.mark.parametrize("b,fused,change", [(1, False, ""), (2, False, ""), (1, True, ""), (2, True, ""),
                                             (1, True, "residual_early"), (2, True, "residual_early"),
-                                            (1, True, "row_chunks"), (1, True, "row_blocks"), (2, True, "row_blocks")])
+                                            (1, True, "row_chunks"), (1, True, "row_blocks"),
+                                            (2, True, "row_blocks+row_chunks")])
 def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, change):
     """Batches 1 and 2 (passes of 1-2 rows: the engine's PDL passes) with programmatic dependent
     launch (whole-row GEMVs, every kernel launched early and waiting for its inputs), captured in a
@@ -219,9 +220,9 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
         # The same whole-row kernel launched plainly (run 9's version of this test left out
         # whole_rows, so its reference ran the sliced kernel: another summation order, other codes).
         with_pdl = {name: {**cfg, "residual_early": change == "residual_early" and name in ("o", "down"),
-                           "row_chunks": 3 if change == "row_chunks" and name == "down" else 1}
+                           "row_chunks": 3 if "row_chunks" in change and name == "down" else 1}
                     for name, cfg in PDL_LAUNCH.items()}
-        if change == "row_blocks":
+        if "row_blocks" in change:
             with_pdl = {name: {**cfg, **ROW_BLOCKS} for name, cfg in with_pdl.items()}
         no_pdl = {name: {**cfg, "pdl": False, "whole_rows": True} for name, cfg in with_pdl.items()}
         # The fused attention with the warps of a PDL pass in both: the warps set its reduction order
@@ -253,7 +254,7 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
                                                      (2, 3, "qk_attention+residual_early", False),
                                                      (1, 3, "qk_attention+row_chunks", False),
                                                      (1, 3, "qk_attention+row_blocks", False),
-                                                     (2, 3, "row_blocks+residual_early", False)])
+                                                     (2, 3, "row_blocks+row_chunks+residual_early", False)])
 def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table, early):
     """The talker's GEMV step with programmatic dependent launch (runner.TALKER_PDL_LAUNCH: whole-row
     products reading their weights before the wait, and every other kernel of the step launched early;

@@ -128,22 +128,23 @@ def test_whole_rows_in_slices(device, chunks, m, k, n):
         gemv(x, w, mma=True, block_n=16, block_k=16, whole_rows=True)
 
 
-@pytest.mark.parametrize("blocks,block_n", [(2, 4), (3, 1), (5, 2)])
+@pytest.mark.parametrize("blocks,block_n,chunks", [(2, 4, 1), (3, 1, 1), (5, 2, 3), (2, 2, 2)])
 @pytest.mark.parametrize("m,k,n", [(1, 96, 24), (3, 200, 40), (2, 64, 13)])
-def test_whole_rows_streamed_in_blocks(device, blocks, block_n, m, k, n):
+def test_whole_rows_streamed_in_blocks(device, blocks, block_n, chunks, m, k, n):
     """`row_blocks`: a program's blocks of whole rows in turn, the next one's weights (and residual) loaded before the
     last one's products are summed; programs whose last blocks lie past N (n 13, 24, 40 in blocks of 1-4 rows,
-    2-5 a program), every prologue and epilogue, the residual read early or not."""
+    2-5 a program), rows in one to three slices, every prologue and epilogue, the residual read early or not."""
     x, w, g = inputs(m, k, 2 * n, torch.bfloat16, device, seed=23 * m + k + blocks)
+    x = x * 2 + 0.5  # the norm's sum of squares must take every slice
     ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, torch.bfloat16)
     r = torch.randn(m, 2 * n, generator=g).to(device, torch.bfloat16)
     for norm in (None, (ln, 1e-6)):
-        cfg = dict(whole_rows=True, block_n=block_n, norm=norm, row_blocks=blocks)
-        assert_epilogues(x, w, r, f"{blocks} blocks of {block_n} rows {m}x{k}x{n} norm={norm is not None}", **cfg)
+        cfg = dict(whole_rows=True, block_n=block_n, norm=norm, row_blocks=blocks, row_chunks=chunks)
+        assert_epilogues(x, w, r, f"{blocks} blocks of {block_n} rows in {chunks} slices {m}x{k}x{n} "
+                                  f"norm={norm is not None}", **cfg)
         assert_same_rounding(gemv(x, w, residual=r, residual_early=True, **cfg), gemv_ref(x, w, residual=r, norm=norm),
                              f"{blocks} blocks of {block_n} rows, residual read early")
-    for bad in (dict(row_blocks=2), dict(row_blocks=2, whole_rows=True, row_chunks=2),
-                dict(row_blocks=0, whole_rows=True), dict(row_blocks=65, whole_rows=True)):
+    for bad in (dict(row_blocks=2), dict(row_blocks=0, whole_rows=True), dict(row_blocks=65, whole_rows=True)):
         with pytest.raises(ValueError, match="row_blocks"):
             gemv(x, w, **bad)
 

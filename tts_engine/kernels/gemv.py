@@ -162,72 +162,6 @@ if HAVE_TRITON:
         _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY)
 
     @triton.jit
-    def _gemv_row_stream_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
-                                MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                                BLOCK_K: tl.constexpr, BLOCKS: tl.constexpr, PDL: tl.constexpr,
-                                RES_EARLY: tl.constexpr):
-        """`_gemv_rows_kernel` over BLOCKS consecutive blocks of BLOCK_N whole rows a program, in turn: block j + 1's
-        weights are loaded before block j's products are summed and stored, so two blocks are in registers and a
-        program's loads never stop; the first block loads before the PDL wait. With a grid of about one wave,
-        the weights past the first wave no longer wait for a program to exit and a new one to start (the
-        whole-row kernel's later waves); the next kernel's programs, resident beside these once they have all
-        passed their wait, prefetch their own weights meanwhile. RES_EARLY: the first block's residual before
-        the wait, every later one's with its weights. Untimed."""
-        first = tl.program_id(0) * (BLOCKS * BLOCK_N)
-        rows = tl.arange(0, M_P)
-        ks = tl.arange(0, BLOCK_K)
-        r_ok, k_ok = rows < m, ks < k
-        feats = first + tl.arange(0, BLOCK_N)
-        ws, wu, res = _row_block(w_ptr, r_ptr, feats, rows, r_ok, ks, k_ok, n_out, s_w, s_r, MODE, RES_EARLY, M_P,
-                                 BLOCK_N)
-        ln = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        if NORM:
-            ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
-        pdl_start(PDL)
-        x_dt = x_ptr.dtype.element_ty
-        xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
-                     other=0.0).to(tl.float32)  # [M_P, BLOCK_K]
-        if NORM:
-            inv_rms = tl.rsqrt(tl.sum(xs * xs, axis=1) / k + eps)
-            xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
-        for _ in range(BLOCKS):
-            # past the last block (of this program or of w) the masks are all false: no memory is read
-            ahead = feats + BLOCK_N
-            w_next, u_next, r_next = _row_block(w_ptr, r_ptr, tl.where(ahead < first + BLOCKS * BLOCK_N, ahead, n_out),
-                                                rows, r_ok, ks, k_ok, n_out, s_w, s_r, MODE, RES_EARLY, M_P, BLOCK_N)
-            acc = tl.sum(xs[:, None, :] * ws.to(tl.float32)[None, :, :], axis=2)
-            acc_up = acc
-            if MODE == 2:
-                acc_up = tl.sum(xs[:, None, :] * wu.to(tl.float32)[None, :, :], axis=2)
-            _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY)
-            ws, wu, res, feats = w_next, u_next, r_next, ahead
-
-    @triton.jit
-    def _row_block(w_ptr, r_ptr, feats, rows, r_ok, ks, k_ok, n_out, s_w, s_r, MODE: tl.constexpr,
-                   RES: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr):
-        """Whole rows feats [BLOCK_N] of w (those < n_out) -> [BLOCK_N, BLOCK_K], their up rows (MODE 2, else the
-        same), and RES: their residual [M_P, BLOCK_N] in fp32 (else zeros)."""
-        f_ok = feats < n_out
-        w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
-        w_ok = f_ok[:, None] & k_ok[None, :]
-        ws = tl.load(w_at, mask=w_ok, other=0.0)
-        wu = ws
-        if MODE == 2:
-            wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0)
-        res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
-        if RES:
-            res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=r_ok[:, None] & f_ok[None, :],
-                          other=0.0).to(tl.float32)
-        return ws, wu, res
-
-    @triton.jit
-    def _row_slice(ptr, idx, ok, stride, k, start, WIDTH: tl.constexpr):
-        """Columns start .. start + WIDTH - 1 (those < k) of rows idx [R] (ok: which exist) -> [R, WIDTH]."""
-        ks = start + tl.arange(0, WIDTH)
-        return tl.load(ptr + idx[:, None].to(tl.int64) * stride + ks[None, :], mask=ok[:, None] & (ks < k)[None, :],
-                       other=0.0)
-
-    @triton.jit
     def _gemv_row_slices_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
                                 MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
                                 BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr, PDL: tl.constexpr,
@@ -238,41 +172,106 @@ if HAVE_TRITON:
         kernel, the one timed and tested on the GPU, stays as it was; untimed."""
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
-        f_ok, r_ok = feats < n_out, rows < m
-        # constants, safe before the wait: [BLOCK_N, BLOCK_K] slices of the rows (and of the up rows)
-        w0 = _row_slice(w_ptr, feats, f_ok, s_w, k, 0, BLOCK_K)
-        w1, w2, u0, u1, u2 = w0, w0, w0, w0, w0
-        if CHUNKS > 1:
-            w1 = _row_slice(w_ptr, feats, f_ok, s_w, k, BLOCK_K, BLOCK_K)
-        if CHUNKS > 2:
-            w2 = _row_slice(w_ptr, feats, f_ok, s_w, k, 2 * BLOCK_K, BLOCK_K)
-        if MODE == 2:
-            u0 = _row_slice(w_ptr + n_out * s_w, feats, f_ok, s_w, k, 0, BLOCK_K)
-            if CHUNKS > 1:
-                u1 = _row_slice(w_ptr + n_out * s_w, feats, f_ok, s_w, k, BLOCK_K, BLOCK_K)
-            if CHUNKS > 2:
-                u2 = _row_slice(w_ptr + n_out * s_w, feats, f_ok, s_w, k, 2 * BLOCK_K, BLOCK_K)
-        ok = r_ok[:, None] & f_ok[None, :]
-        res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
-        if RES_EARLY:
-            res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
-        row0 = tl.full((1,), 0, tl.int32)  # the norm weight as a one-row slice: [1, BLOCK_K]
-        ln0, ln1, ln2 = w0, w0, w0
-        if NORM:
-            ln0 = _row_slice(ln_ptr, row0, row0 == 0, 0, k, 0, BLOCK_K).to(tl.float32)
-            ln1, ln2 = ln0, ln0
-            if CHUNKS > 1:
-                ln1 = _row_slice(ln_ptr, row0, row0 == 0, 0, k, BLOCK_K, BLOCK_K).to(tl.float32)
-            if CHUNKS > 2:
-                ln2 = _row_slice(ln_ptr, row0, row0 == 0, 0, k, 2 * BLOCK_K, BLOCK_K).to(tl.float32)
+        r_ok = rows < m
+        # constants, safe before the wait
+        w0, w1, w2, u0, u1, u2, res = _row_block(w_ptr, r_ptr, feats, rows, r_ok, k, n_out, s_w, s_r, MODE,
+                                                 RES_EARLY, M_P, BLOCK_N, BLOCK_K, CHUNKS)
+        ln0, ln1, ln2 = _norm_slices(ln_ptr, k, NORM, BLOCK_K, CHUNKS)
         pdl_start(PDL)
-        x_dt = x_ptr.dtype.element_ty
-        x0 = _row_slice(x_ptr, rows, r_ok, s_x, k, 0, BLOCK_K).to(tl.float32)  # [M_P, BLOCK_K]
-        x1, x2 = x0, x0
+        x0, x1, x2 = _x_slices(x_ptr, rows, r_ok, s_x, k, eps, ln0, ln1, ln2, NORM, BLOCK_K, CHUNKS)
+        acc = _rows_dot(x0, x1, x2, w0, w1, w2, CHUNKS)
+        acc_up = acc
+        if MODE == 2:
+            acc_up = _rows_dot(x0, x1, x2, u0, u1, u2, CHUNKS)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY)
+
+    @triton.jit
+    def _gemv_row_stream_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
+                                MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                                BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr, BLOCKS: tl.constexpr,
+                                PDL: tl.constexpr, RES_EARLY: tl.constexpr):
+        """`_gemv_row_slices_kernel` (rows as CHUNKS power-of-two slices, 1-3) over BLOCKS consecutive blocks of
+        BLOCK_N rows a program, in turn: block j + 1's weights are loaded before block j's products are summed and
+        stored, so two blocks are in registers and a program's loads never stop; the first block loads before
+        the PDL wait. With a grid of about one wave, the weights past the first wave no longer wait for a program
+        to exit and a new one to start (the whole-row kernel's later waves); the next kernel's programs, resident
+        beside these once they have all passed their wait, prefetch their own weights meanwhile. RES_EARLY: the
+        first block's residual before the wait, every later one's with its weights. Untimed."""
+        first = tl.program_id(0) * (BLOCKS * BLOCK_N)
+        rows = tl.arange(0, M_P)
+        r_ok = rows < m
+        feats = first + tl.arange(0, BLOCK_N)
+        w0, w1, w2, u0, u1, u2, res = _row_block(w_ptr, r_ptr, feats, rows, r_ok, k, n_out, s_w, s_r, MODE,
+                                                 RES_EARLY, M_P, BLOCK_N, BLOCK_K, CHUNKS)
+        ln0, ln1, ln2 = _norm_slices(ln_ptr, k, NORM, BLOCK_K, CHUNKS)
+        pdl_start(PDL)
+        x0, x1, x2 = _x_slices(x_ptr, rows, r_ok, s_x, k, eps, ln0, ln1, ln2, NORM, BLOCK_K, CHUNKS)
+        for _ in range(BLOCKS):
+            # past the last block (of this program or of w) the masks are all false: no memory is read
+            ahead = feats + BLOCK_N
+            n0, n1, n2, v0, v1, v2, r_next = _row_block(
+                w_ptr, r_ptr, tl.where(ahead < first + BLOCKS * BLOCK_N, ahead, n_out), rows, r_ok, k, n_out, s_w,
+                s_r, MODE, RES_EARLY, M_P, BLOCK_N, BLOCK_K, CHUNKS)
+            acc = _rows_dot(x0, x1, x2, w0, w1, w2, CHUNKS)
+            acc_up = acc
+            if MODE == 2:
+                acc_up = _rows_dot(x0, x1, x2, u0, u1, u2, CHUNKS)
+            _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY)
+            w0, w1, w2, u0, u1, u2, res, feats = n0, n1, n2, v0, v1, v2, r_next, ahead
+
+    @triton.jit
+    def _row_slice(ptr, idx, ok, stride, k, start, WIDTH: tl.constexpr):
+        """Columns start .. start + WIDTH - 1 (those < k) of rows idx [R] (ok: which exist) -> [R, WIDTH]."""
+        ks = start + tl.arange(0, WIDTH)
+        return tl.load(ptr + idx[:, None].to(tl.int64) * stride + ks[None, :], mask=ok[:, None] & (ks < k)[None, :],
+                       other=0.0)
+
+    @triton.jit
+    def _row_slices(ptr, idx, ok, stride, k, BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr):
+        """Rows idx [R] as CHUNKS [R, BLOCK_K] slices, three returned (those past CHUNKS repeat the first)."""
+        s0 = _row_slice(ptr, idx, ok, stride, k, 0, BLOCK_K)
+        s1, s2 = s0, s0
         if CHUNKS > 1:
-            x1 = _row_slice(x_ptr, rows, r_ok, s_x, k, BLOCK_K, BLOCK_K).to(tl.float32)
+            s1 = _row_slice(ptr, idx, ok, stride, k, BLOCK_K, BLOCK_K)
         if CHUNKS > 2:
-            x2 = _row_slice(x_ptr, rows, r_ok, s_x, k, 2 * BLOCK_K, BLOCK_K).to(tl.float32)
+            s2 = _row_slice(ptr, idx, ok, stride, k, 2 * BLOCK_K, BLOCK_K)
+        return s0, s1, s2
+
+    @triton.jit
+    def _row_block(w_ptr, r_ptr, feats, rows, r_ok, k, n_out, s_w, s_r, MODE: tl.constexpr, RES: tl.constexpr,
+                   M_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr):
+        """Rows feats [BLOCK_N] of w (those < n_out) as slices [BLOCK_N, BLOCK_K], their up rows' slices (MODE 2,
+        else the same), and RES: their residual [M_P, BLOCK_N] in fp32 (else zeros)."""
+        f_ok = feats < n_out
+        w0, w1, w2 = _row_slices(w_ptr, feats, f_ok, s_w, k, BLOCK_K, CHUNKS)
+        u0, u1, u2 = w0, w1, w2
+        if MODE == 2:
+            u0, u1, u2 = _row_slices(w_ptr + n_out * s_w, feats, f_ok, s_w, k, BLOCK_K, CHUNKS)
+        res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
+        if RES:
+            res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=r_ok[:, None] & f_ok[None, :],
+                          other=0.0).to(tl.float32)
+        return w0, w1, w2, u0, u1, u2, res
+
+    @triton.jit
+    def _norm_slices(ln_ptr, k, NORM: tl.constexpr, BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr):
+        """The norm weight [K] as CHUNKS one-row slices [1, BLOCK_K] in fp32 (zeros without NORM)."""
+        ln0 = tl.zeros((1, BLOCK_K), dtype=tl.float32)
+        ln1, ln2 = ln0, ln0
+        if NORM:
+            row0 = tl.full((1,), 0, tl.int32)
+            ln0, ln1, ln2 = _row_slices(ln_ptr, row0, row0 == 0, 0, k, BLOCK_K, CHUNKS)
+            ln0, ln1, ln2 = ln0.to(tl.float32), ln1.to(tl.float32), ln2.to(tl.float32)
+        return ln0, ln1, ln2
+
+    @triton.jit
+    def _x_slices(x_ptr, rows, r_ok, s_x, k, eps, ln0, ln1, ln2, NORM: tl.constexpr, BLOCK_K: tl.constexpr,
+                  CHUNKS: tl.constexpr):
+        """x's rows as CHUNKS fp32 slices [M_P, BLOCK_K], RMS-normalised with the norm slices ln* (NORM) and
+        rounded as the reference rounds them."""
+        x_dt = x_ptr.dtype.element_ty
+        x0, x1, x2 = _row_slices(x_ptr, rows, r_ok, s_x, k, BLOCK_K, CHUNKS)
+        x0, x1, x2 = x0.to(tl.float32), x1.to(tl.float32), x2.to(tl.float32)
         if NORM:
             sum_sq = tl.sum(x0 * x0, axis=1)
             if CHUNKS > 1:
@@ -283,11 +282,7 @@ if HAVE_TRITON:
             x0 = round_to(ln0 * round_to(x0 * inv_rms, x_dt), x_dt)
             x1 = round_to(ln1 * round_to(x1 * inv_rms, x_dt), x_dt)
             x2 = round_to(ln2 * round_to(x2 * inv_rms, x_dt), x_dt)
-        acc = _rows_dot(x0, x1, x2, w0, w1, w2, CHUNKS)
-        acc_up = acc
-        if MODE == 2:
-            acc_up = _rows_dot(x0, x1, x2, u0, u1, u2, CHUNKS)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY)
+        return x0, x1, x2
 
     @triton.jit
     def _rows_dot(x0, x1, x2, w0, w1, w2, CHUNKS: tl.constexpr):
@@ -378,7 +373,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     rows. residual_early (whole_rows): the residual is read before that wait too, which with pdl is right
     only where it was written two launches back or more (the decoder layers' o and down products);
     row_chunks (whole_rows, 1-3): a row held as that many power-of-two slices of K / row_chunks rounded up
-    (K 6,144 as 3 x 2,048, not one 8,192-wide slice with a quarter masked); row_blocks (whole_rows, one slice):
+    (K 6,144 as 3 x 2,048, not one 8,192-wide slice with a quarter masked); row_blocks (whole_rows, any slices):
     blocks of block_n rows one program streams in turn, the next block's weights loading while the last one's
     products are summed (a grid of cdiv(N, block_n * row_blocks) programs)."""
     if not HAVE_TRITON:
@@ -398,9 +393,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
                          "or row_blocks")
     if row_chunks not in (1, 2, 3) or (row_chunks > 1 and not whole_rows):
         raise ValueError(f"gemv: row_chunks is 1, 2 or 3, and more than 1 only with whole_rows, got {row_chunks}")
-    if not 1 <= row_blocks <= 64 or (row_blocks > 1 and not (whole_rows and row_chunks == 1)):
-        raise ValueError(f"gemv: row_blocks is 1-64, and more than 1 only with whole_rows in one slice, "
-                         f"got {row_blocks}")
+    if not 1 <= row_blocks <= 64 or (row_blocks > 1 and not whole_rows):
+        raise ValueError(f"gemv: row_blocks is 1-64, and more than 1 only with whole_rows, got {row_blocks}")
     if residual_early and not (whole_rows and residual is not None):
         raise ValueError("gemv: residual_early is the whole-row kernel's early read of a residual")
     n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
@@ -426,7 +420,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
                       num_warps=num_warps, **pdl_launch(pdl))
         if row_blocks > 1:
             grid = (triton.cdiv(grid[0], row_blocks),)
-            _gemv_row_stream_kernel[grid](*args, **launch, BLOCKS=row_blocks)
+            _gemv_row_stream_kernel[grid](*args, **launch, CHUNKS=row_chunks, BLOCKS=row_blocks)
         elif row_chunks == 1:
             _gemv_rows_kernel[grid](*args, **launch)
         else:
