@@ -55,12 +55,25 @@ class ServerThread:
         return int(self.engine.metrics()["active_streams"])
 
     def wait_empty(self, timeout: float = 1.0) -> None:
-        """The engine holds no stream within `timeout` seconds."""
+        """The engine holds no stream within `timeout` seconds, and has found none of its invariants broken
+        (the real engine checks them whenever nothing is in flight)."""
         deadline = time.monotonic() + timeout
         while self.active_streams() != 0:
             if time.monotonic() > deadline:
                 raise AssertionError(f"engine still holds {self.active_streams()} streams")
             time.sleep(0.01)
+        assert self.engine.metrics().get("invariant_violations", 0) == 0, self.engine.metrics()
+
+    def rejections(self, code: str) -> float:
+        """`cadence_rejections_total{code=...}` as /metrics reports it now (0 before the first)."""
+        import httpx
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(httpx.get(self.url + "/metrics").text):
+            for sample in family.samples:
+                if sample.name == "cadence_rejections_total" and sample.labels.get("code") == code:
+                    return sample.value
+        return 0.0
 
 
 def real_engine(model_dir, **caps):

@@ -205,12 +205,28 @@ def test_client_gone_mid_stream_frees_the_engine(server):
 def test_health_ready_and_metrics(server):
     assert httpx.get(server.url + "/health").json() == {"status": "ok"}
     assert httpx.get(server.url + "/ready").status_code == 200
+    before = server.rejections("invalid_request")
     post(server, OK)
+    assert post(server, {**OK, "voice": "nobody"}).status_code == 422
     text = httpx.get(server.url + "/metrics").text
     assert 'cadence_time_to_first_audio_seconds_count{endpoint="/v1/audio/speech"}' in text
     assert 'cadence_http_responses_total{endpoint="/v1/audio/speech",status="200"}' in text
     assert "cadence_engine_active_streams" in text
-    assert 'cadence_rejections_total{code="invalid_request"}' in text or "cadence_rejections" in text
+    assert server.rejections("invalid_request") == before + 1
+
+
+# Under the server's max_text_chars but, tokenised, longer than the engine's context (2,048): the engine
+# refuses it after the stream opened.
+OVER_CONTEXT = "\U0001f600" * 2500
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_longer_than_the_context_is_a_422_counted_as_a_rejection(server, stream):
+    before = server.rejections("invalid_request")
+    r = post(server, {**OK, "input": OVER_CONTEXT, "stream": stream})
+    assert r.status_code == 422 and "exceeds the engine's context" in r.json()["error"]["message"]
+    assert server.rejections("invalid_request") == before + 1
+    server.wait_empty()
 
 
 def test_burst_past_admission_caps_gets_503_with_retry_after(tiny_checkpoint):

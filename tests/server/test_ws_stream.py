@@ -115,6 +115,45 @@ def test_two_contexts_on_one_connection_interleave(server):
     server.wait_empty()
 
 
+def test_cancelling_one_context_leaves_its_neighbour_whole(server):
+    kept_open = dict(OPEN, voice="serena", context_id="kept", text="Second voice, still here.", end=True, max_frames=14)
+    with ws(server) as conn:  # the neighbour alone, for its length
+        send(conn, **kept_open)
+        alone = collect(conn, {"kept"})[-1]
+    with ws(server) as conn:
+        send(conn, **OPEN, context_id="gone", text=LONG_TEXT, end=True)
+        send(conn, **kept_open)
+        before = []
+        while not any(m["type"] == "audio" and m["context_id"] == "gone" for m in before):
+            before.append(recv(conn))
+        send(conn, type="cancel", context_id="gone")
+        messages = before + collect(conn, {"gone", "kept"})
+    gone = [m for m in messages if m.get("context_id") == "gone"]
+    assert gone[-1]["type"] == "done" and gone[-1]["reason"] == "cancelled"
+    kept = [m for m in messages if m.get("context_id") == "kept"]
+    assert kept[-1] == {**alone, "audio_s": kept[-1]["audio_s"]}  # done, its reason and frames as alone
+    assert kept[-1]["audio_s"] == pytest.approx(alone["audio_s"])
+    assert "error" not in [m["type"] for m in kept]
+    assert_audio_in_order(audio_of(messages, "kept"))
+    server.wait_empty()
+
+
+def test_a_context_longer_than_the_engine_context_is_an_error_event_counted_as_a_rejection(server):
+    """Under max_text_chars but, tokenised, over the engine's context: refused after its open, as an error event
+    and a `done` for that context alone; the connection and a neighbour go on."""
+    before = server.rejections("invalid_request")
+    with ws(server) as conn:
+        send(conn, **OPEN, context_id="big", text="\U0001f600" * 2500, end=True)
+        send(conn, **OPEN, context_id="ok", text="Short and fine.", end=True, max_frames=6)
+        messages = collect(conn, {"big", "ok"})
+    big = [m for m in messages if m.get("context_id") == "big"]
+    assert [m["type"] for m in big] == ["error", "done"] and big[-1]["reason"] == "error"
+    assert big[0]["code"] == "invalid_request" and "exceeds the engine's context" in big[0]["message"]
+    assert_audio_in_order(audio_of(messages, "ok"))
+    assert server.rejections("invalid_request") == before + 1
+    server.wait_empty()
+
+
 def test_bad_messages_get_error_events_and_the_connection_stays_open(server):
     cases = [
         ("{not json", "invalid_json"),

@@ -102,8 +102,7 @@ class SpeechResponse(Response):
     async def _send_events(self, send: Send, events: AsyncIterator[StreamEvent]) -> None:
         first = await anext(events, None)
         if isinstance(first, ErrorEvent):
-            err = ApiError(engine_error_code(first.code), first.message)
-            await _send_json_error(send, err)
+            await self._refuse(send, first)
             return
         if not self.req.stream:
             await self._send_whole(send, first, events)
@@ -139,6 +138,13 @@ class SpeechResponse(Response):
             event = await anext(events, None)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
+    async def _refuse(self, send: Send, event: ErrorEvent) -> None:
+        """The engine's error before any audio was sent, as the request's JSON error response; counted as a
+        rejection by its code, as the errors raised before the stream opened are (app.py)."""
+        err = ApiError(engine_error_code(event.code), event.message)
+        self.metrics.rejections.labels(err.code).inc()
+        await _send_json_error(send, err)
+
     async def _send_whole(self, send: Send, first: StreamEvent | None, events: AsyncIterator) -> None:
         pcm = bytearray()
         event = first
@@ -146,7 +152,7 @@ class SpeechResponse(Response):
             if isinstance(event, AudioEvent):
                 pcm += event.pcm
             elif isinstance(event, ErrorEvent):
-                await _send_json_error(send, ApiError(engine_error_code(event.code), event.message))
+                await self._refuse(send, event)
                 return
             event = await anext(events, None)
         fmt = self.req.response_format

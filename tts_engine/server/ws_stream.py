@@ -294,6 +294,8 @@ class Connection:
             return True
         if isinstance(event, ErrorEvent):
             err = ApiError(engine_error_code(event.code), event.message)
+            if ctx.first_audio:  # refused before any audio (e.g. its prompt is longer than the context)
+                self.metrics.rejections.labels(err.code).inc()
             self._put(ctx, "error", err.ws_event(ctx.id))
             self._put(ctx, "done", {"type": "done", "context_id": ctx.id, "frames": round(ctx.audio_s * 12.5),
                                     "audio_s": round(ctx.audio_s, 6), "reason": "error"})
