@@ -319,3 +319,53 @@ def test_a_bug_after_the_status_line_is_counted_once():
         text = httpx.get(s.url + "/metrics").text
         assert 'cadence_http_responses_total{endpoint="/v1/audio/speech",status="200"} 1.0' in text
         assert 'status="500"' not in text, text
+
+
+def _speech_request(body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return (b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+
+
+def test_a_response_whose_client_stops_reading_is_cut_and_its_stream_freed_while_a_slow_reader_is_not():
+    """A client that stops reading a streamed response without closing (small socket buffers, so that the
+    server's fill within a second) is aborted `http_write_stall_s` after the server's writes pause, its
+    engine stream cancelled, the cut counted and the response left without its last chunk; one that reads
+    slowly but steadily gets its whole response."""
+    cfg = ServerConfig(http_write_stall_s=1.0)
+    engine = FakeEngine(frame_s=0.002)
+    # 1,726 frames (138 s, 6.6 MB) a request, in 64-frame chunks of 245 KB, one every 0.13 s
+    body = _speech_request({**BODY, "input": "x" * 2000, "chunk_schedule": [64], "response_format": "pcm"})
+    with ServerThread(engine, cfg) as s:
+        s.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)  # accepted sockets inherit it
+        s.wait_ready(5)
+
+        def client() -> socket.socket:
+            c = socket.socket()
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+            c.connect(("127.0.0.1", s.port))
+            c.sendall(body)
+            c.settimeout(10)
+            assert c.recv(4096).startswith(b"HTTP/1.1 200")
+            return c
+
+        with client() as slow:  # reads 64 KB every 0.05 s: ~1.3 MB/s, a little faster than the audio comes
+            received, tail = 0, b""
+            while chunk := slow.recv(64 * 1024):
+                received, tail = received + len(chunk), (tail + chunk)[-16:]
+                time.sleep(0.05)
+        assert received > 6_500_000 and tail.endswith(b"0\r\n\r\n")  # all of it (less its first 4 KB), completed
+        assert 'cadence_http_write_stalls_total 0.0' in httpx.get(s.url + "/metrics").text
+        with client() as stalled:
+            deadline = time.monotonic() + 10
+            while not engine.active:  # its stream is running
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            time.sleep(2.5)  # buffers full within ~0.2 s, then 1 s of stall
+            assert not engine.active, "the stalled client's stream still runs"
+            tail = b""  # what the sockets' buffers held, then the end of the connection
+            while chunk := stalled.recv(1 << 20):
+                tail = (tail + chunk)[-16:]
+            assert not tail.endswith(b"0\r\n\r\n"), "the response was completed, not cut"
+        assert 'cadence_http_write_stalls_total 1.0' in httpx.get(s.url + "/metrics").text
+        s.wait_empty()

@@ -36,6 +36,10 @@ class ServerConfig:
     # A WebSocket context whose input is open (no `end`) and which has had no text, flush or audio for
     # this long is cancelled with an error event `context_idle`: it holds an engine slot.
     context_idle_timeout_s: float = 60.0
+    # HTTP: a client that reads nothing of its response for this long while the server has data waiting
+    # (the socket's buffers full) is cut off: the connection aborted, its engine stream cancelled
+    # (server/protocol.py). The WebSocket's bound is max_ws_send_buffer_bytes.
+    http_write_stall_s: float = 30.0
     # After a WebSocket `cancel`, how long to wait for the engine's confirmation before the
     # server acknowledges the cancel anyway.
     cancel_ack_timeout_s: float = 2.0
@@ -49,7 +53,7 @@ class ServerConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "cancel_ack_timeout_s", "keep_alive_s",
-                     "request_read_timeout_s", "context_idle_timeout_s"):
+                     "request_read_timeout_s", "context_idle_timeout_s", "http_write_stall_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_ws_send_buffer_bytes < 2 * 64 * 1024:

@@ -9,23 +9,35 @@ body, within `request_read_timeout_s` of its first byte (a request pipelined beh
 flight: of its turn), and start the next within `keep_alive_s` of a response; otherwise it is closed
 (a request whose handler already runs then sees a disconnect: a 499 in the metrics,
 server/http_speech.py). A WebSocket upgrade ends the deadline: the WebSocket protocol has its own pings.
+
+The other way round, a client that stops reading a streamed response (without closing) filled its socket's
+buffers and then the server's: the handler's `send` waited, the engine's audio for it piled up in memory
+until the utterance ended, and nothing ever closed the connection. Here, once the transport has paused
+writing (its buffer over the high-water mark, after the kernel's), the client must take some of it within
+`write_stall_s` (asyncio resumes writing), or the connection is aborted (its buffer dropped): the handler
+sees a disconnect, its engine stream is cancelled within one engine step (the client-gone path), and
+`on_stall` counts it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger(__name__)
 
 
-def timed_protocol(request_read_timeout_s: float, idle_s: float) -> type[HttpToolsProtocol]:
-    """The protocol class for uvicorn.Config(http=...), with these deadlines."""
+def timed_protocol(request_read_timeout_s: float, idle_s: float, write_stall_s: float | None = None,
+                   on_stall: Callable[[], None] | None = None) -> type[HttpToolsProtocol]:
+    """The protocol class for uvicorn.Config(http=...), with these deadlines (write_stall_s None: no write
+    deadline)."""
 
     class TimedHttpToolsProtocol(HttpToolsProtocol):
         _read_deadline: asyncio.TimerHandle | None = None
+        _write_deadline: asyncio.TimerHandle | None = None
 
         def _arm(self, seconds: float) -> None:
             self._disarm()
@@ -67,12 +79,36 @@ def timed_protocol(request_read_timeout_s: float, idle_s: float) -> type[HttpToo
             else:  # idle again: bytes that start no request (a stray CRLF) must not keep it open
                 self._arm(idle_s)
 
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if write_stall_s is not None and self._write_deadline is None:
+                self._write_deadline = self.loop.call_later(write_stall_s, self._write_stalled)
+
+        def resume_writing(self) -> None:
+            self._disarm_write()
+            super().resume_writing()
+
+        def _disarm_write(self) -> None:
+            if self._write_deadline is not None:
+                self._write_deadline.cancel()
+                self._write_deadline = None
+
+        def _write_stalled(self) -> None:
+            self._write_deadline = None
+            if not self.transport.is_closing():
+                log.info("aborting a connection whose client read nothing of its response for %.0f s (%s)",
+                         write_stall_s, self.client)
+                if on_stall is not None:
+                    on_stall()
+            self.transport.abort()  # close() would wait to flush a buffer that never drains
+
         def handle_websocket_upgrade(self) -> None:
             self._disarm()  # the transport is the WebSocket protocol's from here
             super().handle_websocket_upgrade()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._disarm_write()
             super().connection_lost(exc)
 
     return TimedHttpToolsProtocol

@@ -20,10 +20,17 @@ def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
         # Audio is incompressible; deflate would only cost CPU on the event loop.
         ws_per_message_deflate=False, timeout_graceful_shutdown=5, server_header=False,
         timeout_keep_alive=cfg.keep_alive_s,
-        http=timed_protocol(cfg.request_read_timeout_s, cfg.keep_alive_s),
+        http=timed_protocol(cfg.request_read_timeout_s, cfg.keep_alive_s, cfg.http_write_stall_s,
+                            on_stall=_stall_counter(app)),
     )
     options.update(overrides)
     return uvicorn.Config(app, **options)
+
+
+def _stall_counter(app):
+    """The app's count of HTTP responses cut for a client that stopped reading, if it keeps one."""
+    metrics = getattr(getattr(app, "state", None), "metrics", None)
+    return metrics.http_write_stalls.inc if metrics is not None else None
 
 
 def bind(cfg: ServerConfig) -> socket.socket:
