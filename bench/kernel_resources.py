@@ -83,8 +83,11 @@ def _stream() -> int:
     for stage, shapes in SHAPES.items():
         for product, (k, mode, norm) in shapes.items():
             for block_n, warps in launches:
-                print(f"{stage} {product} (K {k}, {block_n} rows, {warps} warps, streamed): "
-                      f"{resources(k, mode, norm, block_n, warps, residual_early=mode == 1, row_blocks=2)}", flush=True)
+                for chunks in (1, 3) if k & (k - 1) else (1,):  # as the sweep: down also in three slices
+                    got = resources(k, mode, norm, block_n, warps, row_chunks=chunks, residual_early=mode == 1,
+                                    row_blocks=2)
+                    print(f"{stage} {product} (K {k}, {block_n} rows, {warps} warps, streamed"
+                          f"{', in 3 slices' if chunks > 1 else ''}): {got}", flush=True)
     return 0
 
 

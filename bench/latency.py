@@ -108,14 +108,17 @@ def cp_attention_times(runner, out: dict, t_len: int) -> dict:
 
 def pdl_launch_from(runner, sweep: dict) -> dict:
     """A `bench.step_sweep` result's best tables installed for the batch-1 PDL steps, each product's
-    entry merged onto the default's -> the tables now in use, by stage."""
+    entry merged onto the default's -> the tables now in use, by stage. A step swept in several stages
+    (talker, talker_down, talker_stream; cp, cp_down, cp_stream) takes the stage whose best was fastest."""
     import tts_engine.runtime.code_predictor as cp_module
 
-    if "talker" in sweep:
-        runner.talker_pdl_launch = {k: {**v, **sweep["talker"]["best"].get(k, {})}
-                                    for k, v in runner.talker_pdl_launch.items()}
-    if "cp" in sweep:
-        best = sweep["cp"]["best"]
+    def best_of(step: str) -> dict | None:
+        swept = [sweep[k] for k in (step, f"{step}_down", f"{step}_stream") if k in sweep]
+        return min(swept, key=lambda stage: stage["best_ms"])["best"] if swept else None
+
+    if (best := best_of("talker")) is not None:
+        runner.talker_pdl_launch = {k: {**v, **best.get(k, {})} for k, v in runner.talker_pdl_launch.items()}
+    if (best := best_of("cp")) is not None:
         cp_module.PDL_LAUNCH.update({k: {**v, **best.get(k, {})} for k, v in cp_module.PDL_LAUNCH.items()})
     return {"talker": runner.talker_pdl_launch, "cp": dict(cp_module.PDL_LAUNCH)}
 

@@ -57,11 +57,13 @@ def _key(cfg: dict) -> str:
 
 
 def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names: tuple[str, ...],
-                     candidates: tuple[dict, ...] | dict[str, tuple[dict, ...]] = CANDIDATES, rounds: int = 2) -> dict:
+                     candidates: tuple[dict, ...] | dict[str, tuple[dict, ...]] = CANDIDATES, rounds: int = 2,
+                     keep_competes: bool = False) -> dict:
     """measure(): the step's time with `table` as it is now (the caller's step reads it). Each of `names`
     in turn is set to every candidate (merged into its entry; `candidates` one tuple for all, or a tuple a
-    name) with the others at their best; it keeps its fastest. A candidate that raises is reported, never
-    kept. Leaves `table` at the best found.
+    name) with the others at their best; it keeps its fastest. keep_competes: its entry as it stands is timed
+    too (as "kept") and stays if it is the fastest (for candidates that leave today's kind of launch out,
+    the stream stages'). A candidate that raises is reported, never kept. Leaves `table` at the best found.
     -> {"start_ms", "best": {name: cfg}, "best_ms", "trials": [{"round", "product", "times"}]}"""
     start = measure()
     best_ms, trials = start, []
@@ -70,6 +72,8 @@ def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names
             kept = dict(table[name])
             times: dict[str, float | str] = {}
             tried = candidates[name] if isinstance(candidates, dict) else candidates
+            if keep_competes:
+                times["kept"] = measure()
             for cand in tried:
                 table[name] = {**kept, **cand}
                 try:
@@ -78,7 +82,8 @@ def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names
                     times[_key(cand)] = f"{type(exc).__name__}: {exc}"[:160]
             timed = {k: v for k, v in times.items() if isinstance(v, float)}
             winner = min(timed, key=timed.get) if timed else None
-            table[name] = {**kept, **next(c for c in tried if _key(c) == winner)} if winner else kept
+            table[name] = {**kept, **next(c for c in tried if _key(c) == winner)} if winner not in (None, "kept") \
+                else kept
             if winner:
                 best_ms = timed[winner]
             trials.append({"round": r, "product": name, "times": times, "kept": _key(table[name])})
@@ -146,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             def measure(fn_name=fn_name, table=table, install=install):
                 install(table)
                 return cuda_time_ms(graph_of(fns[fn_name]))
-            result = coordinate_sweep(measure, table, names, candidates(stage), rounds=args.rounds)
+            result = coordinate_sweep(measure, table, names, candidates(stage), rounds=args.rounds,
+                                      keep_competes=stage.endswith("_stream"))
             pair = {"default": [], "best": []}  # interleaved, three rounds
             for _ in range(3):
                 for label, t in (("default", default), ("best", result["best"])):

@@ -184,12 +184,19 @@ def test_pdl_launch_from_a_step_sweep_merges_each_products_best_onto_the_default
                                                   "head": dict(block_n=2, num_warps=8, whole_rows=True, pdl=True)})
     runner = SimpleNamespace(talker_pdl_launch={"o": dict(block_n=2, num_warps=2, whole_rows=True, pdl=True),
                                                 "down": dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)})
-    sweep = {"talker": {"best": {"o": dict(block_n=16, num_warps=8)}}, "cp": {"best": {"head": dict(num_warps=4)}}}
+    # the talker swept in two stages (its stream stage faster), the code predictor in one
+    sweep = {"talker": {"best": {"o": dict(block_n=16, num_warps=8)}, "best_ms": 1.2},
+             "talker_stream": {"best": {"o": dict(block_n=2, num_warps=8, row_blocks=4)}, "best_ms": 1.1},
+             "cp": {"best": {"head": dict(num_warps=4)}, "best_ms": 1.5}}
     got = latency.pdl_launch_from(runner, sweep)
-    assert runner.talker_pdl_launch["o"] == dict(block_n=16, num_warps=8, whole_rows=True, pdl=True)
+    assert runner.talker_pdl_launch["o"] == dict(block_n=2, num_warps=8, row_blocks=4, whole_rows=True, pdl=True)
     assert runner.talker_pdl_launch["down"] == dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)
     assert cp_module.PDL_LAUNCH["head"] == dict(block_n=2, num_warps=4, whole_rows=True, pdl=True)
     assert cp_module.PDL_LAUNCH["qkv"]["block_n"] == 4 and got["cp"]["head"]["num_warps"] == 4
+    sweep["talker_stream"]["best_ms"] = 1.3  # slower than the talker stage's: that one's table
+    runner.talker_pdl_launch = {"o": dict(block_n=2, num_warps=2, whole_rows=True, pdl=True)}
+    latency.pdl_launch_from(runner, sweep)
+    assert runner.talker_pdl_launch["o"]["block_n"] == 16 and "row_blocks" not in runner.talker_pdl_launch["o"]
 
 
 def test_the_talker_stages_run_the_attention_a_step_at_their_position_would(monkeypatch):

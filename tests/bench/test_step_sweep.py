@@ -125,3 +125,24 @@ def test_a_sweep_with_candidates_by_product_tries_each_products_own():
     assert table["down"]["row_chunks"] == 3 and table["down"]["row_blocks"] == 16
     assert table["gate_up"]["row_blocks"] == 16 and table["gate_up"]["num_warps"] == 8
     assert "row_chunks" not in table["gate_up"] and result["trials"][1]["kept"].endswith("c3b16")
+
+
+def test_with_keep_competes_an_entry_faster_than_every_candidate_stays():
+    """The stream stages' candidates are all streamed: with keep_competes the entry as it stands is timed too
+    ("kept") and, faster than every candidate, stays; without it the fastest candidate would replace it."""
+    from bench.step_sweep import STREAM_CANDIDATES
+
+    def run(keep_competes: bool) -> tuple[dict, dict]:
+        table = {"o": dict(block_n=2, num_warps=2, whole_rows=True)}
+
+        def measure():
+            return 1.0 + 0.1 * ("row_blocks" in table["o"]) + 0.001 * table["o"].get("row_blocks", 0)
+
+        return table, coordinate_sweep(measure, table, ("o",), STREAM_CANDIDATES, rounds=1,
+                                       keep_competes=keep_competes)
+
+    table, result = run(True)
+    assert table["o"] == dict(block_n=2, num_warps=2, whole_rows=True) and result["best_ms"] == 1.0
+    assert result["trials"][0]["times"]["kept"] == 1.0 and len(result["trials"][0]["times"]) == 25
+    table, result = run(False)
+    assert table["o"]["row_blocks"] == 2 and result["best_ms"] > 1.0

@@ -188,7 +188,7 @@ ROW_BLOCKS = dict(block_n=2, num_warps=8, row_blocks=4)
 
 @pytest.mark.parametrize("b,fused,change", [(1, False, ""), (2, False, ""), (1, True, ""), (2, True, ""),
                                             (1, True, "residual_early"), (2, True, "residual_early"),
-                                            (1, True, "row_chunks"), (1, True, "row_blocks"),
+                                            (1, True, "row_chunks"), (1, True, "row_blocks+residual_early"),
                                             (2, True, "row_blocks+row_chunks")])
 def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, change):
     """Batches 1 and 2 (passes of 1-2 rows: the engine's PDL passes) with programmatic dependent
@@ -219,7 +219,7 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
     with torch.inference_mode():
         # The same whole-row kernel launched plainly (run 9's version of this test left out
         # whole_rows, so its reference ran the sliced kernel: another summation order, other codes).
-        with_pdl = {name: {**cfg, "residual_early": change == "residual_early" and name in ("o", "down"),
+        with_pdl = {name: {**cfg, "residual_early": "residual_early" in change and name in ("o", "down"),
                            "row_chunks": 3 if "row_chunks" in change and name == "down" else 1}
                     for name, cfg in PDL_LAUNCH.items()}
         if "row_blocks" in change:
