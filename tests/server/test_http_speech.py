@@ -230,7 +230,7 @@ def test_a_prompt_longer_than_the_context_is_a_422_counted_as_a_rejection(server
 
 
 def test_burst_past_admission_caps_gets_503_with_retry_after(tiny_checkpoint):
-    """SGLang's recipe: 1 running + 1 queued allowed, 10 at once -> exactly 2 admitted."""
+    """SGLang's recipe: 1 running + 1 queued allowed, 10 at once -> exactly 2 admitted; over a WebSocket too."""
     from tts_engine.server import ServerConfig
 
     engine = real_engine(tiny_checkpoint, max_active_streams=1, max_queued_streams=1)
@@ -249,4 +249,20 @@ def test_burst_past_admission_caps_gets_503_with_retry_after(tiny_checkpoint):
             if r.status_code == 503:
                 assert int(r.headers["retry-after"]) >= 1
                 assert r.json()["error"]["code"] == "overloaded"
+        s.wait_empty()
+        # the same caps over a WebSocket: four opens at once, two admitted, two refused by error events
+        from websockets.sync.client import connect
+
+        with connect(s.ws_url, proxy=None, open_timeout=30) as conn:
+            for i in range(4):
+                conn.send(json.dumps({"type": "open", "context_id": f"c{i}", "voice": "ryan", "text": body["input"],
+                                      "end": True}))
+            messages, done = [], set()
+            while len(done) < 2:
+                messages.append(json.loads(conn.recv(timeout=120)))
+                if messages[-1]["type"] == "done":
+                    done.add(messages[-1]["context_id"])
+        refused = [m for m in messages if m["type"] == "error"]
+        assert sorted(m["context_id"] for m in refused) == ["c2", "c3"] and done == {"c0", "c1"}, messages
+        assert all(m["code"] == "overloaded" and m["retry_after"] > 0 for m in refused)
         s.wait_empty()

@@ -369,3 +369,42 @@ def test_a_response_whose_client_stops_reading_is_cut_and_its_stream_freed_while
             assert not tail.endswith(b"0\r\n\r\n"), "the response was completed, not cut"
         assert 'cadence_http_write_stalls_total 1.0' in httpx.get(s.url + "/metrics").text
         s.wait_empty()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the engine thread re-raises
+def test_a_real_engine_fault_is_loud_in_flight_and_later_requests_fail_fast(tiny_checkpoint):
+    """reliability.md: a forward that raises after N calls. The stream in flight gets its error (an SSE error
+    event after its first audio), /health and /ready turn 503, a new request is a 503 `engine_unavailable`
+    at once (no engine work), and a WebSocket connect is closed with 1013."""
+    import itertools
+
+    from .conftest import real_engine
+
+    engine = real_engine(tiny_checkpoint)
+    with ServerThread(engine, ServerConfig()) as s:
+        s.wait_ready()
+        frame_step, calls = engine.runner.frame_step_async, itertools.count()
+
+        def faulty_frame_step(*args, **kwargs):  # the engine thread's forward, the sixth time on
+            if next(calls) >= 5:
+                raise RuntimeError("injected forward fault")
+            return frame_step(*args, **kwargs)
+
+        engine.runner.frame_step_async = faulty_frame_step
+        long = {**BODY, "input": "A sentence long enough to outlast five frame steps. " * 3}
+        r = httpx.post(s.url + "/v1/audio/speech", json={**long, "stream_format": "sse"}, timeout=60)
+        events = [json.loads(b.removeprefix("data: ")) for b in r.text.split("\n\n") if b]
+        assert events[0]["type"] == "speech.audio.delta"
+        assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "engine_error"
+        assert "injected forward fault" in events[-1]["error"]["message"]
+        assert httpx.get(s.url + "/health").status_code == 503
+        assert httpx.get(s.url + "/ready").status_code == 503
+        t0 = time.monotonic()
+        r = httpx.post(s.url + "/v1/audio/speech", json=BODY, timeout=10)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
+        assert "injected forward fault" in r.json()["error"]["message"] and "retry-after" in r.headers
+        assert time.monotonic() - t0 < 1.0
+        with connect(s.ws_url, proxy=None) as conn, pytest.raises(ConnectionClosed) as closed:
+            conn.recv(timeout=5)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+        engine._thread.join(timeout=10)  # it re-raises: let it end under this test's filter
