@@ -408,3 +408,30 @@ def test_a_real_engine_fault_is_loud_in_flight_and_later_requests_fail_fast(tiny
             conn.recv(timeout=5)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
         engine._thread.join(timeout=10)  # it re-raises: let it end under this test's filter
+
+
+def test_a_websocket_connect_past_the_connection_limit_is_closed_with_1013_and_counted():
+    """max_ws_connections open: the next connect is closed with 1013 at once; when one closes, a connect is
+    served again."""
+    with ServerThread(FakeEngine(), ServerConfig(max_ws_connections=2)) as s:
+        s.wait_ready(5)
+        with connect(s.ws_url, proxy=None) as a, connect(s.ws_url, proxy=None) as b:
+            for conn in (a, b):  # both served
+                conn.send(json.dumps({**OPEN, "text": "Hi.", "end": True}))
+                while json.loads(conn.recv(timeout=10))["type"] != "done":
+                    pass
+            with connect(s.ws_url, proxy=None) as third, pytest.raises(ConnectionClosed) as closed:
+                third.recv(timeout=5)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+            assert "limit of 2 connections" in closed.value.rcvd.reason
+        deadline = time.monotonic() + 5
+        while True:  # a and b closed: room again
+            with connect(s.ws_url, proxy=None) as again:
+                again.send(json.dumps({**OPEN, "text": "Hi.", "end": True}))
+                try:
+                    if json.loads(again.recv(timeout=5))["type"] in ("audio", "done"):
+                        break
+                except ConnectionClosed:  # the server had not yet seen a or b go
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+        assert s.rejections("too_many_connections") >= 1  # the third's (and any early retry's)

@@ -120,8 +120,19 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None, *,
                       openapi_extra={"requestBody": {"required": True, "content": {
                           "application/json": {"schema": schema}}}})
 
+    ws_open: set[Connection] = set()  # file descriptors and tasks: each connection holds both
+
     async def stream_ws(websocket: WebSocket) -> None:
-        await Connection(websocket, engine, cfg, metrics).run()
+        conn = Connection(websocket, engine, cfg, metrics)
+        if len(ws_open) >= cfg.max_ws_connections:
+            metrics.rejections.labels("too_many_connections").inc()
+            await conn.refuse(1013, f"the server holds its limit of {cfg.max_ws_connections} connections")
+            return
+        ws_open.add(conn)
+        try:
+            await conn.run()
+        finally:
+            ws_open.discard(conn)
 
     app.add_api_websocket_route("/v1/stream", stream_ws)
 

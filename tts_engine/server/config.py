@@ -20,6 +20,9 @@ class ServerConfig:
     # WebSocket: a bigger client message closes the connection with 1009.
     max_ws_message_bytes: int = 1024 * 1024
     max_contexts_per_connection: int = 16
+    # WebSocket connections open at once; one more is closed with 1013 at connect (each holds a socket,
+    # two tasks and a send buffer, whether or not its contexts hold engine streams).
+    max_ws_connections: int = 1024
     # WebSocket: bytes of server messages waiting for a slow client before the connection is
     # closed with 1008. 4 MiB holds about 60 s of base64 audio.
     max_ws_send_buffer_bytes: int = 4 * 1024 * 1024
@@ -49,7 +52,7 @@ class ServerConfig:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         for name in ("max_body_bytes", "max_text_chars", "max_ws_message_bytes",
-                     "max_contexts_per_connection", "max_ws_send_buffer_bytes"):
+                     "max_contexts_per_connection", "max_ws_send_buffer_bytes", "max_ws_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "cancel_ack_timeout_s", "keep_alive_s",

@@ -81,11 +81,17 @@ class Connection:
         self.close: tuple[int, str] | None = None  # set when the server decides to close
         self._closing = asyncio.Event()
 
-    async def run(self) -> None:
+    async def refuse(self, code: int, reason: str) -> None:
+        """Accept the handshake only to close at once with `code` (a browser sees no reason for a refused
+        handshake)."""
         await self.ws.accept()
+        await self._send_close(code, reason)
+
+    async def run(self) -> None:
         if not (self.engine.ready and engine_alive(self.engine)):
-            await self._send_close(1013, "engine not ready")
+            await self.refuse(1013, "engine not ready")
             return
+        await self.ws.accept()
         self.metrics.ws_connections.inc()
         reader = asyncio.create_task(self._read_loop())
         writer = asyncio.create_task(self._write_loop())
