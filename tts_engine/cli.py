@@ -161,6 +161,11 @@ def _add_serve(sub) -> None:
     p.add_argument("--max-ws-message-bytes", type=int, default=1024 * 1024)
     p.add_argument("--max-contexts-per-connection", type=int, default=16)
     p.add_argument("--max-ws-send-buffer-bytes", type=int, default=4 * 1024 * 1024)
+    p.add_argument("--max-ws-connections", type=int, default=1024,
+                   help="WebSocket connections open at once; one more is closed with 1013 at connect")
+    p.add_argument("--http-write-stall-s", type=float, default=30.0,
+                   help="an HTTP client that reads nothing of its response for this long (its socket buffers "
+                        "full) is cut off and its stream cancelled")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=_serve)
 
@@ -214,6 +219,7 @@ def _serve(args) -> int:
                        max_text_chars=args.max_text_chars, max_ws_message_bytes=args.max_ws_message_bytes,
                        max_contexts_per_connection=args.max_contexts_per_connection,
                        max_ws_send_buffer_bytes=args.max_ws_send_buffer_bytes,
+                       max_ws_connections=args.max_ws_connections, http_write_stall_s=args.http_write_stall_s,
                        log_level=args.log_level).validate()
     for name in ("max_active_streams", "max_queued_streams"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
