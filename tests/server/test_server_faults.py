@@ -435,3 +435,35 @@ def test_a_websocket_connect_past_the_connection_limit_is_closed_with_1013_and_c
                     assert time.monotonic() < deadline
                     time.sleep(0.05)
         assert s.rejections("too_many_connections") >= 1  # the third's (and any early retry's)
+
+
+def test_a_half_open_websocket_is_closed_by_its_keepalive_and_its_contexts_freed():
+    """A client whose connection went away without a close or a reset (here: a raw socket that stops
+    reading and never answers a ping): the server's keepalive closes it after ping interval + timeout and
+    the context it held (an open input, no text yet, an engine stream all the same) is cancelled."""
+    import base64
+    import os
+
+    engine = FakeEngine()
+    with ServerThread(engine, ServerConfig(ws_ping_interval_s=0.3, ws_ping_timeout_s=0.3)) as s:
+        s.wait_ready(5)
+        raw = socket.create_connection(("127.0.0.1", s.port))
+        key = base64.b64encode(os.urandom(16)).decode()
+        raw.sendall(f"GET /v1/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        raw.settimeout(5)
+        assert raw.recv(4096).startswith(b"HTTP/1.1 101")
+        payload = json.dumps({**OPEN, "text": ""}).encode()  # input open: no audio, but an engine stream
+        mask = os.urandom(4)
+        raw.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+        deadline = time.monotonic() + 5
+        while not engine.active:
+            assert time.monotonic() < deadline, "the context never opened"
+            time.sleep(0.01)
+        opened = time.monotonic()
+        while engine.active:  # no pong, ever: closed after ~0.6 s
+            assert time.monotonic() < opened + 5, "the half-open connection still holds its context"
+            time.sleep(0.02)
+        assert time.monotonic() - opened > 0.3
+        raw.close()
+        s.wait_empty()
