@@ -38,15 +38,15 @@ STREAM_CANDIDATES = tuple(dict(block_n=bn, num_warps=w, row_blocks=b) for b in (
 STREAM_DOWN_CANDIDATES = tuple({**c, "row_chunks": n} for n in (1, 3) for c in STREAM_CANDIDATES)
 # The whole-row products of each batch-1 step, in the order the sweep visits them.
 PRODUCTS = {"talker": ("qkv", "o", "gate_up", "down"), "cp": ("qkv", "o", "gate_up", "down", "head")}
+# Stage "draw": every draw's launch (kernels/sample.py DRAW_LAUNCH: warps of a row's program, halvings of
+# the top-k search, parts a halving cuts), timed as the code predictor's frame (15 of its draws).
+DRAW_CANDIDATES = tuple(dict(num_warps=w, top_k_window=n, top_k_ways=ways)
+                        for w in (4, 8, 16) for n in (10, 12, 14) for ways in (2, 3))
 
 
 def stream_candidates(products: tuple[str, ...]) -> dict[str, tuple[dict, ...]]:
     """A stream stage's candidates a product: STREAM_CANDIDATES, and for down those in one slice or three."""
     return {name: STREAM_DOWN_CANDIDATES if name == "down" else STREAM_CANDIDATES for name in products}
-# Stage "draw": every draw's launch (kernels/sample.py DRAW_LAUNCH: warps of a row's program, halvings of
-# the top-k search, parts a halving cuts), timed as the code predictor's frame (15 of its draws).
-DRAW_CANDIDATES = tuple(dict(num_warps=w, top_k_window=n, top_k_ways=ways)
-                        for w in (4, 8, 16) for n in (10, 12, 14) for ways in (2, 3))
 
 
 def _key(cfg: dict) -> str:

@@ -164,8 +164,8 @@ def _add_serve(sub) -> None:
     p.add_argument("--max-ws-connections", type=int, default=1024,
                    help="WebSocket connections open at once; one more is closed with 1013 at connect")
     p.add_argument("--http-write-stall-s", type=float, default=30.0,
-                   help="an HTTP client that reads nothing of its response for this long (its socket buffers "
-                        "full) is cut off and its stream cancelled")
+                   help="an HTTP client that does not drain its response for this long (the server's writes "
+                        "paused, the socket buffers full) is cut off and its stream cancelled")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=_serve)
 

@@ -39,9 +39,10 @@ class ServerConfig:
     # A WebSocket context whose input is open (no `end`) and which has had no text, flush or audio for
     # this long is cancelled with an error event `context_idle`: it holds an engine slot.
     context_idle_timeout_s: float = 60.0
-    # HTTP: a client that reads nothing of its response for this long while the server has data waiting
-    # (the socket's buffers full) is cut off: the connection aborted, its engine stream cancelled
-    # (server/protocol.py). The WebSocket's bound is max_ws_send_buffer_bytes.
+    # HTTP: a client that lets the server write none of its response for this long (the server's writes
+    # paused: the socket's buffers full, not drained below asyncio's low-water mark) is cut off: the
+    # connection aborted, its engine stream cancelled (server/protocol.py). The WebSocket's bound is
+    # max_ws_send_buffer_bytes.
     http_write_stall_s: float = 30.0
     # After a WebSocket `cancel`, how long to wait for the engine's confirmation before the
     # server acknowledges the cancel anyway.

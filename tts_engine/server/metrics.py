@@ -62,7 +62,7 @@ class ServerMetrics:
         self.streams_open = Gauge("cadence_server_streams_open", "engine streams the server holds open",
                                   ["endpoint"], registry=r)
         self.http_write_stalls = Counter("cadence_http_write_stalls", "HTTP connections aborted because their "
-                                         "client read nothing of a response for http_write_stall_s", registry=r)
+                                         "client did not drain a response for http_write_stall_s", registry=r)
         self.ws_connections = Gauge("cadence_ws_connections", "open WebSocket connections", registry=r)
         self.ws_closes = Counter("cadence_ws_closes", "WebSocket connections closed, by close code",
                                  ["code"], registry=r)

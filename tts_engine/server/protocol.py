@@ -13,10 +13,10 @@ server/http_speech.py). A WebSocket upgrade ends the deadline: the WebSocket pro
 The other way round, a client that stops reading a streamed response (without closing) filled its socket's
 buffers and then the server's: the handler's `send` waited, the engine's audio for it piled up in memory
 until the utterance ended, and nothing ever closed the connection. Here, once the transport has paused
-writing (its buffer over the high-water mark, after the kernel's), the client must take some of it within
-`write_stall_s` (asyncio resumes writing), or the connection is aborted (its buffer dropped): the handler
-sees a disconnect, its engine stream is cancelled within one engine step (the client-gone path), and
-`on_stall` counts it.
+writing (its buffer over the high-water mark, after the kernel's), the client must drain it below the
+low-water mark within `write_stall_s` (asyncio resumes writing), or the connection is aborted (its buffer
+dropped): the handler sees a disconnect, its engine stream is cancelled within one engine step (the
+client-gone path), and `on_stall` counts it.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def timed_protocol(request_read_timeout_s: float, idle_s: float, write_stall_s: 
         def _write_stalled(self) -> None:
             self._write_deadline = None
             if not self.transport.is_closing():
-                log.info("aborting a connection whose client read nothing of its response for %.0f s (%s)",
+                log.info("aborting a connection whose client let nothing of its response be written for %g s (%s)",
                          write_stall_s, self.client)
                 if on_stall is not None:
                     on_stall()
