@@ -99,8 +99,15 @@ def test_the_stream_stages_candidates_each_name_their_row_blocks_and_compute_the
     w = (torch.randn(2 * 37, 96, generator=g) / 10).to(device, torch.bfloat16)
     r = torch.randn(1, 2 * 37, generator=g).to(device, torch.bfloat16)
     entry = dict(block_n=8, num_warps=4, whole_rows=True, residual_early=True)
+    # A kernel's layout is set by its rows, warps and slices; the blocks a program only loop: each of those
+    # compiled once (the interpreter's cost is per call), the block counts taken in turn.
+    launches = {}
     for cand in STREAM_DOWN_CANDIDATES:
+        launches.setdefault((cand["block_n"], cand["num_warps"], cand["row_chunks"]), []).append(cand)
+    for i, cands in enumerate(launches.values()):
+        cand = cands[i % len(cands)]
         assert_same_rounding(gemv(x, w, residual=r, **{**entry, **cand}), gemv_ref(x, w, residual=r), _key(cand))
+    assert {cands[i % len(cands)]["row_blocks"] for i, cands in enumerate(launches.values())} == {2, 4, 8, 16}
 
 
 def test_a_sweep_with_candidates_by_product_tries_each_products_own():
