@@ -168,125 +168,6 @@ def talker_qk_attention_times(runner, fns: dict, rounds: int = 3) -> dict:
     return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
 
 
-# The fused attention's launches timed against the split one by context (`talker_context_times`).
-CONTEXT_LAUNCHES = {"w8b64": dict(num_warps=8), "w8b128": dict(num_warps=8, block_n=128),
-                    "w16b64": dict(num_warps=16), "w16b128": dict(num_warps=16, block_n=128),
-                    "w8b64s2": dict(num_warps=8, stages=2), "w8b128s2": dict(num_warps=8, block_n=128, stages=2)}
-
-
-def talker_context_times(runner, t_len: int, contexts=(12, 64, 128, 192, 256, 320, 448), rounds: int = 3) -> dict:
-    """(t_len: the experiments' common signature; the contexts set the positions here.)
-    The talker's batch-1 step attending to each of `contexts` positions: the configured step ("split")
-    against `talker_qk_attention` with each of CONTEXT_LAUNCHES, interleaved rounds, the median of each
-    -> {launch: {context: ms}}; where the fused kernel stops paying sets `talker_qk_attention_context`."""
-    slots, x = torch.zeros(1, dtype=torch.long, device=runner.device), runner.hidden[:1].clone()
-    variants = {"split": dict(talker_qk_attention=False)} | {
-        name: dict(talker_qk_attention=True, talker_qk_attention_launch=launch)
-        for name, launch in CONTEXT_LAUNCHES.items()}
-    runs: dict[str, dict] = {name: {} for name in variants}
-    for c in contexts:
-        positions = torch.full((1,), c - 1, device=runner.device)
-        stage = {"talker_step": partial(runner._talker_decode, slots, x, positions)}
-        for _ in range(rounds):
-            for name, settings in variants.items():
-                for value in _variant_times(name, runner, settings, stage).values():
-                    runs[name].setdefault(c, []).append(value)
-    out = {name: {c: statistics.median(v) if all(isinstance(t, float) for t in v) else v[0]
-                  for c, v in by_c.items()} for name, by_c in runs.items()}
-    print(f"talker step by context: {out}", flush=True)
-    return out
-
-
-def _pdl_tables_ab(runner, t_len: int, names: tuple[str, str], change, rounds: int) -> dict:
-    """The talker's batch-1 step and the code predictor's frame with both PDL launch tables as `change(table,
-    False)` and as `change(table, True)` (names[0] / names[1]), interleaved rounds; the tables restored."""
-    import tts_engine.runtime.code_predictor as cp_module
-
-    fns = _stage_fns(runner, 1, t_len)
-    stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
-    talker_table, cp_table = runner.talker_pdl_launch, dict(cp_module.PDL_LAUNCH)
-    runs: dict[str, list] = {}
-    try:
-        for _ in range(rounds):
-            for name, on in zip(names, (False, True)):
-                runner.talker_pdl_launch = change(talker_table, on)
-                cp_module.PDL_LAUNCH.update(change(cp_table, on))
-                for key, value in _variant_times(name, runner, {}, stages).items():
-                    runs.setdefault(key, []).append(value)
-    finally:
-        runner.talker_pdl_launch = talker_table
-        cp_module.PDL_LAUNCH.update(cp_table)
-    return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
-
-
-def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
-    """The o and down products' residual read before their PDL wait (gemv `residual_early`) or after it
-    ("resoff") in the talker's batch-1 step and the code predictor's frame, interleaved rounds."""
-    def early(table: dict, on: bool) -> dict:
-        return {k: {**v, "residual_early": on} if k in ("o", "down") else v for k, v in table.items()}
-
-    out = _pdl_tables_ab(runner, t_len, ("resoff", "researly"), early, rounds)
-    print(f"residual read early: {out}", flush=True)
-    return out
-
-
-def row_chunks_times(runner, t_len: int, rounds: int = 3) -> dict:
-    """The down products' rows as three power-of-two slices (gemv `row_chunks` 3: the talker's 6,144 columns
-    as 3 x 2,048, the code predictor's 3,072 as 3 x 1,024) against one slice padded to the next power of
-    two ("chunks1" / "chunks3"), in both batch-1 PDL tables, interleaved rounds."""
-    def chunks(table: dict, on: bool) -> dict:
-        return {k: {**v, "row_chunks": 3 if on else 1} if k == "down" else v for k, v in table.items()}
-
-    out = _pdl_tables_ab(runner, t_len, ("chunks1", "chunks3"), chunks, rounds)
-    print(f"down rows in slices: {out}", flush=True)
-    return out
-
-
-# Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
-# function).
-AB_CALLS = (("runner", "talker_attention", "decode_qk_attention"), ("runner", "sample", "sample_rows"),
-            ("code_predictor", "sample", "sample_rows"), ("code_predictor", "cp_attention", "cp_qk_attention"),
-            ("fused", "qk_norm_rope", "qk_norm_rope"))
-
-
-def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
-    """The batch-1 stages with this tree's attention and draw kernels ("abnew") against another tree's
-    ("abold"), in interleaved rounds in one process: CADENCE_AB_KERNELS names a folder holding that tree's
-    tts_engine/kernels as a package of another name (e.g. /tmp/ab/oldkernels from `git archive`), whose
-    functions of AB_CALLS are swapped in where the runtime calls them."""
-    import importlib
-
-    folder = Path(os.environ["CADENCE_AB_KERNELS"])
-    sys.path.insert(0, str(folder.parent))
-    calls = []
-    for runtime, kernel, fn in AB_CALLS:
-        where = importlib.import_module(f"tts_engine.runtime.{runtime}")
-        old = getattr(importlib.import_module(f"{folder.name}.{kernel}"), fn)
-        calls.append((where, fn, getattr(where, fn), old))
-    fns = _stage_fns(runner, 1, t_len)
-    stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
-    runs: dict[str, list] = {}
-    try:
-        for _ in range(rounds):
-            for name, pick in (("abold", 3), ("abnew", 2)):
-                for call in calls:
-                    setattr(call[0], call[1], call[pick])
-                for key, value in _variant_times(name, runner, {}, stages).items():
-                    runs.setdefault(key, []).append(value)
-    finally:
-        for where, fn, new, _ in calls:
-            setattr(where, fn, new)
-    out = {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
-    print(f"kernels a/b: {out}", flush=True)
-    return out
-
-
-# Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
-EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
-               "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times,
-               "qk_attention": lambda runner, t_len: talker_qk_attention_times(runner, _stage_fns(runner, 1, t_len))}
-
-
 def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
     """One prompt's embedding and prefill at batch 1 (slot 0), eager and through its captured bucket
     graph (`prefill_prompt`: the embedding inside it); on the Triton path also with the talker's
@@ -450,6 +331,8 @@ def reference_loop_ms_per_frame(model, cfg, frames: int = 8) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.latency_experiments import EXPERIMENTS  # it times through this module's stages
+
     p = argparse.ArgumentParser(prog="bench.latency")
     p.add_argument("--model", type=Path, help="the checkpoint (required unless --socket-port)")
     p.add_argument("--socket-port", type=int,

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import torch
 
 from bench import latency
+from bench import latency_experiments as experiments
 
 
 class _Runner:
@@ -228,10 +229,10 @@ def test_the_context_sweep_times_each_launch_at_each_context_against_the_split_s
     seen = []
     runner._talker_decode = lambda slots, x, positions: seen.append(
         (int(positions[0]), runner.talker_qk_attention, dict(runner.talker_qk_attention_launch)))
-    out = latency.talker_context_times(runner, 11, contexts=(12, 300), rounds=1)
-    assert set(out) == {"split", *latency.CONTEXT_LAUNCHES} and set(out["split"]) == {12, 300}
+    out = experiments.talker_context_times(runner, 11, contexts=(12, 300), rounds=1)
+    assert set(out) == {"split", *experiments.CONTEXT_LAUNCHES} and set(out["split"]) == {12, 300}
     assert (11, False, {}) in seen and (299, False, {}) in seen  # the split step writes position context - 1
-    assert (299, True, latency.CONTEXT_LAUNCHES["w8b128"]) in seen
+    assert (299, True, experiments.CONTEXT_LAUNCHES["w8b128"]) in seen
     assert runner.talker_qk_attention is False and runner.talker_qk_attention_launch == {}
 
 
@@ -255,7 +256,7 @@ def test_residual_early_toggles_o_and_down_in_both_tables_and_restores_them(monk
                                                                in runner.talker_pdl_launch.items()}))
     runner.code_predictor.predict = lambda *a, **k: seen.append(
         ("cp", {k: v.get("residual_early") for k, v in cp_module.PDL_LAUNCH.items()}))
-    out = latency.residual_early_times(runner, 11, rounds=1)
+    out = experiments.residual_early_times(runner, 11, rounds=1)
     assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "code_predictor_frame", "frame_step")
                         for name in ("resoff", "researly")}
     on = {"qkv": None, "o": True, "gate_up": None, "down": True}
@@ -270,7 +271,7 @@ def test_row_chunks_toggle_the_down_products_slices_in_both_tables(monkeypatch):
     seen = []
     runner._talker_decode = lambda *a: seen.append(
         {k: v.get("row_chunks") for k, v in runner.talker_pdl_launch.items()})
-    out = latency.row_chunks_times(runner, 11, rounds=1)
+    out = experiments.row_chunks_times(runner, 11, rounds=1)
     assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "code_predictor_frame", "frame_step")
                         for name in ("chunks1", "chunks3")}
     assert {"qkv": None, "o": None, "gate_up": None, "down": 3} in seen
