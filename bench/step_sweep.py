@@ -58,12 +58,13 @@ def _key(cfg: dict) -> str:
 
 def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names: tuple[str, ...],
                      candidates: tuple[dict, ...] | dict[str, tuple[dict, ...]] = CANDIDATES, rounds: int = 2,
-                     keep_competes: bool = False) -> dict:
+                     keep_competes: bool = False, progress: Callable[[dict], None] | None = None) -> dict:
     """measure(): the step's time with `table` as it is now (the caller's step reads it). Each of `names`
     in turn is set to every candidate (merged into its entry; `candidates` one tuple for all, or a tuple a
     name) with the others at their best; it keeps its fastest. keep_competes: its entry as it stands is timed
     too (as "kept") and stays if it is the fastest (for candidates that leave today's kind of launch out,
     the stream stages'). A candidate that raises is reported, never kept. Leaves `table` at the best found.
+    progress(partial): called after each product with the result so far (a sweep cut off keeps its trials).
     -> {"start_ms", "best": {name: cfg}, "best_ms", "trials": [{"round", "product", "times"}]}"""
     start = measure()
     best_ms, trials = start, []
@@ -87,6 +88,9 @@ def coordinate_sweep(measure: Callable[[], float], table: dict[str, dict], names
             if winner:
                 best_ms = timed[winner]
             trials.append({"round": r, "product": name, "times": times, "kept": _key(table[name])})
+            if progress is not None:
+                progress({"start_ms": start, "best": {n: dict(table[n]) for n in names}, "best_ms": best_ms,
+                          "trials": trials, "partial": True})
     return {"start_ms": start, "best": {n: dict(table[n]) for n in names}, "best_ms": best_ms, "trials": trials}
 
 
@@ -151,8 +155,11 @@ def main(argv: list[str] | None = None) -> int:
             def measure(fn_name=fn_name, table=table, install=install):
                 install(table)
                 return cuda_time_ms(graph_of(fns[fn_name]))
+            def progress(partial, stage=stage):
+                out[stage] = partial
+                args.out.write_text(json.dumps(out, indent=1))
             result = coordinate_sweep(measure, table, names, candidates(stage), rounds=args.rounds,
-                                      keep_competes=stage.endswith("_stream"))
+                                      keep_competes=stage.endswith("_stream"), progress=progress)
             pair = {"default": [], "best": []}  # interleaved, three rounds
             for _ in range(3):
                 for label, t in (("default", default), ("best", result["best"])):

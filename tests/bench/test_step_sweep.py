@@ -153,3 +153,24 @@ def test_with_keep_competes_an_entry_faster_than_every_candidate_stays():
     assert result["trials"][0]["times"]["kept"] == 1.0 and len(result["trials"][0]["times"]) == 25
     table, result = run(False)
     assert table["o"]["row_blocks"] == 2 and result["best_ms"] > 1.0
+
+
+def test_progress_reports_each_product_as_it_ends():
+    """A sweep cut off by the call's deadline keeps what it timed: progress() gets the trials so far after each
+    product, the last report naming the same winners as the result."""
+    table = {"qkv": dict(block_n=4, num_warps=4), "o": dict(block_n=2, num_warps=4)}
+    reports = []
+
+    def measure():
+        return 1.0 + 0.01 * table["qkv"]["block_n"] + 0.001 * table["o"]["num_warps"]
+
+    result = coordinate_sweep(measure, table, ("qkv", "o"), rounds=1,
+                              progress=lambda partial: reports.append(json_copy(partial)))
+    assert [len(r["trials"]) for r in reports] == [1, 2] and all(r["partial"] for r in reports)
+    assert reports[0]["best"]["qkv"]["block_n"] == 1 and reports[0]["best"]["o"] == dict(block_n=2, num_warps=4)
+    assert reports[-1]["best"] == result["best"] and reports[-1]["best_ms"] == result["best_ms"]
+
+
+def json_copy(obj):
+    import json
+    return json.loads(json.dumps(obj))
