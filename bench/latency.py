@@ -109,11 +109,12 @@ def cp_attention_times(runner, out: dict, t_len: int) -> dict:
 def pdl_launch_from(runner, sweep: dict) -> dict:
     """A `bench.step_sweep` result's best tables installed for the batch-1 PDL steps, each product's
     entry merged onto the default's -> the tables now in use, by stage. A step swept in several stages
-    (talker, talker_down, talker_stream; cp, cp_down, cp_stream) takes the stage whose best was fastest."""
+    (talker, talker_down, talker_stream, talker_fine; cp, cp_down, cp_stream) takes the stage whose best was
+    fastest."""
     import tts_engine.runtime.code_predictor as cp_module
 
     def best_of(step: str) -> dict | None:
-        swept = [sweep[k] for k in (step, f"{step}_down", f"{step}_stream") if k in sweep]
+        swept = [sweep[k] for k in (step, f"{step}_down", f"{step}_stream", f"{step}_fine") if k in sweep]
         return min(swept, key=lambda stage: stage["best_ms"])["best"] if swept else None
 
     if (best := best_of("talker")) is not None:

@@ -8,7 +8,7 @@ descent: each product in turn tries every candidate with the others held at thei
 `rounds` rounds; then today's table and the best are timed against each other, interleaved.
 
     python -m bench.step_sweep --out step-sweep.json [--rounds 2]
-                               [--stages talker,cp,talker_down,cp_down,talker_stream,cp_stream,draw]
+                               [--stages talker,cp,talker_down,cp_down,talker_stream,cp_stream,talker_fine,draw]
                                [--wide talker]
 
 `bench.latency --pdl-launch-from step-sweep.json` times issue 3's table with the tables found.
@@ -36,6 +36,19 @@ SLICED_CANDIDATES = tuple(dict(block_n=bn, num_warps=w, row_chunks=c) for c in (
 STREAM_CANDIDATES = tuple(dict(block_n=bn, num_warps=w, row_blocks=b) for b in (2, 4, 8, 16) for bn in (1, 2, 4)
                           for w in (4, 8))
 STREAM_DOWN_CANDIDATES = tuple({**c, "row_chunks": n} for n in (1, 3) for c in STREAM_CANDIDATES)
+# Stage "talker_fine": around run 22's talker_stream winners (bench/results/run22-h200/call1: gate/up 1 row x 8
+# blocks 4 warps, down 2 x 4 8 warps, qkv and o kept whole-row; the next few within ~1 % of each), a
+# product's neighbours in rows, warps and blocks (row_blocks 1 is the whole-row kernel).
+TALKER_FINE_CANDIDATES = {
+    "qkv": tuple(dict(block_n=bn, num_warps=w, row_blocks=b) for bn in (4, 8) for w in (4, 8) for b in (1, 2, 3)),
+    "o": tuple(dict(block_n=bn, num_warps=w, row_blocks=b) for bn in (2, 4) for w in (2, 4) for b in (1, 2, 3)),
+    "gate_up": tuple(dict(block_n=1, num_warps=w, row_blocks=b) for w in (2, 4) for b in (6, 8, 10, 12, 16))
+    + tuple(dict(block_n=bn, num_warps=4, row_blocks=b) for bn, b in ((2, 4), (2, 6), (4, 3), (4, 4), (4, 5))),
+    "down": tuple(dict(block_n=2, num_warps=8, row_chunks=1, row_blocks=b) for b in (3, 4, 5, 6))
+    + tuple(dict(block_n=1, num_warps=4, row_chunks=3, row_blocks=b) for b in (3, 4, 6, 8))
+    + tuple(dict(block_n=2, num_warps=8, row_chunks=3, row_blocks=b) for b in (3, 4, 6))
+    + tuple(dict(block_n=1, num_warps=8, row_chunks=1, row_blocks=b) for b in (6, 8, 12)),
+}
 # The whole-row products of each batch-1 step, in the order the sweep visits them.
 PRODUCTS = {"talker": ("qkv", "o", "gate_up", "down"), "cp": ("qkv", "o", "gate_up", "down", "head")}
 # Stage "draw": every draw's launch (kernels/sample.py DRAW_LAUNCH: warps of a row's program, halvings of
@@ -101,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="talker (its PDL step), cp (the code predictor's frame), draw (every draw's launch, timed as "
                         "the code predictor's frame), talker_down / cp_down (the down product alone, its rows whole "
                         "or in three slices), talker_stream / cp_stream (every product's row blocks streamed a few a "
-                        "program)")
+                        "program), talker_fine (the talker's launches around run 22's stream winners)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--wide", default="", help="stages swept over WIDE_CANDIDATES instead (e.g. talker)")
     args = p.parse_args(argv)
@@ -129,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             return SLICED_CANDIDATES
         if stage.endswith("_stream"):
             return stream_candidates(PRODUCTS[stage.removesuffix("_stream")])
+        if stage == "talker_fine":
+            return TALKER_FINE_CANDIDATES
         return DRAW_CANDIDATES if stage == "draw" else WIDE_CANDIDATES if stage in wide else CANDIDATES
 
     def keys(cands) -> list[str] | dict[str, list[str]]:
@@ -146,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                            {"draw": dict(sample_module.DRAW_LAUNCH)}, ("draw",))}
         stages["talker_down"] = (*stages["talker"][:3], ("down",))
         stages["cp_down"] = (*stages["cp"][:3], ("down",))
-        stages["talker_stream"], stages["cp_stream"] = stages["talker"], stages["cp"]
+        stages["talker_stream"] = stages["talker_fine"] = stages["talker"]
+        stages["cp_stream"] = stages["cp"]
         for stage in args.stages.split(","):
             fn_name, install, default, names = stages[stage]
             table = {k: dict(v) for k, v in default.items()}
@@ -159,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 out[stage] = partial
                 args.out.write_text(json.dumps(out, indent=1))
             result = coordinate_sweep(measure, table, names, candidates(stage), rounds=args.rounds,
-                                      keep_competes=stage.endswith("_stream"), progress=progress)
+                                      keep_competes=stage.endswith(("_stream", "_fine")), progress=progress)
             pair = {"default": [], "best": []}  # interleaved, three rounds
             for _ in range(3):
                 for label, t in (("default", default), ("best", result["best"])):

@@ -174,3 +174,17 @@ def test_progress_reports_each_product_as_it_ends():
 def json_copy(obj):
     import json
     return json.loads(json.dumps(obj))
+
+
+def test_the_fine_talker_stage_names_every_product_and_keeps_its_entry_competing():
+    """Stage "talker_fine": candidates for each talker product, each a distinct launch (no two the same key),
+    the whole-row kernel (row_blocks 1) among qkv's and o's, today's streamed ones among gate/up's and down's."""
+    from bench.step_sweep import PRODUCTS, TALKER_FINE_CANDIDATES, _key
+    from tts_engine.runtime.runner import TALKER_PDL_LAUNCH
+
+    assert set(TALKER_FINE_CANDIDATES) == set(PRODUCTS["talker"])
+    for name, cands in TALKER_FINE_CANDIDATES.items():
+        assert len({_key(c) for c in cands}) == len(cands), name
+        today = {k: TALKER_PDL_LAUNCH[name].get(k, 1) for k in ("block_n", "num_warps", "row_blocks")}
+        assert any(all(c.get(k, 1) == v for k, v in today.items()) for c in cands), name
+    assert all(any(c["row_blocks"] == 1 for c in TALKER_FINE_CANDIDATES[n]) for n in ("qkv", "o"))
