@@ -90,12 +90,14 @@ TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict
 # o and down read their residual before the wait (`residual_early`; code_predictor.PDL_LAUNCH says why it is
 # right): run 21, talker step 1.211 -> 1.191 ms.
 # gate/up and down stream their row blocks (gemv `row_blocks`: a program's next block of weights in flight
-# while it sums the last, so no later wave waits for a program to exit): run 22's `bench.step_sweep --stages
-# talker_stream` (bench/results/run22-h200/call1) chose gate/up 1 row x 8 blocks, 4 warps and down 2 rows x 4
-# blocks, 8 warps; talker step 1.080 -> 1.020 ms, three interleaved pairs. qkv and o kept their whole-row
-# launches (streamed, 1.069 / 1.098 against 1.068 / 1.078 kept).
-TALKER_PDL_LAUNCH = {"qkv": dict(block_n=8, num_warps=4), "o": dict(block_n=2, num_warps=2, residual_early=True),
-                     "gate_up": dict(block_n=1, num_warps=4, row_blocks=8),
+# while it sums the last, so no later wave waits for a program to exit), and qkv two blocks of 4 rows. Run 22
+# (bench/results/run22-h200): `bench.step_sweep --stages talker_stream` (call 1) streamed gate/up (1 row x 8
+# blocks, 4 warps) and down (2 rows x 4 blocks, 8 warps): talker step 1.080 -> 1.020 ms, three interleaved
+# pairs; `--stages talker_fine --rounds 2` (call 3) around those: this table, 1.020 -> 0.941 ms (gate/up 6
+# blocks instead of 8 is most of it: 0.942 against 1.003 in one round).
+TALKER_PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, row_blocks=2),
+                     "o": dict(block_n=4, num_warps=4, residual_early=True),
+                     "gate_up": dict(block_n=1, num_warps=4, row_blocks=6),
                      "down": dict(block_n=2, num_warps=8, row_blocks=4, residual_early=True)}
 TALKER_PDL_LAUNCH = {name: dict(cfg, whole_rows=True, pdl=True) for name, cfg in TALKER_PDL_LAUNCH.items()}
 TALKER_PDL_MIXED = {**TALKER_PDL_LAUNCH, "qkv": dict(block_n=8, block_k=512, pdl=True, **LATE_SUM),
