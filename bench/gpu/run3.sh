@@ -205,8 +205,9 @@ part_draw() {  # the sampling kernel's launch: timed alone, then in the engine's
 }
 
 part_table() {  # issue 3's table, one process (run 19's call 3), this script's environment (the server's wheels)
+  reference=--skip-reference; [ -n "${TABLE_REFERENCE:-}" ] && reference=""  # TABLE_REFERENCE=1: the fp32 loop too
   timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/latency.json --modes triton \
-    --batches ${TABLE_BATCHES:-1,8,32,64} --skip-codec-eager --skip-reference --requests 100 \
+    --batches ${TABLE_BATCHES:-1,8,32,64} --skip-codec-eager $reference --requests 100 \
     --codec-variants "${CODEC_VARIANTS:-bf16+fused}" ${TABLE_ARGS:-} > $W/latency.log 2>&1
   echo "table rc=$? $((SECONDS - t0)) s"; grep -E "^batch (1|32):|^codec bf16|^socket" $W/latency.log | cut -c1-300
 }
