@@ -1,8 +1,13 @@
 """Registers and stack (spills) of the batch-1 whole-row GEMV launches, compiled for sm90 on this machine
 (no GPU needed: Triton compiles for a named target and its bundled cuobjdump reads the cubin).
 
-    python -m bench.kernel_resources            # the talker's and the code predictor's PDL tables
+    python -m bench.kernel_resources            # the talker's and the code predictor's PDL tables, as launched
     python -m bench.kernel_resources --stream   # each product's launches of bench.step_sweep's STREAM_CANDIDATES
+
+Each line also says how many of the launch's programs an SM holds at once (`programs_per_sm`: sm90's 64K
+registers, 64 warps and 32 programs an SM): a product's bytes in flight are its resident programs' loads, and
+run 22 found the talker's gate/up 6 % of a step faster at 6 row blocks a program (78 registers, 6 programs an
+SM) than at 8 (95, 5).
 
 The installed Triton compiles, which may not be the GPU host's (3.9 here, 3.6 there): the figures say what
 a kernel asks of the register file, not what the card's compiler gives it to the register.
@@ -20,6 +25,17 @@ SHAPES = {"talker": {"qkv": (2048, 0, True), "o": (2048, 1, False), "gate_up": (
                      "down": (6144, 1, False)},
           "cp": {"qkv": (1024, 0, True), "o": (2048, 1, False), "gate_up": (1024, 2, True), "down": (3072, 1, False),
                  "head": (1024, 0, True)}}
+
+
+def programs_per_sm(registers: int, num_warps: int) -> int:
+    """Programs of one launch an sm90 SM holds at once, by registers (allocated 256 a warp at a time, 64K an
+    SM), warps (64 an SM) and programs (32 an SM); shared memory (1 KB here) never binds."""
+    per_warp = -(-registers * 32 // 256) * 256
+    return min(65536 // (per_warp * num_warps), 64 // num_warps, 32)
+
+
+def _with_occupancy(line: str, num_warps: int) -> str:
+    return f"{line} ({programs_per_sm(int(line.split()[0][4:]), num_warps)} an SM)"
 
 
 def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
@@ -57,7 +73,8 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stream", action="store_true",
-                   help="the row-block streaming kernel (gemv row_blocks; its registers do not depend on the count)")
+                   help="the row-block streaming kernel (gemv row_blocks) at 2 blocks a program; the count can change "
+                        "its registers (the talker's gate/up: 95 at 4 and 8 blocks, 78 at 6)")
     if p.parse_args(argv).stream:
         return _stream()
     from tts_engine.runtime.code_predictor import PDL_LAUNCH
@@ -67,11 +84,14 @@ def main(argv: list[str] | None = None) -> int:
         for product, (k, mode, norm) in SHAPES[stage].items():
             cfg = table[product]
             keys = dict(block_n=cfg["block_n"], num_warps=cfg["num_warps"],
-                        residual_early=cfg.get("residual_early", False))
-            line = f"{stage} {product} (K {k}, {cfg['block_n']} rows, {cfg['num_warps']} warps): "
-            line += resources(k, mode, norm, row_chunks=cfg.get("row_chunks", 1), **keys)
+                        residual_early=cfg.get("residual_early", False), row_blocks=cfg.get("row_blocks", 1))
+            blocks = f" x {keys['row_blocks']} blocks" if keys["row_blocks"] > 1 else ""
+            line = f"{stage} {product} (K {k}, {cfg['block_n']} rows{blocks}, {cfg['num_warps']} warps): "
+            line += _with_occupancy(resources(k, mode, norm, row_chunks=cfg.get("row_chunks", 1), **keys),
+                                    cfg["num_warps"])
             if k & (k - 1):  # not a power of two: the sliced kernel beside it
-                line += f"; in 3 slices {resources(k, mode, norm, row_chunks=3, **keys)}"
+                sliced = resources(k, mode, norm, row_chunks=3, **keys)
+                line += f"; in 3 slices {_with_occupancy(sliced, cfg['num_warps'])}"
             print(line, flush=True)
     return 0
 
@@ -87,7 +107,7 @@ def _stream() -> int:
                     got = resources(k, mode, norm, block_n, warps, row_chunks=chunks, residual_early=mode == 1,
                                     row_blocks=2)
                     print(f"{stage} {product} (K {k}, {block_n} rows, {warps} warps, streamed"
-                          f"{', in 3 slices' if chunks > 1 else ''}): {got}", flush=True)
+                          f"{', in 3 slices' if chunks > 1 else ''}): {_with_occupancy(got, warps)}", flush=True)
     return 0
 
 

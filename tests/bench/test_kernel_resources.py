@@ -22,3 +22,14 @@ def test_a_whole_row_launch_compiles_for_sm90_and_reports_its_registers():
     lines = out.stdout.split("\n")
     assert [ln.split()[0].startswith("REG:") and ln.split()[1].startswith("STACK:") for ln in lines[:3]] == [True] * 3
     assert 0 < int(lines[0].split()[0][4:]) <= 255
+
+
+def test_programs_an_sm_holds_by_registers_warps_and_its_program_limit():
+    """sm90: 64K registers an SM, allocated 256 a warp at a time; 64 warps and 32 programs an SM."""
+    from bench.kernel_resources import programs_per_sm
+
+    assert programs_per_sm(78, 4) == 6 and programs_per_sm(95, 4) == 5  # run 22's gate/up: 6 blocks against 8
+    assert programs_per_sm(80, 4) == 6 and programs_per_sm(81, 4) == 5  # 80 x 32 is 10 allocation units of 256
+    assert programs_per_sm(31, 8) == 8  # warps bind: 64 / 8
+    assert programs_per_sm(16, 1) == 32  # the program limit binds
+    assert programs_per_sm(255, 8) == 1
