@@ -38,11 +38,12 @@ STREAM_CANDIDATES = tuple(dict(block_n=bn, num_warps=w, row_blocks=b) for b in (
 STREAM_DOWN_CANDIDATES = tuple({**c, "row_chunks": n} for n in (1, 3) for c in STREAM_CANDIDATES)
 # Stage "talker_fine": around run 22's talker_stream winners (bench/results/run22-h200/call1: gate/up 1 row x 8
 # blocks 4 warps, down 2 x 4 8 warps, qkv and o kept whole-row; the next few within ~1 % of each), a
-# product's neighbours in rows, warps and blocks (row_blocks 1 is the whole-row kernel).
+# product's neighbours in rows, warps and blocks (row_blocks 1 is the whole-row kernel). Run 22's call 3 chose
+# today's TALKER_PDL_LAUNCH from these; gate/up's 5 and 7 blocks were added after it (6 had won over 4 and 8).
 TALKER_FINE_CANDIDATES = {
     "qkv": tuple(dict(block_n=bn, num_warps=w, row_blocks=b) for bn in (4, 8) for w in (4, 8) for b in (1, 2, 3)),
     "o": tuple(dict(block_n=bn, num_warps=w, row_blocks=b) for bn in (2, 4) for w in (2, 4) for b in (1, 2, 3)),
-    "gate_up": tuple(dict(block_n=1, num_warps=w, row_blocks=b) for w in (2, 4) for b in (6, 8, 10, 12, 16))
+    "gate_up": tuple(dict(block_n=1, num_warps=w, row_blocks=b) for w in (2, 4) for b in (5, 6, 7, 8, 10, 12, 16))
     + tuple(dict(block_n=bn, num_warps=4, row_blocks=b) for bn, b in ((2, 4), (2, 6), (4, 3), (4, 4), (4, 5))),
     "down": tuple(dict(block_n=2, num_warps=8, row_chunks=1, row_blocks=b) for b in (3, 4, 5, 6))
     + tuple(dict(block_n=1, num_warps=4, row_chunks=3, row_blocks=b) for b in (3, 4, 6, 8))
