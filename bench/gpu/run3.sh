@@ -37,7 +37,7 @@
 #                                                               SWEEP_ARGS e.g. "--wide talker --rounds 1",
 #                                                               SWEEP_LEAVE: seconds it leaves the parts after it)
 #   TABLE_ARGS: more bench.latency arguments for PART=table (e.g. "--pdl-launch-from $W/step-sweep.json" after
-#   a sweep in the same call: the table at the tables it found)
+#   a sweep in the same call: the table at the tables it found); TABLE_REFERENCE=1: the fp32 reference loop too
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
 # diagnostics after). Everything lands in $W and comes back as one tarball ($OUT takes at most 8
 # files), run3-$TAG.tgz. PORT is the load server's port; DEADLINE (epoch seconds, default start + 585)
