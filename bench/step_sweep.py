@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             def measure(fn_name=fn_name, table=table, install=install):
                 install(table)
                 return cuda_time_ms(graph_of(fns[fn_name]))
+
             def progress(partial, stage=stage):
                 out[stage] = partial
                 args.out.write_text(json.dumps(out, indent=1))

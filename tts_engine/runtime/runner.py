@@ -85,7 +85,7 @@ TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict
 # without PDL, 1.252 with run 13's table, 1.441 with TALKER_PDL_MIXED (the sweep's sliced kernels with PDL,
 # faster alone for qkv and down, slower in the step), 1.469 with PDL over the sliced table. Run 20's
 # `bench.step_sweep` (each candidate timed as the whole step, the others at their best;
-# bench/results/run20-h200/call1) chose this table: 1.215 ms a step against 1.248 with run 13's (qkv n4 w4,
+# bench/results/run20-h200/call1) chose run 21's table: 1.215 ms a step against 1.248 with run 13's (qkv n4 w4,
 # o n4 w8, gate/up n2 w4), three interleaved pairs.
 # o and down read their residual before the wait (`residual_early`; code_predictor.PDL_LAUNCH says why it is
 # right): run 21, talker step 1.211 -> 1.191 ms.
@@ -94,7 +94,8 @@ TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict
 # (bench/results/run22-h200): `bench.step_sweep --stages talker_stream` (call 1) streamed gate/up (1 row x 8
 # blocks, 4 warps) and down (2 rows x 4 blocks, 8 warps): talker step 1.080 -> 1.020 ms, three interleaved
 # pairs; `--stages talker_fine --rounds 2` (call 3) around those: this table, 1.020 -> 0.941 ms (gate/up 6
-# blocks instead of 8 is most of it: 0.942 against 1.003 in one round).
+# blocks instead of 8 is most of it: 0.942 against 1.003 in one round; 78 registers against 95, so 6 of its
+# programs an SM instead of 5: `python -m bench.kernel_resources`).
 TALKER_PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, row_blocks=2),
                      "o": dict(block_n=4, num_warps=4, residual_early=True),
                      "gate_up": dict(block_n=1, num_warps=4, row_blocks=6),
