@@ -200,6 +200,24 @@ def test_pdl_launch_from_a_step_sweep_merges_each_products_best_onto_the_default
     assert runner.talker_pdl_launch["o"]["block_n"] == 16 and "row_blocks" not in runner.talker_pdl_launch["o"]
 
 
+def test_pdl_launch_from_judges_stages_by_their_interleaved_pairs(monkeypatch):
+    """A stage's interleaved pairs, not its sweep's best_ms (which rides the sweep's drift), pick among stages,
+    and a stage whose best lost its pairs to the default is not installed (run 22's cp_stream)."""
+    import tts_engine.runtime.code_predictor as cp_module
+
+    monkeypatch.setattr(cp_module, "PDL_LAUNCH", {"o": dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)})
+    runner = SimpleNamespace(talker_pdl_launch={"o": dict(block_n=2, num_warps=2, whole_rows=True, pdl=True)})
+    sweep = {"cp_stream": {"best": {"o": dict(num_warps=8, row_blocks=2)}, "best_ms": 1.48,
+                           "interleaved_ms": {"default": [1.507, 1.503, 1.508], "best": [1.565, 1.566, 1.563]}},
+             "talker_stream": {"best": {"o": dict(block_n=4)}, "best_ms": 1.00,
+                               "interleaved_ms": {"default": [1.08, 1.08, 1.08], "best": [1.05, 1.06, 1.05]}},
+             "talker_fine": {"best": {"o": dict(block_n=8)}, "best_ms": 1.03,
+                             "interleaved_ms": {"default": [1.08, 1.08, 1.08], "best": [0.94, 0.94, 0.95]}}}
+    latency.pdl_launch_from(runner, sweep)
+    assert cp_module.PDL_LAUNCH["o"] == dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)  # kept: it lost
+    assert runner.talker_pdl_launch["o"]["block_n"] == 8  # the fine stage: faster pairs, slower best_ms
+
+
 def test_the_talker_stages_run_the_attention_a_step_at_their_position_would(monkeypatch):
     """The short-context stages of a GEMV step take kernels/talker_attention.py, the 448-position one and
     larger batches the split attention; the fused attention's variants at every context against none, each
