@@ -169,6 +169,26 @@ def test_gathers_the_picked_ids_embedding(device):
     assert torch.equal(x, table[out]), "x_out rows are the picked ids' embeddings"
 
 
+def test_gathers_a_second_table_row_for_the_picked_id(device):
+    """gather2 (the code predictor's first-layer qkv table): the picked id's row of a second, wider table into a
+    second output, beside the first gather, the ids those of the draw without it; every element written."""
+    g = torch.Generator().manual_seed(6)
+    b, h, w = 5, 96, 2500  # w: more than two gather blocks, not a multiple of one
+    logits = torch.randn(b, 2048, generator=g).to(device)
+    table = torch.randn(2048, h, generator=g).to(device, torch.bfloat16)
+    table2 = torch.randn(2048, w, generator=g).to(device, torch.bfloat16)
+    s = settings(b, g, device, top_k=[50] * b, top_p=[1.0] * b, greedy_rows=(0,))
+    x = torch.empty(b, h, device=device, dtype=torch.bfloat16)
+    x2 = torch.full((b, 2, w), float("nan"), device=device, dtype=torch.bfloat16)[:, 0]  # rows 2w apart
+    out, alone = (torch.empty(b, dtype=torch.long, device=device) for _ in range(2))
+    sample_rows(logits, out, codebook=3, gather=(table, x), gather2=(table2, x2), **s)
+    sample_rows(logits, alone, codebook=3, gather=(table, x), **s)
+    assert torch.equal(out, alone), "the second gather changed the draw"
+    assert torch.equal(x, table[out]) and torch.equal(x2, table2[out]), "the picked ids' rows of both tables"
+    with pytest.raises(ValueError, match="gather2"):
+        sample_rows(logits, out, codebook=3, gather=(table, x), gather2=(table2, x2[:, :-1]), **s)
+
+
 @pytest.mark.parametrize(("window", "ways"), [(0, 2), (10, 2), (8, 3), (6, 4)])
 @pytest.mark.parametrize("warps", [1, 2, 4, 8])
 def test_every_draw_launch_picks_within_the_reference_interval(device, warps, window, ways):

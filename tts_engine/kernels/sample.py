@@ -119,10 +119,10 @@ if HAVE_TRITON:
     def _sample_kernel(logits_ptr, logits_stride, n_vocab,
                        do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seed_ptr, frame_ptr, codebook,
                        penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr, eos_id,
-                       out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride,
-                       CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, BLOCK: tl.constexpr,
-                       EMB_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr,
-                       TOPK_WAYS: tl.constexpr):
+                       out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride, emb2_ptr, emb2_dim, x2_ptr, x2_stride,
+                       CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, GATHER2: tl.constexpr, BLOCK: tl.constexpr,
+                       EMB_BLOCK: tl.constexpr, EMB2_BLOCK: tl.constexpr, PDL: tl.constexpr,
+                       TOPK_WINDOW: tl.constexpr, TOPK_WAYS: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         ids = tl.arange(0, BLOCK)
         valid = ids < n_vocab
@@ -205,19 +205,27 @@ if HAVE_TRITON:
                 cols = start + tl.arange(0, EMB_BLOCK)
                 ok = cols < emb_dim
                 tl.store(x_ptr + row * x_stride + cols, tl.load(emb_ptr + code * emb_dim + cols, mask=ok), mask=ok)
+        if GATHER2:
+            for start in range(0, emb2_dim, EMB2_BLOCK):
+                cols = start + tl.arange(0, EMB2_BLOCK)
+                ok = cols < emb2_dim
+                tl.store(x2_ptr + row * x2_stride + cols, tl.load(emb2_ptr + code * emb2_dim + cols, mask=ok),
+                         mask=ok)
 
 
 def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Tensor, temperature: torch.Tensor,
                 top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor, frame: torch.Tensor, codebook: int,
                 codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None,
                 pdl: bool = False, num_warps: int | None = None, top_k_window: int | None = None,
-                top_k_ways: int | None = None) -> None:
+                top_k_ways: int | None = None, gather2: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """logits [B, V] (any float dtype, last dim contiguous); settings [B] tensors (do_sample bool,
     temperature/top_p f32, top_k/seed/frame i64); out: i64 [B] view (any stride) for the ids.
 
     codebook0: dict(penalty [B] f32, min_new [B] i64, eos_ok [B] bool, slots [B] i64, seen [S, V]
     bool (read, and the picked ids set), suppress [V] bool, eos_id int) for the talker's codebook.
     gather: (table [V, H], x_out [B, H] view with contiguous rows): x_out[b] = table[id[b]].
+    gather2: a second (table [V, W], out [B, W] view with contiguous rows) gathered the same way (the code
+    predictor's first-layer qkv rows, `CodePredictorRunner.qkv_table`).
     num_warps: a row's program's warps (they set the order of its sums; bench.sample_kernel times them).
     top_k_window: 0, top-k's threshold by the 33-pass key bisection; n > 0, by n halvings of the value
     range and a walk down the window left (`_top_k_window`; the same kept set). top_k_ways: 2, 3 or 4 parts
@@ -238,13 +246,22 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
     seen = c0.get("seen")
     table, x_out = gather if gather is not None else (logits, logits)
     emb_dim = table.shape[1] if gather is not None else 0
+    table2, x2_out = gather2 if gather2 is not None else (logits, logits)
+    emb2_dim = table2.shape[1] if gather2 is not None else 0
+    for name, pair in (("gather", gather), ("gather2", gather2)):
+        if pair is not None and (not pair[0].is_contiguous() or pair[1].stride(-1) != 1
+                                 or tuple(pair[1].shape) != (b, pair[0].shape[1])):
+            raise ValueError(f"sample_rows: {name} takes a contiguous table [V, W] and an out view [B, W] with "
+                             f"contiguous rows, got {tuple(pair[0].shape)} / {tuple(pair[1].shape)}")
     _sample_kernel[(b,)](
         logits, logits.stride(0), v, do_sample, temperature, top_k, top_p, seed, frame, codebook,
         c0.get("penalty", dummy), c0.get("min_new", dummy), c0.get("eos_ok", dummy), c0.get("slots", dummy),
         seen if seen is not None else dummy, c0.get("suppress", dummy), c0.get("eos_id", 0),
         out, out.stride(0), table, emb_dim, x_out, x_out.stride(0) if gather is not None else 0,
-        CODEBOOK0=codebook0 is not None, GATHER=gather is not None, BLOCK=next_pow2(v),
-        EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), num_warps=num_warps,
+        table2, emb2_dim, x2_out, x2_out.stride(0) if gather2 is not None else 0,
+        CODEBOOK0=codebook0 is not None, GATHER=gather is not None, GATHER2=gather2 is not None, BLOCK=next_pow2(v),
+        EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), EMB2_BLOCK=min(1024, next_pow2(max(emb2_dim, 1))),
+        num_warps=num_warps,
         PDL=pdl, TOPK_WINDOW=top_k_window, TOPK_WAYS=top_k_ways, **pdl_launch(pdl))
 
 

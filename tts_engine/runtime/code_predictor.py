@@ -29,7 +29,7 @@ from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attenti
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
-from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rope_table
+from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rms_norm, rope_table
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
@@ -92,8 +92,9 @@ def attention_warps(rows: int, pdl: bool) -> int:
 
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
-                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True):
-        """gemv_rows, pdl, mma_rows, fused_attention: `FastPathOptions`' cp_* (validated there)."""
+                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
+                 qkv_table: bool = False):
+        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table: `FastPathOptions`' cp_* (validated there)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -126,6 +127,21 @@ class CodePredictorRunner:
         self.prefill_rows = torch.arange(max_batch, **i).repeat_interleave(2)  # tokens (row, 0), (row, 1), ...
         self.prefill_pos = torch.arange(2, **i).repeat(max_batch)
         self.codebook_ids = torch.arange(16, **i)
+        # Passes 1-14's first-layer qkv products, one row a (pass, code), or None: made by every pass
+        # (`first_layer_qkv_table`; read at every pass, so a benchmark may set or clear it between graphs).
+        self.qkv_table = self.first_layer_qkv_table() if qkv_table and use_triton else None
+
+    def first_layer_qkv_table(self) -> torch.Tensor:
+        """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
+        it follows code c (`inputs[j][c]`, a function of (j, c) alone), in the reference's arithmetic (the
+        input norm rounded as `fused.rms_norm` does, one product in the model's dtype; cuBLAS on a GPU), as
+        `decoder_step_triton` computes it. 235 MB at bf16 for both model sizes; the same for random and real
+        weights. The draw that picks c gathers the row (`sample_rows` gather2), so a pass launches no qkv
+        product for its first layer."""
+        layer = self.stack.layers[0]
+        with torch.no_grad():
+            return torch.stack([F.linear(rms_norm(x, layer.ln_in, self.stack.eps), layer.w_qkv)
+                                for x in self.inputs[:14]]).contiguous()
 
     def with_own_cache(self, max_batch: int) -> CodePredictorRunner:
         """A runner over the same weights and tables with a KV cache of its own for `max_batch` rows
@@ -139,10 +155,12 @@ class CodePredictorRunner:
         other.v = torch.zeros_like(other.k)
         return other
 
-    def layers(self, h: torch.Tensor, b: int, start: int) -> tuple[torch.Tensor, bool]:
+    def layers(self, h: torch.Tensor, b: int, start: int,
+               first_qkv: torch.Tensor | None = None) -> tuple[torch.Tensor, bool]:
         """New positions start .. start + n - 1 of rows 0..b-1; h [b, n, h] -> (hidden of the last
         position [b, h], normed): final-norm hidden, or on the GEMV path the residual stream before
-        the final norm (normed False), which `logits` applies."""
+        the final norm (normed False), which `logits` applies. first_qkv [b, (Hq + 2 Hkv) D]: the first
+        layer's qkv product of h (n 1, Triton paths), gathered from `qkv_table` by the draw."""
         c = self.stack
         n = h.shape[1]
         if self.use_triton:
@@ -164,7 +182,7 @@ class CodePredictorRunner:
                                        num_warps=self.fused_attention_warps or attention_warps(b * n, pdl))
 
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
-            fused = dict(qkv_attend=qkv_attend if fuse else None)
+            fused = dict(qkv_attend=qkv_attend if fuse else None, first_qkv=first_qkv)
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if b * n <= max(self.gemv_rows, self.mma_rows):
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
@@ -219,12 +237,16 @@ class CodePredictorRunner:
         b = hidden.shape[0]
         codes = torch.empty(b, 15, dtype=torch.long, device=self.device)
         x = torch.empty(b, 1, self.inputs.shape[-1], dtype=self.dtype, device=self.device)
+        table = self.qkv_table
+        first_qkv = None if table is None else torch.empty(b, table.shape[-1], dtype=self.dtype, device=self.device)
         out, normed = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)
         settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
                         top_p=rows.sub_top_p, seed=rows.seed, frame=frames, pdl=self.uses_pdl(b))
         for j in range(15):
+            last = j == 14
             sample_rows(self.logits(out, normed, j), codes[:, j], codebook=j + 1,
-                        gather=(self.inputs[j], x[:, 0]) if j < 14 else None, **settings)
-            if j < 14:
-                out, normed = self.layers(x, b, j + 2)
+                        gather=None if last else (self.inputs[j], x[:, 0]),
+                        gather2=None if last or table is None else (table[j], first_qkv), **settings)
+            if not last:
+                out, normed = self.layers(x, b, j + 2, first_qkv)
         return codes

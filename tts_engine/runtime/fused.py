@@ -145,23 +145,30 @@ def decoder_step_torch(stack: FusedStack, x: torch.Tensor, cos: torch.Tensor, si
 
 def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                         positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
-                        attend: TritonAttend, qkv_attend: QkvAttend | None = None) -> torch.Tensor:
+                        attend: TritonAttend, qkv_attend: QkvAttend | None = None,
+                        first_qkv: torch.Tensor | None = None) -> torch.Tensor:
     """The same step through the Triton kernels, 9 launches a layer (10 with split attention, 8 with
     qkv_attend): the four cuBLAS products (qkv, o, gate/up, down), two norms, q/k norm + RoPE + cache
     store, attention, SiLU-mul. x [N, H] new tokens at `positions` [N] of cache rows `rows` [N];
     rope_cos/sin [P, D] tables; k_caches/v_caches [layers, R, Hkv, L, D] -> final-norm hidden [N, H].
+    first_qkv [N, (Hq + 2 Hkv) D]: the first layer's qkv product of x, already made (the code predictor's
+    table, gathered by its draw): that layer's input norm and product are not launched.
 
     The residual add after each MLP is fused with the next layer's input norm (the last with the
     final norm), the one after attention with the post-attention norm."""
     eps = stack.eps
     res, delta = x, None
     for i, layer in enumerate(stack.layers):
-        if delta is None:
-            h = rms_norm_kernel(res, layer.ln_in, eps)
+        if i == 0 and first_qkv is not None:
+            qkv_out = first_qkv
         else:
-            res, h = add_rms_norm(res, delta, layer.ln_in, eps)
-        attn = _attention(stack, i, layer, F.linear(h, layer.w_qkv), rope_cos, rope_sin, positions, rows, k_caches,
-                          v_caches, attend, qkv_attend)
+            if delta is None:
+                h = rms_norm_kernel(res, layer.ln_in, eps)
+            else:
+                res, h = add_rms_norm(res, delta, layer.ln_in, eps)
+            qkv_out = F.linear(h, layer.w_qkv)
+        attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend,
+                          qkv_attend)
         res, h = add_rms_norm(res, F.linear(attn, layer.w_o), layer.ln_post, eps)
         delta = F.linear(silu_mul(F.linear(h, layer.w_gate_up)), layer.w_down)
     return add_rms_norm(res, delta, stack.norm, eps)[1]
@@ -170,18 +177,21 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
 def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                       positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                       attend: TritonAttend, launch: dict[str, dict], pdl: bool = False,
-                      qkv_attend: QkvAttend | None = None) -> torch.Tensor:
+                      qkv_attend: QkvAttend | None = None, first_qkv: torch.Tensor | None = None) -> torch.Tensor:
     """`decoder_step_triton` for a few tokens (as many as the launch's kernel holds), 6 launches a
     layer (5 with qkv_attend): the products are kernels/gemv.py's, with each RMSNorm in the prologue of
     the product after it and the residual adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o +
     residual, gate/up + SwiGLU, down + residual). launch: each product's launch configuration ("qkv",
     "o", "gate_up", "down"); pdl: q/k norm + RoPE launched with PDL too (the GEMVs' launch says for
     them, `attend` for itself). Returns the residual stream [N, H] *before* the final norm: the
-    caller's next product takes it in its prologue (`gemv(x, w, norm=(stack.norm, stack.eps))`)."""
+    caller's next product takes it in its prologue (`gemv(x, w, norm=(stack.norm, stack.eps))`).
+    first_qkv: as `decoder_step_triton`'s (the first layer's qkv product not launched)."""
     eps, res = stack.eps, x
     for i, layer in enumerate(stack.layers):
-        attn = _attention(stack, i, layer, gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"]), rope_cos,
-                          rope_sin, positions, rows, k_caches, v_caches, attend, qkv_attend, pdl=pdl)
+        qkv_out = first_qkv if i == 0 and first_qkv is not None else \
+            gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"])
+        attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend,
+                          qkv_attend, pdl=pdl)
         res = gemv(attn, layer.w_o, residual=res, **launch["o"])
         act = gemv(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, **launch["gate_up"])
         res = gemv(act, layer.w_down, residual=res, **launch["down"])
