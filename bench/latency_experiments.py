@@ -93,6 +93,27 @@ def row_chunks_times(runner, t_len: int, rounds: int = 3) -> dict:
     return out
 
 
+def cp_qkv_table_times(runner, t_len: int, rounds: int = 3, batches=(1, 8, 32)) -> dict:
+    """The code predictor's frame (and the frame step) with passes 1-14's first-layer qkv product launched
+    ("qkvlaunch") or gathered from `CodePredictorRunner.first_layer_qkv_table` by the draw ("qkvtable"), at
+    each of `batches` the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
+    cp = runner.code_predictor
+    table, kept = cp.first_layer_qkv_table(), cp.qkv_table
+    out = {}
+    for b in (b for b in batches if b <= runner.max_slots):
+        fns = latency._stage_fns(runner, b, t_len)
+        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
+        runs: dict[str, list] = {}
+        for _ in range(rounds):
+            for name, value in (("qkvlaunch", None), ("qkvtable", table)):
+                for key, ms in latency._variant_times(name, cp, {"qkv_table": value}, stages).items():
+                    runs.setdefault(key, []).append(ms)
+        out[b] = {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
+        print(f"batch {b}, the code predictor's first-layer qkv table: {out[b]}", flush=True)
+    cp.qkv_table = kept
+    return out
+
+
 # Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
 # function).
 AB_CALLS = (("runner", "talker_attention", "decode_qk_attention"), ("runner", "sample", "sample_rows"),
@@ -134,6 +155,6 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
-               "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times,
+               "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, latency._stage_fns(runner, 1, t_len))}

@@ -297,6 +297,23 @@ def test_row_chunks_toggle_the_down_products_slices_in_both_tables(monkeypatch):
     assert table == cp_module.PDL_LAUNCH and runner.talker_pdl_launch["down"] == table["down"]
 
 
+def test_cp_qkv_table_times_each_batch_with_the_table_and_without_and_restores_it(monkeypatch):
+    """--experiments cp_qkv_table: at each batch the runner holds, the frame with passes 1-14's qkv launched and
+    gathered from the table, interleaved; the runner's own setting restored."""
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2)
+    runner.max_slots = 8
+    cp, table = runner.code_predictor, torch.ones(14, 4, 6)
+    cp.qkv_table, cp.first_layer_qkv_table = None, lambda: table
+    seen = []
+    cp.predict = lambda *a, **k: seen.append(cp.qkv_table)
+    out = experiments.cp_qkv_table_times(runner, 11, rounds=2)
+    assert set(out) == {1, 8}  # 32 is past the runner's slots
+    assert set(out[1]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step")
+                           for name in ("qkvlaunch", "qkvtable")}
+    assert [t is table for t in seen] == [False, True] * 4 and cp.qkv_table is None
+
+
 def test_an_unknown_experiment_is_refused_before_anything_loads(tmp_path, capsys):
     import pytest
 

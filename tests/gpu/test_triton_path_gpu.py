@@ -189,7 +189,8 @@ ROW_BLOCKS = dict(block_n=2, num_warps=8, row_blocks=4)
 @pytest.mark.parametrize("b,fused,change", [(1, False, ""), (2, False, ""), (1, True, ""), (2, True, ""),
                                             (1, True, "residual_early"), (2, True, "residual_early"),
                                             (1, True, "row_chunks"), (1, True, "row_blocks+residual_early"),
-                                            (2, True, "row_blocks+row_chunks")])
+                                            (2, True, "row_blocks+row_chunks"), (1, True, "qkv_table+residual_early"),
+                                            (2, True, "qkv_table+residual_early")])
 def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, change):
     """Batches 1 and 2 (passes of 1-2 rows: the engine's PDL passes) with programmatic dependent
     launch (whole-row GEMVs, every kernel launched early and waiting for its inputs), captured in a
@@ -198,7 +199,8 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
     the attention (whose cache reads of earlier positions come before its wait). change: the table with o's
     and down's residual read before their wait (residual_early; the default now, so "" sets it off), or down's
     rows in three slices (row_chunks), or every product's row blocks streamed four a program (row_blocks: two rows a
-    block, 8 warps)."""
+    block, 8 warps), or passes 1-14's first-layer qkv gathered from the table by the draw (qkv_table: the attention
+    then follows the draw, and o reads the draw's output as its residual before its wait)."""
     from tts_engine.kernels.backend import pdl_supported
     from tts_engine.runtime.code_predictor import PDL_LAUNCH, attention_warps
     from tts_engine.runtime.sampler import GENERAL
@@ -229,6 +231,7 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
         # (run 14 compared 8 warps with PDL against 4 without: equal replays, other codes).
         fused_was = cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps
         table, was = cp.gemv_launch, cp.pdl
+        cp.qkv_table = cp.first_layer_qkv_table() if "qkv_table" in change else None
         for pdl in (False, True):
             cp.pdl, cp.gemv_launch = pdl, table if pdl else no_pdl
             table_was = dict(PDL_LAUNCH)
@@ -242,9 +245,54 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
                 PDL_LAUNCH.update(table_was)
                 cp.pdl, cp.gemv_launch = was, table
                 cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps = fused_was
+        cp.qkv_table = None
     assert len(torch.cat(codes[False]).unique()) > 1
     _assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
+
+
+@pytest.mark.parametrize("b", [1, 2, 8])
+def test_code_predictor_qkv_table_agrees_with_the_launched_product(runners, b):
+    """Passes 1-14's first-layer qkv gathered from `first_layer_qkv_table` (cuBLAS, the reference's norm) against
+    the product the pass launches (the GEMV path at 1-2 rows, cuBLAS at 8): the table's rows within bf16 rounding
+    of the GEMV's, and greedy codes in graph replays the same but where that rounding moves an argmax."""
+    from tts_engine.runtime.sampler import GENERAL
+
+    cfg, (fast, _) = runners
+    cp = fast.code_predictor
+    table = cp.first_layer_qkv_table()
+    assert table.shape == (14, 2048, cp.stack.layers[0].w_qkv.shape[0])
+    layer, picks = cp.stack.layers[0], torch.tensor([0, 7, 1999, 2047], device="cuda")
+    for j in (0, 6, 13):
+        want = fast_gemv(cp.inputs[j][picks], layer.w_qkv, norm=(layer.ln_in, cp.stack.eps))
+        assert rel_err(table[j][picks], want) < 1e-2, f"pass {j + 1}: table rows against the GEMV's"
+    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    c0 = torch.arange(b, device="cuda") * 97 % 2048
+    frames = torch.arange(b, device="cuda") + 3
+    slots = torch.arange(b, device="cuda")
+    greedy = SamplingParams.greedy()
+    for slot in range(b):
+        fast.start_slot(slot, greedy, slot, eos_allowed=True)
+    rows = fast.rows.gather(slots)
+    codes = {}
+    try:
+        with torch.inference_mode():
+            for name, value in (("launched", None), ("table", table)):
+                cp.qkv_table = value
+                codes[name] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL), n=3)
+    finally:
+        cp.qkv_table = None
+        for slot in range(b):  # the fixture's settings, which the other tests' rows read
+            fast.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
+    for name, outs in codes.items():
+        assert all(torch.equal(o, outs[0]) for o in outs), f"{name}: replays differ"
+    same = (codes["table"][0] == codes["launched"][0]).float().mean().item()
+    assert same >= 0.9, f"greedy codes with the table equal the launched product's at {same:.0%} of positions"
+
+
+def fast_gemv(x, w, **kw):
+    from tts_engine.kernels.gemv import gemv
+    return gemv(x, w, whole_rows=True, block_n=4, **kw)
 
 
 @pytest.mark.parametrize("b,attention,table,early", [(1, 3, "whole_rows", False), (2, 2, "whole_rows", False),
