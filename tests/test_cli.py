@@ -128,3 +128,16 @@ def test_a_device_this_machine_lacks_is_a_clear_error(tmp_path, tiny_checkpoint,
             else "--device cuda:9: no CUDA device is available"}[device]
     assert r.returncode == 2 and r.stderr.startswith(f"cadence {command}: error: {want}"), r.stderr
     assert not (tmp_path / "a.wav").exists() and not (tmp_path / "ckpt").exists()
+
+
+def test_serve_has_a_flag_for_every_fast_path_option():
+    """Every FastPathOptions field is settable from `cadence serve` (a new kernel path can be timed on a server
+    without code changes), as --field-name, and its value reaches the options."""
+    from tts_engine.cli import build_parser
+    from tts_engine.runtime.options import FastPathOptions
+
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    dests = {a.dest for a in serve._actions}
+    assert set(FastPathOptions.__dataclass_fields__) <= dests, set(FastPathOptions.__dataclass_fields__) - dests
+    args = build_parser().parse_args(["serve", "--model", "x", "--cp-qkv-table", "--no-cp-fused-attention"])
+    assert args.cp_qkv_table is True and args.cp_fused_attention is False
