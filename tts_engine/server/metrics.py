@@ -64,8 +64,9 @@ class ServerMetrics:
         self.http_write_stalls = Counter("cadence_http_write_stalls", "HTTP connections aborted because their "
                                          "client did not drain a response for http_write_stall_s", registry=r)
         self.ws_connections = Gauge("cadence_ws_connections", "open WebSocket connections", registry=r)
-        self.ws_closes = Counter("cadence_ws_closes", "WebSocket connections closed, by close code",
-                                 ["code"], registry=r)
+        self.ws_closes = Counter("cadence_ws_closes", "WebSocket connections closed, by close code: the server's "
+                                 "where it closed, else the client's as the ASGI server reports it (1005: none "
+                                 "received, as when the keepalive ping times out)", ["code"], registry=r)
         r.register(_EngineCollector(engine_metrics))
 
     def render(self) -> bytes:
