@@ -231,21 +231,21 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
         # (run 14 compared 8 warps with PDL against 4 without: equal replays, other codes).
         fused_was = cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps
         table, was = cp.gemv_launch, cp.pdl
-        cp.qkv_table = cp.first_layer_qkv_table() if "qkv_table" in change else None
+        qkv_table = cp.first_layer_qkv_table() if "qkv_table" in change else None
         for pdl in (False, True):
             cp.pdl, cp.gemv_launch = pdl, table if pdl else no_pdl
             table_was = dict(PDL_LAUNCH)
             PDL_LAUNCH.update(with_pdl)
             cp.fused_attention = cp.fused_attention_pdl = fused
             cp.fused_attention_warps = attention_warps(b, pdl=True)
+            cp.qkv_table = qkv_table
             try:
                 codes[pdl] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
                                             before=alternate)
             finally:
                 PDL_LAUNCH.update(table_was)
-                cp.pdl, cp.gemv_launch = was, table
+                cp.pdl, cp.gemv_launch, cp.qkv_table = was, table, None
                 cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps = fused_was
-        cp.qkv_table = None
     assert len(torch.cat(codes[False]).unique()) > 1
     _assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
