@@ -173,12 +173,7 @@ def talker_qk_attention_times(runner, fns: dict, rounds: int = 3) -> dict:
     variants = {"tqkbase": dict(qk_attention_context=0)} | {
         name: dict(qk_attention_context=every, talker_qk_attention_launch={**table, **launch})
         for name, launch in QK_ATTENTION_VARIANTS.items()}
-    runs: dict[str, list] = {}
-    for _ in range(rounds):
-        for name, settings in variants.items():
-            for key, value in _variant_times(name, runner, settings, stages).items():
-                runs.setdefault(key, []).append(value)
-    return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
+    return interleaved_times(runner, variants, stages, rounds)
 
 
 def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
@@ -243,6 +238,22 @@ def _stage_fns(runner, b: int, t_len: int) -> dict:
             "frame_step": at(short, lambda: runner._frame_step(slots, frames, positions, text, FAST)),
             "frame_step_general_sampler": at(short, lambda: runner._frame_step(slots, frames, positions, text,
                                                                                 GENERAL))}
+
+
+def interleaved_times(obj, variants: dict[str, dict], fns: dict, rounds: int) -> dict:
+    """`_variant_times` of each of variants (name -> obj's settings) in turn, `rounds` times over -> the median
+    of each `<stage>_<name>_ms` (an error, `<name>_error`, as first reported)."""
+    runs: dict[str, list] = {}
+    for _ in range(rounds):
+        for name, settings in variants.items():
+            for key, value in _variant_times(name, obj, settings, fns).items():
+                runs.setdefault(key, []).append(value)
+    return medians(runs)
+
+
+def medians(runs: dict[str, list]) -> dict:
+    """Interleaved rounds' results by key -> the median of each `*_ms`, the first of anything else (an error)."""
+    return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
 
 
 def _variant_times(name: str, obj, settings: dict, fns: dict) -> dict:

@@ -67,7 +67,7 @@ def _pdl_tables_ab(runner, t_len: int, names: tuple[str, str], change, rounds: i
     finally:
         runner.talker_pdl_launch = talker_table
         cp_module.PDL_LAUNCH.update(cp_table)
-    return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
+    return latency.medians(runs)
 
 
 def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
@@ -103,12 +103,8 @@ def cp_qkv_table_times(runner, t_len: int, rounds: int = 3, batches=(1, 8, 32)) 
     for b in (b for b in batches if b <= runner.max_slots):
         fns = latency._stage_fns(runner, b, t_len)
         stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
-        runs: dict[str, list] = {}
-        for _ in range(rounds):
-            for name, value in (("qkvlaunch", None), ("qkvtable", table)):
-                for key, ms in latency._variant_times(name, cp, {"qkv_table": value}, stages).items():
-                    runs.setdefault(key, []).append(ms)
-        out[b] = {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
+        out[b] = latency.interleaved_times(cp, {"qkvlaunch": {"qkv_table": None}, "qkvtable": {"qkv_table": table}},
+                                           stages, rounds)
         print(f"batch {b}, the code predictor's first-layer qkv table: {out[b]}", flush=True)
     cp.qkv_table = kept
     return out
@@ -148,7 +144,7 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
     finally:
         for where, fn, new, _ in calls:
             setattr(where, fn, new)
-    out = {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
+    out = latency.medians(runs)
     print(f"kernels a/b: {out}", flush=True)
     return out
 
