@@ -28,8 +28,9 @@ and the talker for its steps at batch 1 (run 10: 35.9 against 44.0 µs a layer; 
 The tensor-core variant (`mma`) beats cuBLAS + epilogues at 8-16 rows per product but not yet as a
 code-predictor frame (opt-in); the whole-row variant serves programmatic dependent launch (`pdl`, the
 code predictor's 1-2 row passes on sm90+). Its row-streaming form (`row_blocks`: a program's row blocks in
-turn, the next one's weights loading while the last one's are summed) and its sliced rows (`row_chunks`) are
-tested on CPU and not yet timed on a GPU.
+turn, the next one's weights loading while the last one's are summed) serves the talker's batch-1 qkv, gate/up
+and down (run 22: step 1.080 -> 0.941 ms; it lost on every code-predictor product); its sliced rows
+(`row_chunks`) tied or lost wherever they were swept.
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ if HAVE_TRITON:
         """`_gemv_rows_kernel` with each row held as CHUNKS (2-3) power-of-two slices of BLOCK_K >= K / CHUNKS,
         so that a row of 3 * 2^n columns is not padded to 4 * 2^n (the talker's down, 6,144 wide: a quarter of
         the one-slice kernel's registers hold masked zeros). A kernel of its own so that the one-slice
-        kernel, the one timed and tested on the GPU, stays as it was; untimed."""
+        kernel stays as it was; swept in run 22 (`bench.step_sweep`), it tied or lost."""
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
         r_ok = rows < m
@@ -196,7 +197,8 @@ if HAVE_TRITON:
         the PDL wait. With a grid of about one wave, the weights past the first wave no longer wait for a program
         to exit and a new one to start (the whole-row kernel's later waves); the next kernel's programs, resident
         beside these once they have all passed their wait, prefetch their own weights meanwhile. RES_EARLY: the
-        first block's residual before the wait, every later one's with its weights. Untimed."""
+        first block's residual before the wait, every later one's with its weights. The talker's batch-1 launches
+        (runner.TALKER_PDL_LAUNCH, run 22)."""
         first = tl.program_id(0) * (BLOCKS * BLOCK_N)
         rows = tl.arange(0, M_P)
         r_ok = rows < m
