@@ -277,14 +277,14 @@ def test_device_pick_with_uniform_near_one_lands_on_the_last_unfiltered_id():
 
 # -- Triton decode attention, interpreted -------------------------------------------------------
 
-def _run_interpreted(call: str, timeout: float = 240) -> None:
+def _run_interpreted(call: str, timeout: float = 240, module: str = "tests.runtime.test_fast_path") -> None:
     try:
         import triton  # noqa: F401
     except ImportError as exc:
         pytest.fail(f"triton is not importable ({exc}); the Triton kernel tests need it on CPU too, "
                     "through its interpreter: pip install 'triton>=3.1' (see the test extra)")
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    code = f"import tests.runtime.test_fast_path as t; t.{call}"
+    code = f"import {module} as t; t.{call}"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, f"interpreted check failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
@@ -420,68 +420,6 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
         torch.testing.assert_close(bh, ah, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(bl, al, atol=1e-4, rtol=1e-4)
     print("OK")
-
-
-def check_cp_qkv_table_interpreted(checkpoint: str) -> None:
-    """Runs in the subprocess: the code predictor's first-layer qkv table (FastPathOptions.cp_qkv_table) gives
-    the codes of the passes that make that product, on its GEMV passes and on its cuBLAS ones; with it the
-    layer's qkv product runs only in each frame's two-position prefill (pass 0), not in passes 1-14; its rows
-    equal the product the GEMV path makes."""
-    torch.set_num_threads(1)
-    _assert_interpreted()
-    from types import SimpleNamespace
-
-    import torch.nn.functional as F
-
-    from tts_engine.kernels.gemv import gemv as gemv_kernel
-    from tts_engine.runtime import code_predictor, fused
-
-    wide = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down", "head")}
-    code_predictor.GEMV_LAUNCH = wide
-    products = []  # the first code-predictor layer's qkv products, by their rows
-
-    def counted(fn):
-        def run(x, w, *a, **k):
-            if first_w is not None and w is first_w:
-                products.append(x.shape[0])
-            return fn(x, w, *a, **k)
-        return run
-    fused.gemv = counted(gemv_kernel)
-    fused.F = SimpleNamespace(**{n: getattr(F, n) for n in ("silu",)}, linear=counted(F.linear))
-    synth = Synthesizer(checkpoint)
-    inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
-              make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
-    first_w = None
-    for cp_rows in (4, 0):  # the code predictor's GEMV passes (decoder_step_gemv), its cuBLAS ones
-        codes = []
-        for table in (False, True):
-            options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=cp_rows, attention_version=2,
-                                      cp_qkv_table=table)
-            d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=True, use_graphs=False,
-                                   options=options))
-            cp = d.runner.code_predictor
-            first_w = cp.stack.layers[0].w_qkv
-            assert (cp.qkv_table is not None) == table
-            d.start(2, inputs[0])
-            d.start(0, inputs[1])
-            products.clear()
-            for _ in range(2):
-                d.step([2, 0])
-            # 2 frames of 2 rows: pass 0 prefills 2 positions a row (4 rows), passes 1-14 one (2 rows)
-            assert products == ([4] * 2 if table else [4, *[2] * 14] * 2), f"products {products}, table {table}"
-            codes.append((d.codes(2), d.codes(0)))
-        (a2, a0), (b2, b0) = codes
-        assert_codes_equal(b2, a2, f"slot 2 with the qkv table, cp_gemv_rows {cp_rows}")
-        assert_codes_equal(b0, a0, f"slot 0 with the qkv table, cp_gemv_rows {cp_rows}")
-    layer = cp.stack.layers[0]
-    for j, c in ((0, 5), (13, 2047)):
-        want = gemv_kernel(cp.inputs[j][c][None], layer.w_qkv, norm=(layer.ln_in, cp.stack.eps), **wide["qkv"])[0]
-        torch.testing.assert_close(cp.qkv_table[j, c], want, atol=1e-5, rtol=1e-5)
-    print("OK")
-
-
-def test_cp_qkv_table_gives_the_codes_of_the_launched_product(tiny_checkpoint):
-    _run_interpreted(f"check_cp_qkv_table_interpreted({str(tiny_checkpoint)!r})", timeout=480)
 
 
 def test_triton_decode_attention_interpreted_equals_reference():
