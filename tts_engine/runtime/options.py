@@ -44,10 +44,9 @@ class FastPathOptions:
     cp_fused_attention: bool = True
     # Passes 1-14 of the code predictor take their first layer's qkv product from a table made at load
     # (`CodePredictorRunner.first_layer_qkv_table`, 235 MB at bf16: the pass's input is a function of the
-    # code the draw before it picked), gathered by that draw: a product and a launch fewer a pass. Predicted
-    # −3.3 µs a pass at batch 1 (its qkv's 3.55 µs of critical path in run 22's profile, less the larger
-    # gather); untimed, so off.
-    cp_qkv_table: bool = False
+    # code the draw before it picked), gathered by that draw: a product and a launch fewer a pass. Run 23
+    # (interleaved pairs): frame 1.503 / 2.866 / 3.046 -> 1.479 / 2.797 / 2.954 ms at batch 1 / 8 / 32.
+    cp_qkv_table: bool = True
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # runner.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
