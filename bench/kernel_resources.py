@@ -20,6 +20,8 @@ import os
 import subprocess
 import tempfile
 
+import triton
+
 # Each batch-1 product: (K, its epilogue: 0 plain, 1 + residual, 2 SwiGLU, whether an RMSNorm prologue).
 SHAPES = {"talker": {"qkv": (2048, 0, True), "o": (2048, 1, False), "gate_up": (2048, 2, True),
                      "down": (6144, 1, False)},
@@ -39,7 +41,7 @@ def _with_occupancy(line: str, num_warps: int) -> str:
 
 
 def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
-              residual_early: bool = False, row_blocks: int = 1) -> str:
+              residual_early: bool = False, row_blocks: int = 1, delta: int = 0) -> str:
     """cuobjdump's resource line of one whole-row launch (bf16, one row of x, PDL; mode as in SHAPES)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -55,12 +57,19 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
     signature = {**pointers, **scalars, "eps": "fp32", **dict.fromkeys(fn.arg_names[13:], "constexpr")}
     consts = dict(MODE=mode, NORM=norm, M_P=1, BLOCK_N=block_n, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=True,
                   RES_EARLY=residual_early and mode == 1)
+    if "d_ptr" in signature:  # the kernels that take gemv's x_delta / residual_delta
+        signature.update(d_ptr="*i64", s_d="i32")
+        consts["DELTA"] = delta
     if row_chunks > 1 or row_blocks > 1:
         consts["CHUNKS"] = row_chunks
     if row_blocks > 1:
         consts["BLOCKS"] = row_blocks
     src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    return _resource_line(kernel)
+
+
+def _resource_line(kernel) -> str:
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
@@ -70,13 +79,36 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
     return " ".join(line.split()[:3])  # REG:n STACK:n SHARED:n
 
 
+def attention_o_resources(block_r: int, num_warps: int, t: int = 1) -> str:
+    """cuobjdump's resource line of the code predictor's attention + o launch (1.7B shapes: 16 query heads, 8 kv
+    heads of 128, 16 positions), bf16, PDL."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from tts_engine.kernels import cp_attention_o as ao
+
+    fn = ao._cp_attention_o_kernel
+    kinds = {**dict.fromkeys(fn.arg_names[:8], "*bf16"), "sum_ptr": "*i64", "start": "i32", "eps": "fp32",
+             "scale": "fp32", **dict.fromkeys(("n_out", "s_qkv", "s_row", "s_head", "s_pos", "s_wo", "s_sum"), "i32")}
+    signature = {n: kinds.get(n, "constexpr") for n in fn.arg_names}
+    consts = dict(T=t, HQ=16, HKV=8, GROUP=2, GROUP_P=2, D=128, BLOCK_P=16, BLOCK_R=block_r, PDL=True)
+    src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
+    return _resource_line(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stream", action="store_true",
                    help="the row-block streaming kernel (gemv row_blocks) at 2 blocks a program; the count can change "
                         "its registers (the talker's gate/up: 95 at 4 and 8 blocks, 78 at 6)")
-    if p.parse_args(argv).stream:
+    p.add_argument("--attention-o", action="store_true",
+                   help="the code predictor's attention + o launch (cp_attention_o) at each candidate of "
+                        "bench.latency's --experiments cp_attention_o, and its gate/up and down reading the sum")
+    args = p.parse_args(argv)
+    if args.stream:
         return _stream()
+    if args.attention_o:
+        return _attention_o()
     from tts_engine.runtime.code_predictor import PDL_LAUNCH
     from tts_engine.runtime.runner import TALKER_PDL_LAUNCH
 
@@ -108,6 +140,25 @@ def _stream() -> int:
                                     row_blocks=2)
                     print(f"{stage} {product} (K {k}, {block_n} rows, {warps} warps, streamed"
                           f"{', in 3 slices' if chunks > 1 else ''}): {_with_occupancy(got, warps)}", flush=True)
+    return 0
+
+
+def _attention_o() -> int:
+    from bench.latency_experiments import ATTENTION_O_CANDIDATES
+    from tts_engine.runtime.code_predictor import PDL_LAUNCH
+
+    for name, launch in ATTENTION_O_CANDIDATES.items():
+        for t in (1, 2):
+            got = attention_o_resources(launch["block_r"], launch["num_warps"], t)
+            print(f"cp attention + o {name} ({launch['block_r']} features, {launch['num_warps']} warps, {t} "
+                  f"position{'s' if t > 1 else ''} a row): {_with_occupancy(got, launch['num_warps'])}", flush=True)
+    for product, delta in (("gate_up", 1), ("down", 2)):
+        k, mode, norm = SHAPES["cp"][product]
+        cfg = PDL_LAUNCH[product]
+        got = resources(k, mode, norm, cfg["block_n"], cfg["num_warps"],
+                        residual_early=cfg.get("residual_early", False), delta=delta)
+        print(f"cp {product} reading the sum (K {k}, {cfg['block_n']} rows, {cfg['num_warps']} warps): "
+              f"{_with_occupancy(got, cfg['num_warps'])}", flush=True)
     return 0
 
 

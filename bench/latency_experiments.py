@@ -110,6 +110,30 @@ def cp_qkv_table_times(runner, t_len: int, rounds: int = 3, batches=(1, 8, 32)) 
     return out
 
 
+# The attention + o launches `cp_attention_o_times` tries (output features a program, warps).
+# Compiled offline for sm90 (`python -m bench.kernel_resources --attention-o`): none spills at one position a row.
+ATTENTION_O_CANDIDATES = {"ao64w4": dict(block_r=64, num_warps=4), "ao32w4": dict(block_r=32, num_warps=4),
+                          "ao16w4": dict(block_r=16, num_warps=4), "ao64w8": dict(block_r=64, num_warps=8),
+                          "ao128w8": dict(block_r=128, num_warps=8)}
+
+
+def cp_attention_o_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
+    """The code predictor's frame (and the frame step) with its GEMV passes' attention and o as two launches
+    ("twolaunch") or one (`CodePredictorRunner.attention_o`, each of ATTENTION_O_CANDIDATES), at each of `batches`
+    (the PDL passes: 1-2 rows), interleaved rounds -> {batch: {key: median ms}}."""
+    cp = runner.code_predictor
+    variants = {"twolaunch": {"attention_o": False},
+                **{name: {"attention_o": True, "attention_o_launch": launch}
+                   for name, launch in ATTENTION_O_CANDIDATES.items()}}
+    out = {}
+    for b in (b for b in batches if b <= runner.max_slots):
+        fns = latency._stage_fns(runner, b, t_len)
+        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
+        out[b] = latency.interleaved_times(cp, variants, stages, rounds)
+        print(f"batch {b}, the code predictor's attention + o: {out[b]}", flush=True)
+    return out
+
+
 # Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
 # function).
 AB_CALLS = (("runner", "talker_attention", "decode_qk_attention"), ("runner", "sample", "sample_rows"),
@@ -152,5 +176,6 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
                "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
+               "cp_attention_o": cp_attention_o_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, latency._stage_fns(runner, 1, t_len))}

@@ -142,6 +142,9 @@ def _add_serve(sub) -> None:
                    help="the code predictor's passes 1-14 read their first layer's qkv product from a table made "
                         "at load (235 MB), gathered by the draw before them: a launch fewer a pass (default: on; "
                         "Triton paths)")
+    p.add_argument("--cp-attention-o", action=argparse.BooleanOptionalAction, default=None,
+                   help="the code predictor's GEMV passes run each layer's attention and o product as one launch, "
+                        "o summed across kv heads in int64 fixed point (default: off, untimed; Triton paths)")
     p.add_argument("--talker-qk-attention-context", type=int, default=None,
                    help="the talker's GEMV steps whose rows all attend to at most this many positions run the q/k "
                         "norm, RoPE, K/V store and attention as one launch a layer (default 256; 0: never; CUDA)")

@@ -314,6 +314,24 @@ def test_cp_qkv_table_times_each_batch_with_the_table_and_without_and_restores_i
     assert [t is table for t in seen] == [False, True] * 4 and cp.qkv_table is None
 
 
+def test_cp_attention_o_times_the_two_launches_and_each_candidate_and_restores_them(monkeypatch):
+    """--experiments cp_attention_o: at batches 1 and 2, the frame with attention and o as two launches and as one
+    with each candidate launch, interleaved; the runner's own settings restored."""
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2)
+    runner.max_slots = 8
+    cp = runner.code_predictor
+    cp.attention_o, cp.attention_o_launch = False, "own"
+    seen = []
+    cp.predict = lambda *a, **k: seen.append((cp.attention_o, cp.attention_o_launch))
+    out = experiments.cp_attention_o_times(runner, 11, rounds=2, batches=(1, 2, 16))
+    assert set(out) == {1, 2}  # 16 is past the runner's slots
+    names = ("twolaunch", *experiments.ATTENTION_O_CANDIDATES)
+    assert set(out[1]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step") for name in names}
+    one_round = [(False, "own"), *((True, launch) for launch in experiments.ATTENTION_O_CANDIDATES.values())]
+    assert seen == one_round * 4 and (cp.attention_o, cp.attention_o_launch) == (False, "own")
+
+
 def test_an_unknown_experiment_is_refused_before_anything_loads(tmp_path, capsys):
     import pytest
 

@@ -190,7 +190,10 @@ ROW_BLOCKS = dict(block_n=2, num_warps=8, row_blocks=4)
                                             (1, True, "residual_early"), (2, True, "residual_early"),
                                             (1, True, "row_chunks"), (1, True, "row_blocks+residual_early"),
                                             (2, True, "row_blocks+row_chunks"), (1, True, "qkv_table+residual_early"),
-                                            (2, True, "qkv_table+residual_early")])
+                                            (2, True, "qkv_table+residual_early"),
+                                            (1, True, "attention_o+qkv_table+residual_early"),
+                                            (2, True, "attention_o+qkv_table+residual_early"),
+                                            (1, True, "attention_o+residual_early")])
 def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, change):
     """Batches 1 and 2 (passes of 1-2 rows: the engine's PDL passes) with programmatic dependent
     launch (whole-row GEMVs, every kernel launched early and waiting for its inputs), captured in a
@@ -200,7 +203,9 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
     and down's residual read before their wait (residual_early; the default now, so "" sets it off), or down's
     rows in three slices (row_chunks), or every product's row blocks streamed four a program (row_blocks: two rows a
     block, 8 warps), or passes 1-14's first-layer qkv gathered from the table by the draw (qkv_table: the attention
-    then follows the draw, and o reads the draw's output as its residual before its wait)."""
+    then follows the draw, and o reads the draw's output as its residual before its wait; without it in the name,
+    no table), or the attention and o in one launch (attention_o: its fixed-point sum read by gate/up after its wait
+    and by down before its, then zeroed)."""
     from tts_engine.kernels.backend import pdl_supported
     from tts_engine.runtime.code_predictor import PDL_LAUNCH, attention_warps
     from tts_engine.runtime.sampler import GENERAL
@@ -230,7 +235,7 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
         # The fused attention with the warps of a PDL pass in both: the warps set its reduction order
         # (run 14 compared 8 warps with PDL against 4 without: equal replays, other codes).
         fused_was = cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps
-        table, was = cp.gemv_launch, cp.pdl
+        table, was, table_o = cp.gemv_launch, cp.pdl, (cp.qkv_table, cp.attention_o)
         qkv_table = cp.first_layer_qkv_table() if "qkv_table" in change else None
         for pdl in (False, True):
             cp.pdl, cp.gemv_launch = pdl, table if pdl else no_pdl
@@ -238,13 +243,14 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
             PDL_LAUNCH.update(with_pdl)
             cp.fused_attention = cp.fused_attention_pdl = fused
             cp.fused_attention_warps = attention_warps(b, pdl=True)
-            cp.qkv_table = qkv_table
+            cp.qkv_table, cp.attention_o = qkv_table, "attention_o" in change
             try:
                 codes[pdl] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
                                             before=alternate)
+                assert not cp.o_sum.any(), "the attention + o sum is not zero after the frames"
             finally:
                 PDL_LAUNCH.update(table_was)
-                cp.pdl, cp.gemv_launch, cp.qkv_table = was, table, None
+                cp.pdl, cp.gemv_launch, (cp.qkv_table, cp.attention_o) = was, table, table_o
                 cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps = fused_was
     assert len(torch.cat(codes[False]).unique()) > 1
     _assert_pdl_gives_the_output_without(
@@ -289,14 +295,14 @@ def test_code_predictor_with_the_launchs_own_qkv_table_gives_its_codes(runners, 
     c0 = torch.tensor([17, 1500][:b], device="cuda")
     frames = torch.tensor([3, 9][:b], device="cuda")
     rows = fast.rows.gather(torch.arange(b, device="cuda"))
-    codes = {}
+    codes, kept = {}, cp.qkv_table
     try:
         with torch.inference_mode():
             for name, value in (("launched", None), ("table", table)):
                 cp.qkv_table = value
                 codes[name] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL), n=4)
     finally:
-        cp.qkv_table = None
+        cp.qkv_table = kept
     for name, outs in codes.items():
         assert all(torch.equal(o, outs[0]) for o in outs), f"{name}: replays differ"
     assert len(codes["launched"][0].unique()) > 1

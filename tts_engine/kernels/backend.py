@@ -50,6 +50,17 @@ def pdl_launch(pdl: bool) -> dict:
     return {"launch_pdl": True} if pdl else {}
 
 
+# A sum across programs that must not depend on the order they finish in is kept as int64 multiples of 2^-32
+# (kernels/cp_attention_o.py): integer atomic adds commute, fp32 ones do not round the same in every order.
+FIXED_ONE = 2.0 ** 32
+
+
+def from_fixed_ref(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """int64 multiples of 2^-32 -> values of `dtype`, as the kernels' `from_fixed` rounds them (to fp32, then
+    dtype)."""
+    return (q.to(torch.float32) * (1.0 / FIXED_ONE)).to(dtype)
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -79,3 +90,14 @@ if HAVE_TRITON:
         else:
             y = x
         return y
+
+    @triton.jit
+    def to_fixed(x):
+        """fp32 x -> int64 multiples of 2^-32 (truncated: exact for |x| >= 2^-8), for an order-free atomic sum."""
+        return (x * 4294967296.0).to(tl.int64)
+
+    @triton.jit
+    def from_fixed(q, dtype: tl.constexpr):
+        """int64 multiples of 2^-32 -> fp32 holding the value rounded to `dtype` (to fp32 first, as
+        `from_fixed_ref`)."""
+        return round_to(q.to(tl.float32) * 2.3283064365386963e-10, dtype)

@@ -35,7 +35,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import gdc_launch_dependents, gdc_wait, pdl_start, round_to
+    from .backend import pdl_start, round_to
     from .qk_norm_rope import norm_rope_tables, norm_rope_values
 
 LOG2E = 1.4426950408889634
@@ -119,34 +119,34 @@ def cp_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: 
 if HAVE_TRITON:
 
     @triton.jit
-    def _cp_qk_attention_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, out_ptr, start, eps, scale,
-                                s_qkv, s_row, s_head, s_pos, so_tok, so_h,
-                                T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
-                                GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        kvh = tl.program_id(1)
-        dt = qkv_ptr.dtype.element_ty
+    def cp_attention_setup(k_ptr, v_ptr, kn_ptr, qn_ptr, cos_ptr, sin_ptr, cache, start, s_pos, T: tl.constexpr,
+                           D: tl.constexpr, BLOCK_P: tl.constexpr):
+        """What a program of (row, kv head) reads before the PDL wait: the cache's earlier positions (written by
+        earlier passes, not by the kernel before this one) as fp32 keys/values [BLOCK_P, D], and the norm weights
+        and RoPE rows of positions start (keys) and start + T - 1 (queries, T <= 2): constants, out of L2 by now."""
         d = tl.arange(0, D)
-        g = tl.arange(0, GROUP_P)
-        g_ok = g < GROUP
-        heads = kvh * GROUP + g
-        cache = row * s_row + kvh * s_head
         pos = tl.arange(0, BLOCK_P)
-        # The cache's earlier positions were written by earlier passes, not by the kernel before this
-        # one: with PDL they are read before the wait, while the qkv product finishes.
         earlier = pos < start
         kv_off = cache + pos[:, None] * s_pos + d[None, :]
-        keys = tl.load(k_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)  # [BLOCK_P, D]
+        keys = tl.load(k_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)
         values = tl.load(v_ptr + kv_off, mask=earlier[:, None], other=0.0).to(tl.float32)
         rot = tl.where(d < D // 2, d + D // 2, d - D // 2)  # the element rotate_half puts at d
-        # The norm weights and RoPE rows too (T <= 2 positions): constants, out of L2 by now.
         kw, kwr, cos0, sin0 = norm_rope_tables(kn_ptr, cos_ptr, sin_ptr, d[None, :], rot[None, :], start, D)
         qw, qwr, cos1, sin1 = norm_rope_tables(qn_ptr, cos_ptr, sin_ptr, d[None, :], rot[None, :], start + T - 1, D)
-        if PDL:
-            gdc_wait()
-            gdc_launch_dependents()
-        # The new tokens' keys (normed, rotated) and values: into the cache for later passes, and into
-        # this program's copy of it, which the queries below read.
+        return keys, values, kw, kwr, qw, qwr, cos0, sin0, cos1, sin1
+
+    @triton.jit
+    def cp_new_keys(qkv_ptr, k_ptr, v_ptr, row, kvh, cache, start, eps, s_qkv, s_pos, keys, values, kw, kwr, cos0,
+                    sin0, cos1, sin1, store, T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+                    BLOCK_P: tl.constexpr):
+        """The row's T new keys (normed, rotated) and values of kv head kvh, from the qkv product: into the cache
+        for later passes (where `store`), and into this program's copy of it (keys/values [BLOCK_P, D], returned),
+        which its queries read."""
+        dt = qkv_ptr.dtype.element_ty
+        d = tl.arange(0, D)
+        pos = tl.arange(0, BLOCK_P)
+        rot = tl.where(d < D // 2, d + D // 2, d - D // 2)
+        keep = d < tl.where(store, D, 0)  # (a scalar mask does not broadcast in the interpreter)
         for t in tl.static_range(T):
             src = qkv_ptr + (row * T + t) * s_qkv
             cos_t, sin_t = (cos0, sin0) if t == 0 else (cos1, sin1)
@@ -154,23 +154,54 @@ if HAVE_TRITON:
             k = norm_rope_values(tl.load(k_at + d)[None, :].to(tl.float32), tl.load(k_at + rot)[None, :].to(tl.float32),
                                  kw, kwr, cos_t, sin_t, d[None, :], eps, D, dt)  # [1, D]
             v = tl.load(src + (HQ + HKV + kvh) * D + d)
-            tl.store(k_ptr + cache + (start + t) * s_pos + d[None, :], k.to(dt))
-            tl.store(v_ptr + cache + (start + t) * s_pos + d, v)
+            tl.store(k_ptr + cache + (start + t) * s_pos + d[None, :], k.to(dt), mask=keep[None, :])
+            tl.store(v_ptr + cache + (start + t) * s_pos + d, v, mask=keep)
             keys = tl.where((pos == start + t)[:, None], k, keys)
             values = tl.where((pos == start + t)[:, None], v.to(tl.float32)[None, :], values)
+        return keys, values
+
+    @triton.jit
+    def cp_attend(qkv_ptr, row, kvh, t, start, eps, scale, s_qkv, keys, values, qw, qwr, cos_t, sin_t,
+                  T: tl.constexpr, GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr):
+        """Token t's queries of kv head kvh's GROUP heads (normed, rotated) against keys/values [BLOCK_P, D] (causal)
+        -> the attention output [GROUP_P, D], fp32 holding values rounded to the qkv dtype."""
+        dt = qkv_ptr.dtype.element_ty
+        d = tl.arange(0, D)
+        g = tl.arange(0, GROUP_P)
+        g_ok = g < GROUP
+        rot = tl.where(d < D // 2, d + D // 2, d - D // 2)
+        src = qkv_ptr + (row * T + t) * s_qkv + (kvh * GROUP + g)[:, None] * D
+        x = tl.load(src + d[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32)
+        xr = tl.load(src + rot[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32)
+        q = norm_rope_values(x, xr, qw, qwr, cos_t, sin_t, d[None, :], eps, D, dt) * scale  # [GROUP_P, D]
+        ok = tl.arange(0, BLOCK_P) <= start + t
+        s = tl.sum(q[:, None, :] * keys[None, :, :], axis=2)  # [GROUP_P, BLOCK_P]
+        s = tl.where(ok[None, :], s, float("-inf"))
+        p = tl.exp2(s - tl.max(s, axis=1)[:, None])
+        return round_to(tl.sum(p[:, :, None] * values[None, :, :], axis=1) / tl.sum(p, axis=1)[:, None], dt)
+
+    @triton.jit
+    def _cp_qk_attention_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, out_ptr, start, eps, scale,
+                                s_qkv, s_row, s_head, s_pos, so_tok, so_h,
+                                T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
+                                GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        kvh = tl.program_id(1)
+        cache = row * s_row + kvh * s_head
+        keys, values, kw, kwr, qw, qwr, cos0, sin0, cos1, sin1 = cp_attention_setup(
+            k_ptr, v_ptr, kn_ptr, qn_ptr, cos_ptr, sin_ptr, cache, start, s_pos, T, D, BLOCK_P)
+        pdl_start(PDL)
+        keys, values = cp_new_keys(qkv_ptr, k_ptr, v_ptr, row, kvh, cache, start, eps, s_qkv, s_pos, keys, values,
+                                   kw, kwr, cos0, sin0, cos1, sin1, kvh >= 0, T, HQ, HKV, D, BLOCK_P)
+        d = tl.arange(0, D)
+        g = tl.arange(0, GROUP_P)
+        dt = out_ptr.dtype.element_ty
         for t in tl.static_range(T):
-            src = qkv_ptr + (row * T + t) * s_qkv + heads[:, None] * D
             cos_t, sin_t = (cos0, sin0) if t == 0 else (cos1, sin1)
-            x = tl.load(src + d[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32)
-            xr = tl.load(src + rot[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32)
-            q = norm_rope_values(x, xr, qw, qwr, cos_t, sin_t, d[None, :], eps, D, dt) * scale  # [GROUP_P, D]
-            ok = pos <= start + t
-            s = tl.sum(q[:, None, :] * keys[None, :, :], axis=2)  # [GROUP_P, BLOCK_P]
-            s = tl.where(ok[None, :], s, float("-inf"))
-            p = tl.exp2(s - tl.max(s, axis=1)[:, None])
-            out = round_to(tl.sum(p[:, :, None] * values[None, :, :], axis=1) / tl.sum(p, axis=1)[:, None], dt)
-            tl.store(out_ptr + (row * T + t) * so_tok + heads[:, None] * so_h + d[None, :], out.to(dt),
-                     mask=g_ok[:, None])
+            out = cp_attend(qkv_ptr, row, kvh, t, start, eps, scale, s_qkv, keys, values, qw, qwr, cos_t, sin_t,
+                            T, GROUP, GROUP_P, D, BLOCK_P)
+            tl.store(out_ptr + (row * T + t) * so_tok + (kvh * GROUP + g)[:, None] * so_h + d[None, :], out.to(dt),
+                     mask=(g < GROUP)[:, None])
 
 
 def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,

@@ -38,14 +38,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .backend import HAVE_TRITON, next_pow2, pdl_launch
+from .backend import HAVE_TRITON, from_fixed_ref, next_pow2, pdl_launch
 from .rms_norm import rms_norm_ref
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import pdl_start, round_to
+    from .backend import from_fixed, pdl_start, round_to
 
 MAX_ROWS = 16  # batch rows one program holds in registers (the CUDA-core kernels)
 # What every launch configuration the sweeps chose at 1 row shares (run 9's code-predictor shapes, run
@@ -55,7 +55,13 @@ MAX_MMA_ROWS = 64  # with mma: rows of one tensor-core tile
 
 
 def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
-             silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+             silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
+             x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None) -> torch.Tensor:
+    if x_delta is not None:
+        x = x + from_fixed_ref(x_delta, x.dtype)
+    if residual_delta is not None:
+        residual = residual + from_fixed_ref(residual_delta, residual.dtype)
+        residual_delta.zero_()
     if norm is not None:
         x = rms_norm_ref(x, *norm)
     y = F.linear(x, w)
@@ -68,16 +74,18 @@ def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None 
 if HAVE_TRITON:
 
     @triton.jit
-    def _gemv_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
-                     MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, LATE_SUM: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
+    def _gemv_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, d_ptr, s_d,
+                     DELTA: tl.constexpr, MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LATE_SUM: tl.constexpr, STAGES: tl.constexpr,
+                     PDL: tl.constexpr):
         """MODE 0: plain, 1: + residual, 2: SwiGLU over rows n (gate) and n + n_out (up) of w.
         LATE_SUM: keep the products [M_P, BLOCK_N, BLOCK_K] in registers and reduce over K once
         after the loop (one cross-thread reduction instead of one per slice; registers grow with
         M_P); STAGES: software-pipelined slices of w in flight per program. NORM: x is RMS-normalised
         with weight ln_ptr [K] first. PDL: launched with programmatic dependent launch, the program
         waits for the previous kernel before its first load (its launch and scheduling overlap that
-        kernel's tail; `_gemv_rows_kernel` also streams its weights in meanwhile)."""
+        kernel's tail; `_gemv_rows_kernel` also streams its weights in meanwhile). DELTA (`_delta_x`,
+        `_residual`): x or the residual is the sum of it and d_ptr's fixed-point values."""
         pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -92,15 +100,13 @@ if HAVE_TRITON:
             sum_sq = tl.zeros((M_P,), dtype=tl.float32)
             for k0 in range(0, k, BLOCK_K):
                 ks = k0 + tl.arange(0, BLOCK_K)
-                xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & (ks < k)[None, :],
-                             other=0.0).to(tl.float32)
+                xs = _delta_x(x_ptr, d_ptr, rows, ks, r_ok, ks < k, s_x, s_d, DELTA)
                 sum_sq += tl.sum(xs * xs, axis=1)
             inv_rms = tl.rsqrt(sum_sq / k + eps)
         for k0 in tl.range(0, k, BLOCK_K, num_stages=STAGES):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < k
-            xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
-                         other=0.0).to(tl.float32)  # [M_P, BLOCK_K]
+            xs = _delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
             if NORM:
                 ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
                 xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
@@ -120,12 +126,12 @@ if HAVE_TRITON:
         if LATE_SUM:
             acc = tl.sum(part, axis=2)
             acc_up = tl.sum(part_up, axis=2)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False, d_ptr, s_d, DELTA)
 
     @triton.jit
-    def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
-                          MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr):
+    def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, d_ptr, s_d,
+                          DELTA: tl.constexpr, MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr):
         """`_gemv_kernel` with whole rows of w (BLOCK_K >= K) per program, loaded before anything the
         previous kernel writes is read: launched with PDL, this program's weights stream in while the
         previous kernel finishes, and `gdc_wait` then makes that kernel's outputs (x, residual)
@@ -148,11 +154,10 @@ if HAVE_TRITON:
         ok = r_ok[:, None] & f_ok[None, :]
         res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
         if RES_EARLY:
-            res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
+            res = _residual(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA)
         pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
-        xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :],
-                     other=0.0).to(tl.float32)  # [M_P, BLOCK_K]
+        xs = _delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
         if NORM:
             inv_rms = tl.rsqrt(tl.sum(xs * xs, axis=1) / k + eps)
             xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
@@ -160,7 +165,8 @@ if HAVE_TRITON:
         acc_up = acc
         if MODE == 2:
             acc_up = tl.sum(xs[:, None, :] * wu.to(tl.float32)[None, :, :], axis=2)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY, d_ptr, s_d,
+                  DELTA)
 
     @triton.jit
     def _gemv_row_slices_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
@@ -184,7 +190,8 @@ if HAVE_TRITON:
         acc_up = acc
         if MODE == 2:
             acc_up = _rows_dot(x0, x1, x2, u0, u1, u2, CHUNKS)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY, y_ptr,
+                      0, 0)
 
     @triton.jit
     def _gemv_row_stream_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
@@ -218,7 +225,8 @@ if HAVE_TRITON:
             acc_up = acc
             if MODE == 2:
                 acc_up = _rows_dot(x0, x1, x2, u0, u1, u2, CHUNKS)
-            _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY)
+            _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY,
+                      y_ptr, 0, 0)
             w0, w1, w2, u0, u1, u2, res, feats = n0, n1, n2, v0, v1, v2, r_next, ahead
 
     @triton.jit
@@ -341,20 +349,46 @@ if HAVE_TRITON:
                     acc_up = tl.dot(xs.to(tl.float32), tl.trans(wu.to(tl.float32)), acc_up, input_precision="ieee")
                 else:
                     acc_up = tl.dot(xs, tl.trans(wu), acc_up)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False)
+        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False, y_ptr, 0, 0)
+
+    @triton.jit
+    def _delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA: tl.constexpr):
+        """Columns ks of x's rows [M_P, BLOCK_K] in fp32; DELTA 1: x + d (d_ptr's int64 multiples of 2^-32 rounded
+        to x's dtype), rounded, as the reference's residual add `x + F.linear(...)` rounds."""
+        ok = r_ok[:, None] & k_ok[None, :]
+        xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=ok, other=0.0).to(tl.float32)
+        if DELTA == 1:
+            x_dt = x_ptr.dtype.element_ty
+            ds = tl.load(d_ptr + rows[:, None] * s_d + ks[None, :], mask=ok, other=0)
+            xs = round_to(xs + from_fixed(ds, x_dt), x_dt)
+        return xs
+
+    @triton.jit
+    def _residual(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA: tl.constexpr):
+        """The residual [M_P, BLOCK_N] in fp32; DELTA 2: r + d, as `_delta_x` adds it."""
+        res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
+        if DELTA == 2:
+            r_dt = r_ptr.dtype.element_ty
+            ds = tl.load(d_ptr + rows[:, None] * s_d + feats[None, :], mask=ok, other=0)
+            res = round_to(res + from_fixed(ds, r_dt), r_dt)
+        return res
 
     @triton.jit
     def _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE: tl.constexpr, res,
-                  RES_LOADED: tl.constexpr):
+                  RES_LOADED: tl.constexpr, d_ptr, s_d, DELTA: tl.constexpr):
         """fp32 products [M_P, BLOCK_N] -> rounded, the residual added or SwiGLU applied, stored.
-        RES_LOADED: res holds the residual already (fp32), else it is read here."""
+        RES_LOADED: res holds the residual already (fp32), else it is read here. DELTA 2: the residual is
+        r + d (`_residual`), and this program's d (all of it read by now: the launch's wait has passed) is
+        zeroed for the next sum into it."""
         dt = y_ptr.dtype.element_ty
         out = round_to(acc, dt)
         ok = r_ok[:, None] & f_ok[None, :]
         if MODE == 1:
             if not RES_LOADED:
-                res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
+                res = _residual(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA)
             out = round_to(res + out, dt)
+            if DELTA == 2:
+                tl.store(d_ptr + rows[:, None] * s_d + feats[None, :], tl.zeros((1, 1), tl.int64), mask=ok)
         if MODE == 2:
             act = round_to(out / (1.0 + tl.exp(-out)), dt)
             out = round_to(act * round_to(acc_up, dt), dt)
@@ -364,7 +398,8 @@ if HAVE_TRITON:
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
          late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
-         mma: bool = False, residual_early: bool = False, row_chunks: int = 1, row_blocks: int = 1) -> torch.Tensor:
+         mma: bool = False, residual_early: bool = False, row_chunks: int = 1, row_blocks: int = 1,
+         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
@@ -377,9 +412,14 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     row_chunks (whole_rows, 1-3): a row held as that many power-of-two slices of K / row_chunks rounded up
     (K 6,144 as 3 x 2,048, not one 8,192-wide slice with a quarter masked); row_blocks (whole_rows, any slices):
     blocks of block_n rows one program streams in turn, the next block's weights loading while the last one's
-    products are summed (a grid of cdiv(N, block_n * row_blocks) programs)."""
+    products are summed (a grid of cdiv(N, block_n * row_blocks) programs).
+    x_delta [>= M, K] int64 (the whole-row and the K-loop kernels): x is x + x_delta's multiples of 2^-32, rounded to
+    x's dtype and added as the reference adds a product to its residual (kernels/cp_attention_o.py's o_sum);
+    residual_delta [>= M, N] int64 (the same kernels, with residual): the residual is residual + residual_delta so,
+    and residual_delta is zeroed once read (the product that reads it last: the next sum into it starts at 0)."""
     if not HAVE_TRITON:
-        return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm)
+        return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm, x_delta=x_delta,
+                        residual_delta=residual_delta)
     m, k = x.shape
     if m > (MAX_MMA_ROWS if mma else MAX_ROWS):
         raise ValueError(f"gemv holds at most {MAX_MMA_ROWS if mma else MAX_ROWS} rows{' with mma' if mma else ''}, "
@@ -408,6 +448,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     if norm is not None and (ln.shape != (k,) or ln.dtype != x.dtype or ln.stride(0) != 1):
         raise ValueError(f"norm weight must be [K] = [{k}] contiguous in x's dtype, got {tuple(ln.shape)} {ln.dtype}")
     mode = 2 if silu_mul else 1 if residual is not None else 0
+    delta = _delta_args(x_delta, residual_delta, m, k, n_out, mode, mma or row_chunks > 1 or row_blocks > 1, y)
     args = (x, w, r, ln, y, m, n_out, k, x.stride(0), w.stride(0), r.stride(0), y.stride(0), eps)
     shape = dict(MODE=mode, NORM=norm is not None, M_P=max(1, next_pow2(m)), BLOCK_N=block_n)
     grid = (triton.cdiv(n_out, block_n),)
@@ -424,10 +465,28 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
             grid = (triton.cdiv(grid[0], row_blocks),)
             _gemv_row_stream_kernel[grid](*args, **launch, CHUNKS=row_chunks, BLOCKS=row_blocks)
         elif row_chunks == 1:
-            _gemv_rows_kernel[grid](*args, **launch)
+            _gemv_rows_kernel[grid](*args, **delta, **launch)
         else:
             _gemv_row_slices_kernel[grid](*args, **launch, CHUNKS=row_chunks)
     else:
-        _gemv_kernel[grid](*args, **shape, BLOCK_K=block_k, LATE_SUM=late_sum, STAGES=stages, PDL=pdl,
+        _gemv_kernel[grid](*args, **delta, **shape, BLOCK_K=block_k, LATE_SUM=late_sum, STAGES=stages, PDL=pdl,
                            num_warps=num_warps, **pdl_launch(pdl))
     return y
+
+
+def _delta_args(x_delta, residual_delta, m: int, k: int, n_out: int, mode: int, other_kernel: bool, y) -> dict:
+    """The kernels' d_ptr, s_d, DELTA for gemv's x_delta / residual_delta (checked)."""
+    if x_delta is not None and residual_delta is not None:
+        raise ValueError("gemv: x_delta and residual_delta do not combine")
+    d, width, kind = (x_delta, k, 1) if x_delta is not None else (residual_delta, n_out, 2)
+    if d is None:
+        return dict(d_ptr=y, s_d=0, DELTA=0)
+    if other_kernel:
+        raise ValueError("gemv: x_delta / residual_delta are the whole-row and K-loop kernels' (no mma, row_chunks "
+                         "or row_blocks)")
+    if kind == 2 and mode != 1:
+        raise ValueError("gemv: residual_delta needs a residual")
+    if d.dtype != torch.int64 or d.dim() != 2 or d.shape[0] < m or d.shape[1] != width or d.stride(1) != 1:
+        raise ValueError(f"gemv: {'x' if kind == 1 else 'residual'}_delta must be int64 [>= {m}, {width}] with unit "
+                         f"column stride, got {d.dtype} {tuple(d.shape)}")
+    return dict(d_ptr=d, s_d=d.stride(0), DELTA=kind)

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
+from ..kernels.cp_attention_o import cp_attention_o
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
@@ -80,6 +81,11 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
               "head": dict(block_n=2, num_warps=8, **_PDL)}
 
 
+# The attention + o launch (`attention_o`, kernels/cp_attention_o.py): output features a program, its warps. A
+# first guess (untimed): 16 programs a kv head, 128 at batch 1, each with a 32 KB block of w_o.
+ATTENTION_O_LAUNCH = dict(block_r=64, num_warps=4)
+
+
 def attention_warps(rows: int, pdl: bool) -> int:
     """Warps a program of the fused attention (cp_qk_attention) for a pass of `rows` token rows. Run 14
     (bench.latency, frame ms with 1 / 2 / 4 / 8 warps): batch 1 (PDL) 1.794 / 1.815 / 1.801 / 1.765;
@@ -93,8 +99,9 @@ def attention_warps(rows: int, pdl: bool) -> int:
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
-                 qkv_table: bool = False):
-        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table: `FastPathOptions`' cp_* (validated there)."""
+                 qkv_table: bool = False, attention_o: bool = False):
+        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o: `FastPathOptions`' cp_* (validated
+        there)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -130,6 +137,12 @@ class CodePredictorRunner:
         # Passes 1-14's first-layer qkv products, one row a (pass, code), or None: made by every pass
         # (`first_layer_qkv_table`; read at every pass, so a benchmark may set or clear it between graphs).
         self.qkv_table = self.first_layer_qkv_table() if qkv_table and use_triton else None
+        # GEMV passes with the fused attention run it and o as one launch (`cp_attention_o`), its o product summed
+        # into o_sum (zero between layers); read at every pass, like the table.
+        self.attention_o = attention_o and self.gemv_rows > 0
+        self.attention_o_launch = ATTENTION_O_LAUNCH
+        self.o_sum = torch.zeros(max(1, self.gemv_rows), c.layers[0].w_o.shape[0],
+                                 dtype=torch.int64, device=self.device)
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
@@ -153,6 +166,7 @@ class CodePredictorRunner:
         other = copy.copy(self)
         other.k = self.k.new_zeros(layers, max_batch, *rest)
         other.v = torch.zeros_like(other.k)
+        other.o_sum = torch.zeros_like(self.o_sum)
         return other
 
     def layers(self, h: torch.Tensor, b: int, start: int,
@@ -181,10 +195,18 @@ class CodePredictorRunner:
                                        c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
                                        num_warps=self.fused_attention_warps or attention_warps(b * n, pdl))
 
+            def attention_o(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> o_sum [>= b n, H]
+                cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], layer.w_o,
+                               self.o_sum, start, n, c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
+                               **self.attention_o_launch)
+                return self.o_sum
+
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
             fused = dict(qkv_attend=qkv_attend if fuse else None, first_qkv=first_qkv)
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if b * n <= max(self.gemv_rows, self.mma_rows):
+                if fuse and self.attention_o and b * n <= self.gemv_rows:
+                    fused["attention_o"] = attention_o
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
                 return out.view(b, n, -1)[:, -1], False
             return decoder_step_triton(*args, **fused).view(b, n, -1)[:, -1], True  # [b n, h] -> last position

@@ -121,6 +121,10 @@ TritonAttend = Callable[[int, torch.Tensor], torch.Tensor]
 # (layer index, layer, qkv [N, (Hq + 2 Hkv) D]) -> [N, Hq, D]: the q/k norm, RoPE and the new K/V's store
 # done by the attention's own launch (the code predictor's `cp_qk_attention`).
 QkvAttend = Callable[[int, FusedLayer, torch.Tensor], torch.Tensor]
+# (layer index, layer, qkv [N, (Hq + 2 Hkv) D]) -> o_sum [>= N, H] int64: the attention and its o product in one
+# launch, the product summed into o_sum in 2^-32 units (the code predictor's `cp_attention_o`); o_sum is zero
+# before and after each layer (the layer's down product zeroes it once read).
+AttentionO = Callable[[int, FusedLayer, torch.Tensor], torch.Tensor]
 
 
 def _attention(stack: FusedStack, i: int, layer: FusedLayer, qkv_out: torch.Tensor, rope_cos, rope_sin, positions,
@@ -177,7 +181,8 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
 def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                       positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                       attend: TritonAttend, launch: dict[str, dict], pdl: bool = False,
-                      qkv_attend: QkvAttend | None = None, first_qkv: torch.Tensor | None = None) -> torch.Tensor:
+                      qkv_attend: QkvAttend | None = None, first_qkv: torch.Tensor | None = None,
+                      attention_o: AttentionO | None = None) -> torch.Tensor:
     """`decoder_step_triton` for a few tokens (as many as the launch's kernel holds), 6 launches a
     layer (5 with qkv_attend): the products are kernels/gemv.py's, with each RMSNorm in the prologue of
     the product after it and the residual adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o +
@@ -185,11 +190,19 @@ def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor
     "o", "gate_up", "down"); pdl: q/k norm + RoPE launched with PDL too (the GEMVs' launch says for
     them, `attend` for itself). Returns the residual stream [N, H] *before* the final norm: the
     caller's next product takes it in its prologue (`gemv(x, w, norm=(stack.norm, stack.eps))`).
-    first_qkv: as `decoder_step_triton`'s (the first layer's qkv product not launched)."""
+    first_qkv: as `decoder_step_triton`'s (the first layer's qkv product not launched). attention_o: the
+    attention and o in one launch (4 launches a layer), whose fixed-point sum gate/up adds to its input and down
+    to its residual (gemv's x_delta, residual_delta), as the reference adds o's product to the residual."""
     eps, res = stack.eps, x
     for i, layer in enumerate(stack.layers):
         qkv_out = first_qkv if i == 0 and first_qkv is not None else \
             gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"])
+        if attention_o is not None:
+            o_sum = attention_o(i, layer, qkv_out)
+            act = gemv(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, x_delta=o_sum,
+                       **launch["gate_up"])
+            res = gemv(act, layer.w_down, residual=res, residual_delta=o_sum, **launch["down"])
+            continue
         attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend,
                           qkv_attend, pdl=pdl)
         res = gemv(attn, layer.w_o, residual=res, **launch["o"])

@@ -1,0 +1,81 @@
+"""The code predictor's attention + o launch (FastPathOptions.cp_attention_o) against the two launches it replaces,
+on CPU through Triton's interpreter (in a subprocess: tests/runtime/test_fast_path.py says why)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.runtime.test_fast_path import (
+    GREEDY,
+    SAMPLED,
+    Driver,
+    _assert_interpreted,
+    _run_interpreted,
+    assert_codes_equal,
+    make_input,
+)
+from tts_engine.prompt import Layout
+from tts_engine.runtime.options import FastPathOptions
+from tts_engine.runtime.runner import ModelRunner
+from tts_engine.synthesizer import Synthesizer
+
+
+def check_cp_attention_o_interpreted(checkpoint: str) -> None:
+    """Runs in the subprocess: with cp_attention_o the code predictor's GEMV passes give the codes of its two
+    launches (the fused attention, then o with its residual), on the K-loop GEMVs and on the whole-row ones (the
+    PDL passes' kernels, here without PDL), with and without the first-layer qkv table; no o product is launched;
+    the fixed-point sum is zero after every frame."""
+    torch.set_num_threads(1)
+    _assert_interpreted()
+    from tts_engine.kernels.gemv import gemv as gemv_kernel
+    from tts_engine.runtime import code_predictor, fused
+
+    k_loop = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down", "head")}
+    whole_rows = {name: dict(block_n=16, whole_rows=True, residual_early=name in ("o", "down"))
+                  for name in ("qkv", "o", "gate_up", "down", "head")}
+    o_products = []
+
+    def counted(x, w, *a, **k):
+        if any(w is layer.w_o for layer in cp.stack.layers):
+            o_products.append(x.shape[0])
+        return gemv_kernel(x, w, *a, **k)
+    fused.gemv = counted
+    code_predictor.ATTENTION_O_LAUNCH = dict(block_r=16, num_warps=4)
+    synth = Synthesizer(checkpoint)
+    inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
+              make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
+    for launch, table in ((k_loop, False), (whole_rows, True)):
+        code_predictor.GEMV_LAUNCH = launch
+        codes = []
+        for fused_o in (False, True):
+            options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=4, attention_version=2, cp_qkv_table=table,
+                                      cp_attention_o=fused_o)
+            d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=True, use_graphs=False,
+                                   options=options))
+            cp = d.runner.code_predictor
+            d.start(2, inputs[0])
+            d.start(0, inputs[1])
+            o_products.clear()
+            for _ in range(2):
+                d.step([2, 0])
+                assert not cp.o_sum.any(), "the o sum is not zero after a frame"
+            # 2 frames x 15 passes x 2 layers
+            assert len(o_products) == (0 if fused_o else 60), f"{len(o_products)} o products, fused {fused_o}"
+            codes.append((d.codes(2), d.codes(0)))
+        (a2, a0), (b2, b0) = codes
+        what = f"with attention + o, {'whole-row' if table else 'K-loop'} GEMVs"
+        assert_codes_equal(b2, a2, f"slot 2 {what}")
+        assert_codes_equal(b0, a0, f"slot 0 {what}")
+    print("OK")
+
+
+def test_cp_attention_o_gives_the_codes_of_attention_then_o(tiny_checkpoint):
+    _run_interpreted(f"check_cp_attention_o_interpreted({str(tiny_checkpoint)!r})", timeout=600,
+                     module="tests.runtime.test_cp_attention_o")
+
+
+def test_cp_attention_o_needs_the_fused_attention_on_gemv_passes():
+    for bad in (dict(cp_fused_attention=False), dict(cp_gemv_rows=0)):
+        with pytest.raises(ValueError, match="cp_attention_o needs"):
+            FastPathOptions(cp_attention_o=True, **bad).validate()
