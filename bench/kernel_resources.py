@@ -145,9 +145,10 @@ def _stream() -> int:
 
 def _attention_o() -> int:
     from bench.latency_experiments import ATTENTION_O_CANDIDATES
-    from tts_engine.runtime.code_predictor import PDL_LAUNCH
+    from tts_engine.runtime.code_predictor import ATTENTION_O_LAUNCH, PDL_LAUNCH
 
-    for name, launch in ATTENTION_O_CANDIDATES.items():
+    launches = {**ATTENTION_O_CANDIDATES, **{f"default at {t}": launch for t, launch in ATTENTION_O_LAUNCH.items()}}
+    for name, launch in launches.items():
         for t in (1, 2):
             got = attention_o_resources(launch["block_r"], launch["num_warps"], t)
             print(f"cp attention + o {name} ({launch['block_r']} features, {launch['num_warps']} warps, {t} "

@@ -111,10 +111,12 @@ def cp_qkv_table_times(runner, t_len: int, rounds: int = 3, batches=(1, 8, 32)) 
 
 
 # The attention + o launches `cp_attention_o_times` tries (output features a program, warps).
-# Compiled offline for sm90 (`python -m bench.kernel_resources --attention-o`): none spills at one position a row.
-ATTENTION_O_CANDIDATES = {"ao64w4": dict(block_r=64, num_warps=4), "ao32w4": dict(block_r=32, num_warps=4),
-                          "ao16w4": dict(block_r=16, num_warps=4), "ao64w8": dict(block_r=64, num_warps=8),
-                          "ao128w8": dict(block_r=128, num_warps=8)}
+# The passes of one position a row; the prefill's (2) keeps its launch. Run 23's first candidates: 16-64 features
+# at 4 warps, 64 and 128 at 8 (code_predictor.ATTENTION_O_LAUNCH has the figures). Compiled offline for sm90
+# (`python -m bench.kernel_resources --attention-o`).
+ATTENTION_O_CANDIDATES = {"ao128w8": dict(block_r=128, num_warps=8), "ao64w8": dict(block_r=64, num_warps=8),
+                          "ao128w16": dict(block_r=128, num_warps=16), "ao32w8": dict(block_r=32, num_warps=8),
+                          "ao64w16": dict(block_r=64, num_warps=16)}
 
 
 def cp_attention_o_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
@@ -122,8 +124,9 @@ def cp_attention_o_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) ->
     ("twolaunch") or one (`CodePredictorRunner.attention_o`, each of ATTENTION_O_CANDIDATES), at each of `batches`
     (the PDL passes: 1-2 rows), interleaved rounds -> {batch: {key: median ms}}."""
     cp = runner.code_predictor
+    prefill = cp.attention_o_launch[2]
     variants = {"twolaunch": {"attention_o": False},
-                **{name: {"attention_o": True, "attention_o_launch": launch}
+                **{name: {"attention_o": True, "attention_o_launch": {1: launch, 2: prefill}}
                    for name, launch in ATTENTION_O_CANDIDATES.items()}}
     out = {}
     for b in (b for b in batches if b <= runner.max_slots):

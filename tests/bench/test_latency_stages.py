@@ -321,15 +321,16 @@ def test_cp_attention_o_times_the_two_launches_and_each_candidate_and_restores_t
     runner = _Runner(gemv_rows=2)
     runner.max_slots = 8
     cp = runner.code_predictor
-    cp.attention_o, cp.attention_o_launch = False, "own"
+    cp.attention_o, cp.attention_o_launch = False, {1: "own", 2: "prefill"}
     seen = []
     cp.predict = lambda *a, **k: seen.append((cp.attention_o, cp.attention_o_launch))
     out = experiments.cp_attention_o_times(runner, 11, rounds=2, batches=(1, 2, 16))
     assert set(out) == {1, 2}  # 16 is past the runner's slots
     names = ("twolaunch", *experiments.ATTENTION_O_CANDIDATES)
     assert set(out[1]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step") for name in names}
-    one_round = [(False, "own"), *((True, launch) for launch in experiments.ATTENTION_O_CANDIDATES.values())]
-    assert seen == one_round * 4 and (cp.attention_o, cp.attention_o_launch) == (False, "own")
+    one_round = [(False, {1: "own", 2: "prefill"}),
+                 *((True, {1: launch, 2: "prefill"}) for launch in experiments.ATTENTION_O_CANDIDATES.values())]
+    assert seen == one_round * 4 and (cp.attention_o, cp.attention_o_launch) == (False, {1: "own", 2: "prefill"})
 
 
 def test_an_unknown_experiment_is_refused_before_anything_loads(tmp_path, capsys):

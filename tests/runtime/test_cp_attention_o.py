@@ -41,7 +41,7 @@ def check_cp_attention_o_interpreted(checkpoint: str) -> None:
             o_products.append(x.shape[0])
         return gemv_kernel(x, w, *a, **k)
     fused.gemv = counted
-    code_predictor.ATTENTION_O_LAUNCH = dict(block_r=16, num_warps=4)
+    code_predictor.ATTENTION_O_LAUNCH = {1: dict(block_r=16, num_warps=4), 2: dict(block_r=8, num_warps=2)}
     synth = Synthesizer(checkpoint)
     inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
               make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]

@@ -81,9 +81,13 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
               "head": dict(block_n=2, num_warps=8, **_PDL)}
 
 
-# The attention + o launch (`attention_o`, kernels/cp_attention_o.py): output features a program, its warps. A
-# first guess (untimed): 16 programs a kv head, 128 at batch 1, each with a 32 KB block of w_o.
-ATTENTION_O_LAUNCH = dict(block_r=64, num_warps=4)
+# The attention + o launch (`attention_o`, kernels/cp_attention_o.py) by the positions a row of the pass holds
+# (1; 2 in a frame's prefill): output features a program, its warps. Run 23 (bench.latency --experiments
+# cp_attention_o, three interleaved rounds, frame ms at batch 1 / 2): two launches 1.510 / 1.864; one launch
+# with 16 / 32 / 64 / 128 features a program at 4 warps 1.642 / 1.542 / 1.495 / -, at 8 warps - / - / 1.443 / 1.449
+# (2: 1.898 at 64, 1.817 at 128). At 2 positions 128 x 8 spills (`bench.kernel_resources --attention-o`), 64 x 8
+# does not.
+ATTENTION_O_LAUNCH = {1: dict(block_r=128, num_warps=8), 2: dict(block_r=64, num_warps=8)}
 
 
 def attention_warps(rows: int, pdl: bool) -> int:
@@ -198,7 +202,7 @@ class CodePredictorRunner:
             def attention_o(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> o_sum [>= b n, H]
                 cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], layer.w_o,
                                self.o_sum, start, n, c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
-                               **self.attention_o_launch)
+                               **self.attention_o_launch[n])
                 return self.o_sum
 
             fuse = self.fused_attention_pdl if pdl else self.fused_attention

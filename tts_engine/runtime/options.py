@@ -49,8 +49,9 @@ class FastPathOptions:
     cp_qkv_table: bool = True
     # The code predictor's GEMV passes run each layer's attention and o product as one launch
     # (kernels/cp_attention_o.py: a program a kv head and block of o's features, the partial products summed in
-    # int64 fixed point, which gate/up and down read), 4 launches a layer instead of 5. Untimed, so off.
-    cp_attention_o: bool = False
+    # int64 fixed point, which gate/up and down read), 4 launches a layer instead of 5. Run 23 (interleaved
+    # pairs): frame 1.510 -> 1.449 ms at batch 1, 1.864 -> 1.817 at 2 (code_predictor.ATTENTION_O_LAUNCH).
+    cp_attention_o: bool = True
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # runner.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
