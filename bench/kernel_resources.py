@@ -41,7 +41,7 @@ def _with_occupancy(line: str, num_warps: int) -> str:
 
 
 def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
-              residual_early: bool = False, row_blocks: int = 1, delta: int = 0, x_out: bool = False) -> str:
+              residual_early: bool = False, row_blocks: int = 1, delta: int = 0) -> str:
     """cuobjdump's resource line of one whole-row launch (bf16, one row of x, PDL; mode as in SHAPES)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -58,8 +58,8 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
     consts = dict(MODE=mode, NORM=norm, M_P=1, BLOCK_N=block_n, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=True,
                   RES_EARLY=residual_early and mode == 1)
     if "d_ptr" in signature:  # the kernels that take gemv's x_delta / residual_delta
-        signature.update(d_ptr="*i64", s_d="i32", d2_ptr="*i64", xo_ptr="*bf16", s_xo="i32")
-        consts.update(DELTA=delta, X_OUT=x_out)
+        signature.update(d_ptr="*i64", s_d="i32")
+        consts["DELTA"] = delta
     if row_chunks > 1 or row_blocks > 1:
         consts["CHUNKS"] = row_chunks
     if row_blocks > 1:
@@ -79,7 +79,7 @@ def _resource_line(kernel) -> str:
     return " ".join(line.split()[:3])  # REG:n STACK:n SHARED:n
 
 
-def attention_o_resources(block_r: int, num_warps: int, t: int = 1, zero: int = 0) -> str:
+def attention_o_resources(block_r: int, num_warps: int, t: int = 1) -> str:
     """cuobjdump's resource line of the code predictor's attention + o launch (1.7B shapes: 16 query heads, 8 kv
     heads of 128, 16 positions), bf16, PDL."""
     from triton.backends.compiler import GPUTarget
@@ -88,11 +88,10 @@ def attention_o_resources(block_r: int, num_warps: int, t: int = 1, zero: int = 
     from tts_engine.kernels import cp_attention_o as ao
 
     fn = ao._cp_attention_o_kernel
-    kinds = {**dict.fromkeys(fn.arg_names[:8], "*bf16"), "sum_ptr": "*i64", "zero_ptr": "*i64", "start": "i32",
-             "eps": "fp32", "scale": "fp32", **dict.fromkeys(("n_out", "s_qkv", "s_row", "s_head", "s_pos", "s_wo",
-                                                              "s_sum", "s_zero_plane", "s_zero"), "i32")}
+    kinds = {**dict.fromkeys(fn.arg_names[:8], "*bf16"), "sum_ptr": "*i64", "start": "i32", "eps": "fp32",
+             "scale": "fp32", **dict.fromkeys(("n_out", "s_qkv", "s_row", "s_head", "s_pos", "s_wo", "s_sum"), "i32")}
     signature = {n: kinds.get(n, "constexpr") for n in fn.arg_names}
-    consts = dict(ZERO=zero, T=t, HQ=16, HKV=8, GROUP=2, GROUP_P=2, D=128, BLOCK_P=16, BLOCK_R=block_r, PDL=True)
+    consts = dict(T=t, HQ=16, HKV=8, GROUP=2, GROUP_P=2, D=128, BLOCK_P=16, BLOCK_R=block_r, PDL=True)
     src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
     return _resource_line(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}))
 
@@ -104,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                         "its registers (the talker's gate/up: 95 at 4 and 8 blocks, 78 at 6)")
     p.add_argument("--attention-o", action="store_true",
                    help="the code predictor's attention + o launch (cp_attention_o) at each candidate of "
-                        "bench.latency's --experiments cp_attention_o, its gate/up and down reading the sum, the MLP "
-                        "launch (cp_mlp) at each of --experiments cp_fused_mlp's, and qkv adding both sums")
+                        "bench.latency's --experiments cp_attention_o, and its gate/up and down reading the sum")
     args = p.parse_args(argv)
     if args.stream:
         return _stream()
@@ -145,25 +143,8 @@ def _stream() -> int:
     return 0
 
 
-def mlp_resources(block_i: int, num_warps: int, m: int = 1) -> str:
-    """cuobjdump's resource line of the code predictor's MLP launch (cp_mlp; 1.7B: H 1,024, I 3,072), bf16, PDL."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from tts_engine.kernels import cp_mlp
-    from tts_engine.kernels.backend import next_pow2
-
-    fn = cp_mlp._cp_mlp_kernel
-    kinds = {**dict.fromkeys(("x_ptr", "ln_ptr", "wgu_ptr", "wd_ptr"), "*bf16"), "d_ptr": "*i64", "sum_ptr": "*i64",
-             "eps": "fp32", **dict.fromkeys(("m", "n_inter", "h", "s_x", "s_d", "s_sum"), "i32")}
-    signature = {n: kinds.get(n, "constexpr") for n in fn.arg_names}
-    consts = dict(M_P=next_pow2(m), BLOCK_I=block_i, BLOCK_H=1024, PDL=True)
-    src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
-    return _resource_line(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}))
-
-
 def _attention_o() -> int:
-    from bench.latency_experiments import ATTENTION_O_CANDIDATES, MLP_CANDIDATES
+    from bench.latency_experiments import ATTENTION_O_CANDIDATES
     from tts_engine.runtime.code_predictor import ATTENTION_O_LAUNCH, PDL_LAUNCH
 
     launches = {**ATTENTION_O_CANDIDATES, **{f"default at {t}": launch for t, launch in ATTENTION_O_LAUNCH.items()}}
@@ -179,15 +160,6 @@ def _attention_o() -> int:
                         residual_early=cfg.get("residual_early", False), delta=delta)
         print(f"cp {product} reading the sum (K {k}, {cfg['block_n']} rows, {cfg['num_warps']} warps): "
               f"{_with_occupancy(got, cfg['num_warps'])}", flush=True)
-    for name, launch in MLP_CANDIDATES.items():
-        for m in (1, 2):
-            got = mlp_resources(launch["block_i"], launch["num_warps"], m)
-            print(f"cp MLP {name} ({launch['block_i']} features, {launch['num_warps']} warps, {m} row"
-                  f"{'s' if m > 1 else ''}): {_with_occupancy(got, launch['num_warps'])}", flush=True)
-    k, mode, norm = SHAPES["cp"]["qkv"]
-    cfg = PDL_LAUNCH["qkv"]
-    got = resources(k, mode, norm, cfg["block_n"], cfg["num_warps"], delta=3, x_out=True)
-    print(f"cp qkv adding both sums, storing the residual: {_with_occupancy(got, cfg['num_warps'])}", flush=True)
     return 0
 
 

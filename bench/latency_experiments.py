@@ -137,36 +137,6 @@ def cp_attention_o_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) ->
     return out
 
 
-# The MLP launches `cp_fused_mlp_times` tries (intermediate features a program, warps).
-# Compiled offline for sm90 (`python -m bench.kernel_resources --attention-o`): registers / programs an SM at one
-# row 127 / 2, 122 / 1, 144 / 3, 239 / 2, 75 / 3; none spills (16 features at 4 warps and 4 at 2 do).
-MLP_CANDIDATES = {"mlp8w8": dict(block_i=8, num_warps=8), "mlp16w16": dict(block_i=16, num_warps=16),
-                  "mlp4w4": dict(block_i=4, num_warps=4), "mlp8w4": dict(block_i=8, num_warps=4),
-                  "mlp4w8": dict(block_i=4, num_warps=8)}
-
-
-def cp_fused_mlp_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
-    """The code predictor's frame (and the frame step) with its GEMV passes' MLP as gate/up and down ("twomlp") or
-    one launch (`CodePredictorRunner.fused_mlp`, each of MLP_CANDIDATES), the attention + o launch in both, at each
-    of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
-    cp = runner.code_predictor
-    kept = cp.attention_o, cp.down_t
-    cp.attention_o = True
-    cp.down_t = cp.down_t or cp.transposed_down()
-    variants = {"twomlp": {"fused_mlp": False},
-                **{name: {"fused_mlp": True, "mlp_launch": launch} for name, launch in MLP_CANDIDATES.items()}}
-    out = {}
-    try:
-        for b in (b for b in batches if b <= runner.max_slots):
-            fns = latency._stage_fns(runner, b, t_len)
-            stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
-            out[b] = latency.interleaved_times(cp, variants, stages, rounds)
-            print(f"batch {b}, the code predictor's MLP in one launch: {out[b]}", flush=True)
-    finally:
-        cp.attention_o, cp.down_t = kept
-    return out
-
-
 # Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
 # function).
 AB_CALLS = (("runner", "talker_attention", "decode_qk_attention"), ("runner", "sample", "sample_rows"),
@@ -209,6 +179,6 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
                "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
-               "cp_attention_o": cp_attention_o_times, "cp_fused_mlp": cp_fused_mlp_times,
+               "cp_attention_o": cp_attention_o_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, latency._stage_fns(runner, 1, t_len))}

@@ -145,9 +145,6 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-attention-o", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's GEMV passes run each layer's attention and o product as one launch, "
                         "o summed across kv heads in int64 fixed point (default: on; Triton paths)")
-    p.add_argument("--cp-fused-mlp", action=argparse.BooleanOptionalAction, default=None,
-                   help="with --cp-attention-o, the code predictor's GEMV passes run each layer's MLP as one launch, "
-                        "the down product summed in int64 fixed point (default: off, untimed; Triton paths)")
     p.add_argument("--talker-qk-attention-context", type=int, default=None,
                    help="the talker's GEMV steps whose rows all attend to at most this many positions run the q/k "
                         "norm, RoPE, K/V store and attention as one launch a layer (default 256; 0: never; CUDA)")

@@ -333,27 +333,6 @@ def test_cp_attention_o_times_the_two_launches_and_each_candidate_and_restores_t
     assert seen == one_round * 4 and (cp.attention_o, cp.attention_o_launch) == (False, {1: "own", 2: "prefill"})
 
 
-def test_cp_fused_mlp_times_the_two_launches_and_each_candidate_with_attention_o_and_restores_them(monkeypatch):
-    """--experiments cp_fused_mlp: the frame with the MLP as two launches and as one with each candidate launch,
-    both with the attention + o launch and the transposed down weights (made if the runner has none); the runner's
-    own settings restored."""
-    _timed(monkeypatch)
-    runner = _Runner(gemv_rows=2)
-    runner.max_slots = 1
-    cp = runner.code_predictor
-    cp.attention_o, cp.fused_mlp, cp.mlp_launch, cp.down_t = False, False, "own", None
-    cp.transposed_down = lambda: ["down_t"]
-    seen = []
-    cp.predict = lambda *a, **k: seen.append((cp.attention_o, cp.fused_mlp, cp.mlp_launch, cp.down_t))
-    out = experiments.cp_fused_mlp_times(runner, 11, rounds=1)
-    assert set(out) == {1}  # 2 is past the runner's slots
-    names = ("twomlp", *experiments.MLP_CANDIDATES)
-    assert set(out[1]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step") for name in names}
-    assert seen == [(True, False, "own", ["down_t"]),
-                    *((True, True, launch, ["down_t"]) for launch in experiments.MLP_CANDIDATES.values())]
-    assert (cp.attention_o, cp.fused_mlp, cp.mlp_launch, cp.down_t) == (False, False, "own", None)
-
-
 def test_an_unknown_experiment_is_refused_before_anything_loads(tmp_path, capsys):
     import pytest
 

@@ -1,6 +1,5 @@
-"""The code predictor's attention + o launch (FastPathOptions.cp_attention_o) and its MLP launch (cp_fused_mlp)
-against the launches they replace, on CPU through Triton's interpreter (in a subprocess: tests/runtime/test_fast_path.py
-says why)."""
+"""The code predictor's attention + o launch (FastPathOptions.cp_attention_o) against the two launches it replaces,
+on CPU through Triton's interpreter (in a subprocess: tests/runtime/test_fast_path.py says why)."""
 
 from __future__ import annotations
 
@@ -24,10 +23,9 @@ from tts_engine.synthesizer import Synthesizer
 
 def check_cp_attention_o_interpreted(checkpoint: str) -> None:
     """Runs in the subprocess: with cp_attention_o the code predictor's GEMV passes give the codes of its two
-    launches (the fused attention, then o with its residual), and with cp_fused_mlp too those of gate/up and down,
-    on the K-loop GEMVs and on the whole-row ones (the PDL passes' kernels, here without PDL), with and without the
-    first-layer qkv table; no o product (nor gate/up, down) is launched; the fixed-point sums are zero after every
-    frame (but the last layer's, zeroed by the next pass: stale rows of a frame's prefill pass are never read)."""
+    launches (the fused attention, then o with its residual), on the K-loop GEMVs and on the whole-row ones (the
+    PDL passes' kernels, here without PDL), with and without the first-layer qkv table; no o product is launched;
+    the fixed-point sum is zero after every frame."""
     torch.set_num_threads(1)
     _assert_interpreted()
     from tts_engine.kernels.gemv import gemv as gemv_kernel
@@ -36,44 +34,39 @@ def check_cp_attention_o_interpreted(checkpoint: str) -> None:
     k_loop = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down", "head")}
     whole_rows = {name: dict(block_n=16, whole_rows=True, residual_early=name in ("o", "down"))
                   for name in ("qkv", "o", "gate_up", "down", "head")}
-    o_products, mlp_products = [], []
+    o_products = []
 
     def counted(x, w, *a, **k):
         if any(w is layer.w_o for layer in cp.stack.layers):
             o_products.append(x.shape[0])
-        if any(w is layer.w_gate_up or w is layer.w_down for layer in cp.stack.layers):
-            mlp_products.append(x.shape[0])
         return gemv_kernel(x, w, *a, **k)
     fused.gemv = counted
     code_predictor.ATTENTION_O_LAUNCH = {1: dict(block_r=16, num_warps=4), 2: dict(block_r=8, num_warps=2)}
-    code_predictor.MLP_LAUNCH = dict(block_i=16, num_warps=2)
     synth = Synthesizer(checkpoint)
     inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
               make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
     for launch, table in ((k_loop, False), (whole_rows, True)):
         code_predictor.GEMV_LAUNCH = launch
         codes = []
-        for fused_o, fused_mlp in ((False, False), (True, False), (True, True)):
+        for fused_o in (False, True):
             options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=4, attention_version=2, cp_qkv_table=table,
-                                      cp_attention_o=fused_o, cp_fused_mlp=fused_mlp)
+                                      cp_attention_o=fused_o)
             d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=True, use_graphs=False,
                                    options=options))
             cp = d.runner.code_predictor
             d.start(2, inputs[0])
             d.start(0, inputs[1])
             o_products.clear()
-            mlp_products.clear()
             for _ in range(2):
                 d.step([2, 0])
-                assert not cp.o_sum.any() and not cp.sums[:-1].any(), "a sum is not zero after a frame"
+                assert not cp.o_sum.any(), "the o sum is not zero after a frame"
             # 2 frames x 15 passes x 2 layers
             assert len(o_products) == (0 if fused_o else 60), f"{len(o_products)} o products, fused {fused_o}"
-            assert len(mlp_products) == (0 if fused_mlp else 120), f"{len(mlp_products)} MLP products"
             codes.append((d.codes(2), d.codes(0)))
-        for (b2, b0), what in zip(codes[1:], ("attention + o", "attention + o and the MLP")):
-            what = f"with {what}, {'whole-row' if table else 'K-loop'} GEMVs"
-            assert_codes_equal(b2, codes[0][0], f"slot 2 {what}")
-            assert_codes_equal(b0, codes[0][1], f"slot 0 {what}")
+        (a2, a0), (b2, b0) = codes
+        what = f"with attention + o, {'whole-row' if table else 'K-loop'} GEMVs"
+        assert_codes_equal(b2, a2, f"slot 2 {what}")
+        assert_codes_equal(b0, a0, f"slot 0 {what}")
     print("OK")
 
 
@@ -86,5 +79,3 @@ def test_cp_attention_o_needs_the_fused_attention_on_gemv_passes():
     for bad in (dict(cp_fused_attention=False), dict(cp_gemv_rows=0)):
         with pytest.raises(ValueError, match="cp_attention_o needs"):
             FastPathOptions(cp_attention_o=True, **bad).validate()
-    with pytest.raises(ValueError, match="cp_fused_mlp needs"):
-        FastPathOptions(cp_attention_o=False, cp_fused_mlp=True).validate()

@@ -54,11 +54,11 @@ def cp_attention_o_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_s
 if HAVE_TRITON:
 
     @triton.jit
-    def _cp_attention_o_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, wo_ptr, sum_ptr, zero_ptr,
-                               start, eps, scale, n_out, s_qkv, s_row, s_head, s_pos, s_wo, s_sum, s_zero_plane,
-                               s_zero, ZERO: tl.constexpr, T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr,
-                               GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr,
-                               BLOCK_R: tl.constexpr, PDL: tl.constexpr):
+    def _cp_attention_o_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, wo_ptr, sum_ptr, start, eps,
+                               scale, n_out, s_qkv, s_row, s_head, s_pos, s_wo, s_sum,
+                               T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
+                               GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr,
+                               PDL: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         block = tl.program_id(2)
@@ -74,12 +74,6 @@ if HAVE_TRITON:
         wo = tl.load(wo_ptr + feats[:, None, None].to(tl.int64) * s_wo + cols[None, :, :],
                      mask=f_ok[:, None, None] & (g < GROUP)[None, :, None], other=0.0)  # [BLOCK_R, GROUP_P, D]
         pdl_start(PDL)
-        # The kv head 0 programs zero ZERO planes of sums their features' (sums read by the kernels before this
-        # one, all finished now; kernels/cp_mlp.py's pass layout says whose).
-        for z in tl.static_range(ZERO):
-            for t in tl.static_range(T):
-                tl.store(zero_ptr + z * s_zero_plane + (row * T + t) * s_zero + feats,
-                         tl.zeros_like(feats).to(tl.int64), mask=feats < tl.where(kvh == 0, n_out, 0))
         # Every feature block's program has the new keys; the first one stores them.
         keys, values = cp_new_keys(qkv_ptr, k_ptr, v_ptr, row, kvh, cache, start, eps, s_qkv, s_pos, keys, values,
                                    kw, kwr, cos0, sin0, cos1, sin1, block == 0, T, HQ, HKV, D, BLOCK_P)
@@ -93,15 +87,11 @@ if HAVE_TRITON:
 
 def cp_attention_o(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, start: int, t: int, eps: float,
                    num_heads: int, num_kv_heads: int, pdl: bool = False, block_r: int = 64,
-                   num_warps: int = 4, zero: torch.Tensor | None = None) -> None:
+                   num_warps: int = 4) -> None:
     """qkv [B T, (Hq + 2 Hkv) D] of B rows' tokens at positions start .. start + t - 1; caches [R, Hkv, P, D]
     (R >= B); w_o [H, Hq D]; o_sum [>= B T, H] int64, zero -> o_sum holds the o product of the attention output in
-    2^-32 units, and the new K/V are stored at rows 0 .. B-1 of the caches. block_r: output features a program.
-    zero [planes, >= B T, H] int64: its rows 0 .. B T - 1 are zeroed after the wait (sums the kernels before this one
-    read: an earlier layer's, kernels/cp_mlp.py)."""
+    2^-32 units, and the new K/V are stored at rows 0 .. B-1 of the caches. block_r: output features a program."""
     if not HAVE_TRITON:
-        if zero is not None:
-            zero[:, :qkv.shape[0]] = 0
         return cp_attention_o_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, start, t, eps,
                                   num_heads, num_kv_heads)
     n, d = qkv.shape[0], q_norm.shape[0]
@@ -128,15 +118,9 @@ def cp_attention_o(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, 
                          f"{tuple(o_sum.shape)}")
     if block_r != next_pow2(block_r):
         raise ValueError(f"block_r must be a power of two, got {block_r}")
-    if zero is not None and (zero.dtype != torch.int64 or zero.dim() != 3 or zero.shape[1] < n or zero.shape[2] != h
-                             or zero.stride(2) != 1):
-        raise ValueError(f"zero must be int64 [planes, >= {n}, {h}] with unit column stride, got {zero.dtype} "
-                         f"{tuple(zero.shape)}")
-    z = zero if zero is not None else o_sum[None]
     group = num_heads // num_kv_heads
     _cp_attention_o_kernel[(n // t, num_kv_heads, triton.cdiv(h, block_r))](
-        qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, z, start, eps, LOG2E / math.sqrt(d), h,
+        qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, start, eps, LOG2E / math.sqrt(d), h,
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), w_o.stride(0), o_sum.stride(0),
-        z.stride(0), z.stride(1), ZERO=0 if zero is None else zero.shape[0], T=t, HQ=num_heads, HKV=num_kv_heads,
-        GROUP=group, GROUP_P=next_pow2(group), D=d, BLOCK_P=next_pow2(p),
+        T=t, HQ=num_heads, HKV=num_kv_heads, GROUP=group, GROUP_P=next_pow2(group), D=d, BLOCK_P=next_pow2(p),
         BLOCK_R=block_r, num_warps=num_warps, PDL=pdl, **pdl_launch(pdl))

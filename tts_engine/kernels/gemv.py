@@ -56,15 +56,12 @@ MAX_MMA_ROWS = 64  # with mma: rows of one tensor-core tile
 
 def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
              silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
-             x_delta: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
-             residual_delta: torch.Tensor | None = None, x_out: torch.Tensor | None = None) -> torch.Tensor:
-    for d in x_delta if isinstance(x_delta, tuple | list) else () if x_delta is None else (x_delta,):
-        x = x + from_fixed_ref(d[:x.shape[0]], x.dtype)
-    if x_out is not None:
-        x_out.copy_(x)
+             x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None) -> torch.Tensor:
+    if x_delta is not None:
+        x = x + from_fixed_ref(x_delta, x.dtype)
     if residual_delta is not None:
-        residual = residual + from_fixed_ref(residual_delta[:residual.shape[0]], residual.dtype)
-        residual_delta[:residual.shape[0]].zero_()
+        residual = residual + from_fixed_ref(residual_delta, residual.dtype)
+        residual_delta.zero_()
     if norm is not None:
         x = rms_norm_ref(x, *norm)
     y = F.linear(x, w)
@@ -77,9 +74,8 @@ def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None 
 if HAVE_TRITON:
 
     @triton.jit
-    def _gemv_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, d_ptr, s_d, d2_ptr,
-                     xo_ptr, s_xo, DELTA: tl.constexpr, X_OUT: tl.constexpr, MODE: tl.constexpr, NORM: tl.constexpr,
-                     M_P: tl.constexpr,
+    def _gemv_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, d_ptr, s_d,
+                     DELTA: tl.constexpr, MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LATE_SUM: tl.constexpr, STAGES: tl.constexpr,
                      PDL: tl.constexpr):
         """MODE 0: plain, 1: + residual, 2: SwiGLU over rows n (gate) and n + n_out (up) of w.
@@ -89,8 +85,7 @@ if HAVE_TRITON:
         with weight ln_ptr [K] first. PDL: launched with programmatic dependent launch, the program
         waits for the previous kernel before its first load (its launch and scheduling overlap that
         kernel's tail; `_gemv_rows_kernel` also streams its weights in meanwhile). DELTA (`_delta_x`,
-        `_residual`): x or the residual is the sum of it and d_ptr's (and d2_ptr's) fixed-point values; X_OUT:
-        program 0 stores that x into xo_ptr (the residual stream, made once for the products after)."""
+        `_residual`): x or the residual is the sum of it and d_ptr's fixed-point values."""
         pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -105,14 +100,13 @@ if HAVE_TRITON:
             sum_sq = tl.zeros((M_P,), dtype=tl.float32)
             for k0 in range(0, k, BLOCK_K):
                 ks = k0 + tl.arange(0, BLOCK_K)
-                xs = _delta_x(x_ptr, d_ptr, d2_ptr, rows, ks, r_ok, ks < k, s_x, s_d, DELTA)
+                xs = _delta_x(x_ptr, d_ptr, rows, ks, r_ok, ks < k, s_x, s_d, DELTA)
                 sum_sq += tl.sum(xs * xs, axis=1)
             inv_rms = tl.rsqrt(sum_sq / k + eps)
         for k0 in tl.range(0, k, BLOCK_K, num_stages=STAGES):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < k
-            xs = _delta_x(x_ptr, d_ptr, d2_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
-            _store_x(xo_ptr, xs, rows, ks, r_ok, k_ok, s_xo, k, X_OUT)
+            xs = _delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
             if NORM:
                 ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
                 xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
@@ -136,8 +130,7 @@ if HAVE_TRITON:
 
     @triton.jit
     def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, d_ptr, s_d,
-                          d2_ptr, xo_ptr, s_xo, DELTA: tl.constexpr, X_OUT: tl.constexpr, MODE: tl.constexpr,
-                          NORM: tl.constexpr, M_P: tl.constexpr,
+                          DELTA: tl.constexpr, MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr,
                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr):
         """`_gemv_kernel` with whole rows of w (BLOCK_K >= K) per program, loaded before anything the
         previous kernel writes is read: launched with PDL, this program's weights stream in while the
@@ -164,8 +157,7 @@ if HAVE_TRITON:
             res = _residual(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA)
         pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
-        xs = _delta_x(x_ptr, d_ptr, d2_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
-        _store_x(xo_ptr, xs, rows, ks, r_ok, k_ok, s_xo, k, X_OUT)
+        xs = _delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
         if NORM:
             inv_rms = tl.rsqrt(tl.sum(xs * xs, axis=1) / k + eps)
             xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
@@ -360,27 +352,16 @@ if HAVE_TRITON:
         _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False, y_ptr, 0, 0)
 
     @triton.jit
-    def _delta_x(x_ptr, d_ptr, d2_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA: tl.constexpr):
+    def _delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA: tl.constexpr):
         """Columns ks of x's rows [M_P, BLOCK_K] in fp32; DELTA 1: x + d (d_ptr's int64 multiples of 2^-32 rounded
-        to x's dtype), rounded, as the reference's residual add `x + F.linear(...)` rounds; DELTA 3: then + d2 so."""
+        to x's dtype), rounded, as the reference's residual add `x + F.linear(...)` rounds."""
         ok = r_ok[:, None] & k_ok[None, :]
         xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=ok, other=0.0).to(tl.float32)
-        if DELTA == 1 or DELTA == 3:
+        if DELTA == 1:
             x_dt = x_ptr.dtype.element_ty
             ds = tl.load(d_ptr + rows[:, None] * s_d + ks[None, :], mask=ok, other=0)
             xs = round_to(xs + from_fixed(ds, x_dt), x_dt)
-            if DELTA == 3:
-                ds = tl.load(d2_ptr + rows[:, None] * s_d + ks[None, :], mask=ok, other=0)
-                xs = round_to(xs + from_fixed(ds, x_dt), x_dt)
         return xs
-
-    @triton.jit
-    def _store_x(xo_ptr, xs, rows, ks, r_ok, k_ok, s_xo, k, X_OUT: tl.constexpr):
-        """X_OUT: program 0 stores x with its deltas [M_P, BLOCK_K] (columns ks) into xo_ptr."""
-        if X_OUT:
-            mine = ks < tl.where(tl.program_id(0) == 0, k, 0)
-            tl.store(xo_ptr + rows[:, None] * s_xo + ks[None, :], xs.to(xo_ptr.dtype.element_ty),
-                     mask=r_ok[:, None] & (k_ok & mine)[None, :])
 
     @triton.jit
     def _residual(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA: tl.constexpr):
@@ -418,8 +399,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
          late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
          mma: bool = False, residual_early: bool = False, row_chunks: int = 1, row_blocks: int = 1,
-         x_delta: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
-         residual_delta: torch.Tensor | None = None, x_out: torch.Tensor | None = None) -> torch.Tensor:
+         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
@@ -434,13 +414,12 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     blocks of block_n rows one program streams in turn, the next block's weights loading while the last one's
     products are summed (a grid of cdiv(N, block_n * row_blocks) programs).
     x_delta [>= M, K] int64 (the whole-row and the K-loop kernels): x is x + x_delta's multiples of 2^-32, rounded to
-    x's dtype and added as the reference adds a product to its residual (kernels/cp_attention_o.py's o_sum); a pair
-    of them: added in turn (o's product, then the MLP's: kernels/cp_mlp.py); x_out [M, K]: that x is stored there;
+    x's dtype and added as the reference adds a product to its residual (kernels/cp_attention_o.py's o_sum);
     residual_delta [>= M, N] int64 (the same kernels, with residual): the residual is residual + residual_delta so,
     and residual_delta is zeroed once read (the product that reads it last: the next sum into it starts at 0)."""
     if not HAVE_TRITON:
         return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm, x_delta=x_delta,
-                        residual_delta=residual_delta, x_out=x_out)
+                        residual_delta=residual_delta)
     m, k = x.shape
     if m > (MAX_MMA_ROWS if mma else MAX_ROWS):
         raise ValueError(f"gemv holds at most {MAX_MMA_ROWS if mma else MAX_ROWS} rows{' with mma' if mma else ''}, "
@@ -469,8 +448,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     if norm is not None and (ln.shape != (k,) or ln.dtype != x.dtype or ln.stride(0) != 1):
         raise ValueError(f"norm weight must be [K] = [{k}] contiguous in x's dtype, got {tuple(ln.shape)} {ln.dtype}")
     mode = 2 if silu_mul else 1 if residual is not None else 0
-    delta = _delta_args(x_delta, residual_delta, x_out, x, m, k, n_out, mode,
-                        mma or row_chunks > 1 or row_blocks > 1, y)
+    delta = _delta_args(x_delta, residual_delta, m, k, n_out, mode, mma or row_chunks > 1 or row_blocks > 1, y)
     args = (x, w, r, ln, y, m, n_out, k, x.stride(0), w.stride(0), r.stride(0), y.stride(0), eps)
     shape = dict(MODE=mode, NORM=norm is not None, M_P=max(1, next_pow2(m)), BLOCK_N=block_n)
     grid = (triton.cdiv(n_out, block_n),)
@@ -496,32 +474,19 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     return y
 
 
-def _delta_args(x_delta, residual_delta, x_out, x, m: int, k: int, n_out: int, mode: int, other_kernel: bool,
-                y) -> dict:
-    """The kernels' d_ptr, s_d, d2_ptr, xo_ptr, s_xo, DELTA for gemv's x_delta / residual_delta / x_out (checked)."""
+def _delta_args(x_delta, residual_delta, m: int, k: int, n_out: int, mode: int, other_kernel: bool, y) -> dict:
+    """The kernels' d_ptr, s_d, DELTA for gemv's x_delta / residual_delta (checked)."""
     if x_delta is not None and residual_delta is not None:
         raise ValueError("gemv: x_delta and residual_delta do not combine")
-    if x_out is not None and x_delta is None:
-        raise ValueError("gemv: x_out stores x with its x_delta added; there is none")
-    pair = isinstance(x_delta, tuple | list)
-    if pair and len(x_delta) not in (1, 2):
-        raise ValueError(f"gemv: x_delta is a tensor or 1-2 of them, got {len(x_delta)}")
-    deltas = list(x_delta) if pair else [x_delta] if x_delta is not None else [residual_delta]
-    width, kind = (k, 1 if len(deltas) == 1 else 3) if x_delta is not None else (n_out, 2)
-    if deltas[0] is None:
-        return dict(d_ptr=y, s_d=0, d2_ptr=y, xo_ptr=y, s_xo=0, DELTA=0, X_OUT=False)
+    d, width, kind = (x_delta, k, 1) if x_delta is not None else (residual_delta, n_out, 2)
+    if d is None:
+        return dict(d_ptr=y, s_d=0, DELTA=0)
     if other_kernel:
         raise ValueError("gemv: x_delta / residual_delta are the whole-row and K-loop kernels' (no mma, row_chunks "
                          "or row_blocks)")
     if kind == 2 and mode != 1:
         raise ValueError("gemv: residual_delta needs a residual")
-    for d in deltas:
-        if (d.dtype != torch.int64 or d.dim() != 2 or d.shape[0] < m or d.shape[1] != width or d.stride(1) != 1
-                or d.stride(0) != deltas[0].stride(0)):
-            raise ValueError(f"gemv: {'x' if kind != 2 else 'residual'}_delta must be int64 [>= {m}, {width}] with "
-                             f"unit column stride (a pair: one row stride), got {d.dtype} {tuple(d.shape)}")
-    if x_out is not None and (x_out.shape != x.shape or x_out.dtype != x.dtype or x_out.stride(1) != 1):
-        raise ValueError(f"gemv: x_out must be [M, K] = {tuple(x.shape)} in x's dtype, unit column stride")
-    xo = x_out if x_out is not None else x  # (not written without x_out: X_OUT)
-    return dict(d_ptr=deltas[0], s_d=deltas[0].stride(0), d2_ptr=deltas[-1], xo_ptr=xo, s_xo=xo.stride(0),
-                DELTA=kind, X_OUT=x_out is not None)
+    if d.dtype != torch.int64 or d.dim() != 2 or d.shape[0] < m or d.shape[1] != width or d.stride(1) != 1:
+        raise ValueError(f"gemv: {'x' if kind == 1 else 'residual'}_delta must be int64 [>= {m}, {width}] with unit "
+                         f"column stride, got {d.dtype} {tuple(d.shape)}")
+    return dict(d_ptr=d, s_d=d.stride(0), DELTA=kind)

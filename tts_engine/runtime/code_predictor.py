@@ -27,19 +27,10 @@ import torch.nn.functional as F
 
 from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
 from ..kernels.cp_attention_o import cp_attention_o
-from ..kernels.cp_mlp import cp_mlp
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
-from .fused import (
-    FusedStack,
-    decoder_step_gemv,
-    decoder_step_sums,
-    decoder_step_torch,
-    decoder_step_triton,
-    rms_norm,
-    rope_table,
-)
+from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rms_norm, rope_table
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
@@ -97,9 +88,6 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
 # (2: 1.898 at 64, 1.817 at 128). At 2 positions 128 x 8 spills (`bench.kernel_resources --attention-o`), 64 x 8
 # does not.
 ATTENTION_O_LAUNCH = {1: dict(block_r=128, num_warps=8), 2: dict(block_r=64, num_warps=8)}
-# The MLP launch (`fused_mlp`, kernels/cp_mlp.py): intermediate features a program, its warps. A first guess
-# (untimed): 384 programs of 8 features, 48 KB of weights each, 127 registers at 8 warps (2 an SM).
-MLP_LAUNCH = dict(block_i=8, num_warps=8)
 
 
 def attention_warps(rows: int, pdl: bool) -> int:
@@ -115,9 +103,9 @@ def attention_warps(rows: int, pdl: bool) -> int:
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
-                 qkv_table: bool = False, attention_o: bool = False, fused_mlp: bool = False):
-        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, fused_mlp: `FastPathOptions`' cp_*
-        (validated there)."""
+                 qkv_table: bool = False, attention_o: bool = False):
+        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o: `FastPathOptions`' cp_* (validated
+        there)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -159,13 +147,6 @@ class CodePredictorRunner:
         self.attention_o_launch = ATTENTION_O_LAUNCH
         self.o_sum = torch.zeros(max(1, self.gemv_rows), c.layers[0].w_o.shape[0],
                                  dtype=torch.int64, device=self.device)
-        # With attention_o, the MLP as one launch too (`cp_mlp`, read at every pass): the transposed down weights
-        # it reads, and each layer's o and MLP sums [layers, 2, rows, h] (layer i's zeroed by layer i + 1's
-        # attention + o; the last layer's, read by the head, by the next pass's first).
-        self.fused_mlp = fused_mlp and self.attention_o
-        self.mlp_launch = MLP_LAUNCH
-        self.down_t = self.transposed_down() if self.fused_mlp else None
-        self.sums = torch.zeros(len(c.layers), 2, *self.o_sum.shape, dtype=torch.int64, device=self.device)
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
@@ -179,11 +160,6 @@ class CodePredictorRunner:
             return torch.stack([F.linear(rms_norm(x, layer.ln_in, self.stack.eps), layer.w_qkv)
                                 for x in self.inputs[:14]]).contiguous()
 
-    def transposed_down(self) -> list[torch.Tensor]:
-        """Each layer's down weight transposed, [I, h] contiguous (what `cp_mlp` reads; 31 MB at bf16 for 1.7B)."""
-        with torch.no_grad():
-            return [layer.w_down.t().contiguous() for layer in self.stack.layers]
-
     def with_own_cache(self, max_batch: int) -> CodePredictorRunner:
         """A runner over the same weights and tables with a KV cache of its own for `max_batch` rows
         (the one state a pass writes), whose graphs may replay beside this one's. Its row and position
@@ -195,17 +171,14 @@ class CodePredictorRunner:
         other.k = self.k.new_zeros(layers, max_batch, *rest)
         other.v = torch.zeros_like(other.k)
         other.o_sum = torch.zeros_like(self.o_sum)
-        other.sums = torch.zeros_like(self.sums)
         return other
 
     def layers(self, h: torch.Tensor, b: int, start: int,
                first_qkv: torch.Tensor | None = None) -> tuple[torch.Tensor, bool]:
         """New positions start .. start + n - 1 of rows 0..b-1; h [b, n, h] -> (hidden of the last
         position [b, h], normed): final-norm hidden, or on the GEMV path the residual stream before
-        the final norm (normed False), which `logits` applies; with fused_mlp, the last layer's input residual and
-        normed the pair of its sums at the last position (o's and the MLP's), which `logits` adds first.
-        first_qkv [b, (Hq + 2 Hkv) D]: the first layer's qkv product of h (n 1, Triton paths), gathered from
-        `qkv_table` by the draw."""
+        the final norm (normed False), which `logits` applies. first_qkv [b, (Hq + 2 Hkv) D]: the first
+        layer's qkv product of h (n 1, Triton paths), gathered from `qkv_table` by the draw."""
         c = self.stack
         n = h.shape[1]
         if self.use_triton:
@@ -226,29 +199,17 @@ class CodePredictorRunner:
                                        c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
                                        num_warps=self.fused_attention_warps or attention_warps(b * n, pdl))
 
-            sums = self.fused_mlp and self.down_t is not None
-
             def attention_o(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> o_sum [>= b n, H]
-                o_sum = self.sums[i, 0] if sums else self.o_sum
-                cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], layer.w_o, o_sum,
-                               start, n, c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
-                               zero=self.sums[i - 1] if sums else None, **self.attention_o_launch[n])
-                return o_sum
-
-            def mlp_sum(i, layer, res, o_sum):  # res [b n, H] -> mlp_sum [>= b n, H]
-                cp_mlp(res, o_sum, layer.ln_post, c.eps, layer.w_gate_up, self.down_t[i], self.sums[i, 1], pdl=pdl,
-                       **self.mlp_launch)
-                return self.sums[i, 1]
+                cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], layer.w_o,
+                               self.o_sum, start, n, c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
+                               **self.attention_o_launch[n])
+                return self.o_sum
 
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
             fused = dict(qkv_attend=qkv_attend if fuse else None, first_qkv=first_qkv)
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if b * n <= max(self.gemv_rows, self.mma_rows):
                 if fuse and self.attention_o and b * n <= self.gemv_rows:
-                    if sums:
-                        out, deltas = decoder_step_sums(c, h.flatten(0, 1), self.launch(b * n), attention_o, mlp_sum,
-                                                        first_qkv)
-                        return out.view(b, n, -1)[:, -1], tuple(d[:b * n].view(b, n, -1)[:, -1] for d in deltas)
                     fused["attention_o"] = attention_o
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
                 return out.view(b, n, -1)[:, -1], False
@@ -271,13 +232,11 @@ class CodePredictorRunner:
             return PDL_LAUNCH
         return self.gemv_launch if rows <= self.gemv_rows else MMA_LAUNCH
 
-    def logits(self, out: torch.Tensor, normed: bool | tuple, j: int) -> torch.Tensor:
+    def logits(self, out: torch.Tensor, normed: bool, j: int) -> torch.Tensor:
         """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""
-        if normed is True:
+        if normed:
             return F.linear(out, self.heads[j])
-        deltas = normed if isinstance(normed, tuple) else None
-        return gemv(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), x_delta=deltas,
-                    **self.launch(out.shape[0])["head"])
+        return gemv(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **self.launch(out.shape[0])["head"])
 
     def predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
                 variant: SamplerVariant = GENERAL) -> torch.Tensor:

@@ -125,9 +125,6 @@ QkvAttend = Callable[[int, FusedLayer, torch.Tensor], torch.Tensor]
 # launch, the product summed into o_sum in 2^-32 units (the code predictor's `cp_attention_o`); o_sum is zero
 # before and after each layer (the layer's down product zeroes it once read).
 AttentionO = Callable[[int, FusedLayer, torch.Tensor], torch.Tensor]
-# (layer index, layer, residual [N, H], o_sum [>= N, H]) -> mlp_sum [>= N, H] int64: the MLP of residual + o_sum in
-# one launch, its down product summed in 2^-32 units (the code predictor's `cp_mlp`).
-MlpSum = Callable[[int, FusedLayer, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _attention(stack: FusedStack, i: int, layer: FusedLayer, qkv_out: torch.Tensor, rope_cos, rope_sin, positions,
@@ -212,26 +209,3 @@ def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor
         act = gemv(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, **launch["gate_up"])
         res = gemv(act, layer.w_down, residual=res, **launch["down"])
     return res
-
-
-def decoder_step_sums(stack: FusedStack, x: torch.Tensor, launch: dict[str, dict], attention_o: AttentionO,
-                      mlp_sum: MlpSum, first_qkv: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple]:
-    """`decoder_step_gemv` with the attention + o and the MLP each one launch (3 a layer): x [N, H] -> (the
-    residual stream at the last layer's input [N, H], that layer's (o_sum, mlp_sum)), which the caller's next
-    product adds (gemv's x_delta pair) before the final norm. Each layer's residual is made once, by the next
-    layer's qkv product (x_delta: the previous layer's sums, x_out), the rounding of the reference's two residual
-    adds. The sums are zeroed by whoever `attention_o` makes zero them once read (the code predictor: the next
-    layer's attention + o)."""
-    eps, res, sums = stack.eps, x, ()
-    for i, layer in enumerate(stack.layers):
-        if i == 0 and first_qkv is not None:
-            qkv_out = first_qkv
-        elif not sums:
-            qkv_out = gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"])
-        else:
-            made = torch.empty_like(res)
-            qkv_out = gemv(res, layer.w_qkv, norm=(layer.ln_in, eps), x_delta=sums, x_out=made, **launch["qkv"])
-            res = made
-        o_sum = attention_o(i, layer, qkv_out)
-        sums = (o_sum, mlp_sum(i, layer, res, o_sum))
-    return res, sums

@@ -52,10 +52,6 @@ class FastPathOptions:
     # int64 fixed point, which gate/up and down read), 4 launches a layer instead of 5. Run 23 (interleaved
     # pairs): frame 1.510 -> 1.449 ms at batch 1, 1.864 -> 1.817 at 2 (code_predictor.ATTENTION_O_LAUNCH).
     cp_attention_o: bool = True
-    # With cp_attention_o, the MLP of those passes as one launch too (kernels/cp_mlp.py: a program a block of
-    # intermediate features, gate/up and its rows of down, the down product summed in int64 fixed point that the
-    # next layer's qkv product and the head add), 3 launches a layer. Untimed, so off.
-    cp_fused_mlp: bool = False
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # runner.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
@@ -93,8 +89,6 @@ class FastPathOptions:
         if self.cp_attention_o and not (self.cp_fused_attention and self.cp_gemv_rows):
             out.append(("cp_attention_o", "needs cp_fused_attention and cp_gemv_rows > 0 (it replaces the fused "
                                           "attention of the code predictor's GEMV passes)"))
-        if self.cp_fused_mlp and not self.cp_attention_o:
-            out.append(("cp_fused_mlp", "needs cp_attention_o (the MLP reads the attention + o launch's sum)"))
         if self.attention_version not in (2, 3):
             out.append(("attention_version", f"must be 2 or 3, got {self.attention_version}"))
         return out

@@ -214,7 +214,7 @@ class ModelRunner(PromptPrefill):
             talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
             gemv_rows=opts.cp_gemv_rows, pdl=cp_pdl, mma_rows=opts.cp_mma_rows,
             fused_attention=opts.cp_fused_attention, qkv_table=opts.cp_qkv_table,
-            attention_o=opts.cp_attention_o, fused_mlp=opts.cp_fused_mlp)
+            attention_o=opts.cp_attention_o)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
