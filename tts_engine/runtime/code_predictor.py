@@ -14,7 +14,9 @@ prefill) runs its products through the fused small-batch GEMV (`fused.decoder_st
 a layer instead of 9, the final norm in the head's prologue), with `pdl` (the default on sm90+) the
 smallest of them with programmatic dependent launch; larger ones through cuBLAS. Every pass (with
 `fused_attention`, the default) takes its q/k norm + RoPE + K/V store inside the attention kernel
-(`cp_qk_attention`). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with
+(`cp_qk_attention`); on the GEMV passes (with `attention_o`, the default) that attention and the o product are one
+launch (`cp_attention_o`: 4 a layer), and passes 1-14 gather their first layer's qkv product from a table made at
+load (`qkv_table`, the default). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with
 tensor-core products).
 """
 
