@@ -101,7 +101,7 @@ def test_gemv_adds_a_fixed_point_delta_to_x_and_to_the_residual(device, dtype, w
     summed = x + from_fixed_ref(d[:2], dtype)
     tol = 1e-5 if dtype == torch.float32 else 0.0
     torch.testing.assert_close(got, gemv(summed, w, norm=(ln, 1e-6), **launch), atol=tol, rtol=tol)
-    torch.testing.assert_close(got, gemv_ref(x, w, norm=(ln, 1e-6), x_delta=d[:2]), atol=1e-5, rtol=1e-2)
+    torch.testing.assert_close(got, gemv_ref(x, w, norm=(ln, 1e-6), x_delta=d), atol=1e-5, rtol=1e-2)  # [:M] of d
     assert d.any(), "x_delta is read, not consumed"
     res = torch.randn(2, 24, generator=g).to(**to)
     rd = (torch.randn(3, 24, generator=g).double() * FIXED_ONE).long().to(device)

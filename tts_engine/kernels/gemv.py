@@ -57,11 +57,12 @@ MAX_MMA_ROWS = 64  # with mma: rows of one tensor-core tile
 def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
              silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
              x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None) -> torch.Tensor:
+    m = x.shape[0]
     if x_delta is not None:
-        x = x + from_fixed_ref(x_delta, x.dtype)
+        x = x + from_fixed_ref(x_delta[:m], x.dtype)
     if residual_delta is not None:
-        residual = residual + from_fixed_ref(residual_delta, residual.dtype)
-        residual_delta.zero_()
+        residual = residual + from_fixed_ref(residual_delta[:m], residual.dtype)
+        residual_delta[:m].zero_()
     if norm is not None:
         x = rms_norm_ref(x, *norm)
     y = F.linear(x, w)

@@ -87,8 +87,8 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
 # (1; 2 in a frame's prefill): output features a program, its warps. Run 23 (bench.latency --experiments
 # cp_attention_o, three interleaved rounds, frame ms at batch 1 / 2): two launches 1.510 / 1.864; one launch
 # with 16 / 32 / 64 / 128 features a program at 4 warps 1.642 / 1.542 / 1.495 / -, at 8 warps - / - / 1.443 / 1.449
-# (2: 1.898 at 64, 1.817 at 128). At 2 positions 128 x 8 spills (`bench.kernel_resources --attention-o`), 64 x 8
-# does not.
+# (2: 1.898 at 64, 1.817 at 128); again with 64 x 8 in the prefill pass 1.445 / 1.448 at 64 / 128 x 8, 1.502-1.545
+# at 64-128 x 16 and 32 x 8. At 2 positions 128 x 8 spills (`bench.kernel_resources --attention-o`), 64 x 8 does not.
 ATTENTION_O_LAUNCH = {1: dict(block_r=128, num_warps=8), 2: dict(block_r=64, num_warps=8)}
 
 
