@@ -3,7 +3,6 @@ on CPU through Triton's interpreter (in a subprocess: tests/runtime/test_fast_pa
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from tests.runtime.test_fast_path import (
@@ -75,7 +74,8 @@ def test_cp_attention_o_gives_the_codes_of_attention_then_o(tiny_checkpoint):
                      module="tests.runtime.test_cp_attention_o")
 
 
-def test_cp_attention_o_needs_the_fused_attention_on_gemv_passes():
-    for bad in (dict(cp_fused_attention=False), dict(cp_gemv_rows=0)):
-        with pytest.raises(ValueError, match="cp_attention_o needs"):
-            FastPathOptions(cp_attention_o=True, **bad).validate()
+def test_cp_attention_o_does_nothing_where_the_passes_it_replaces_do_not_run():
+    """On by default, it must not refuse options that turn off what it fuses (the fused attention, the GEMV
+    passes): those validate, and then the passes run as before."""
+    for off in (dict(cp_fused_attention=False), dict(cp_gemv_rows=0)):
+        assert FastPathOptions(**off).validate().cp_attention_o

@@ -47,10 +47,11 @@ class FastPathOptions:
     # code the draw before it picked), gathered by that draw: a product and a launch fewer a pass. Run 23
     # (interleaved pairs): frame 1.503 / 2.866 / 3.046 -> 1.479 / 2.797 / 2.954 ms at batch 1 / 8 / 32.
     cp_qkv_table: bool = True
-    # The code predictor's GEMV passes run each layer's attention and o product as one launch
-    # (kernels/cp_attention_o.py: a program a kv head and block of o's features, the partial products summed in
-    # int64 fixed point, which gate/up and down read), 4 launches a layer instead of 5. Run 23 (interleaved
-    # pairs): frame 1.510 -> 1.449 ms at batch 1, 1.864 -> 1.817 at 2 (code_predictor.ATTENTION_O_LAUNCH).
+    # The code predictor's GEMV passes (cp_gemv_rows; with cp_fused_attention, else it does nothing) run each
+    # layer's attention and o product as one launch (kernels/cp_attention_o.py: a program a kv head and block of
+    # o's features, the partial products summed in int64 fixed point, which gate/up and down read), 4 launches a
+    # layer instead of 5. Run 23 (interleaved pairs): frame 1.510 -> 1.449 ms at batch 1, 1.864 -> 1.817 at 2
+    # (code_predictor.ATTENTION_O_LAUNCH).
     cp_attention_o: bool = True
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
@@ -86,9 +87,6 @@ class FastPathOptions:
             out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
         if self.talker_pdl and not self.talker_gemv_rows:
             out.append(("talker_pdl", "needs talker_gemv_rows > 0 (PDL launches the talker's GEMV steps)"))
-        if self.cp_attention_o and not (self.cp_fused_attention and self.cp_gemv_rows):
-            out.append(("cp_attention_o", "needs cp_fused_attention and cp_gemv_rows > 0 (it replaces the fused "
-                                          "attention of the code predictor's GEMV passes)"))
         if self.attention_version not in (2, 3):
             out.append(("attention_version", f"must be 2 or 3, got {self.attention_version}"))
         return out
