@@ -204,18 +204,13 @@ if HAVE_TRITON:
                      mask=(g < GROUP)[:, None])
 
 
-def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,
-                    num_heads: int, num_kv_heads: int, pdl: bool = False, num_warps: int = 4) -> torch.Tensor:
-    """qkv [B T, (Hq + 2 Hkv) D] of B rows' tokens at positions start .. start + t - 1; caches [R, Hkv, P, D]
-    (R >= B) -> attention output [B T, Hq, D], the new K/V stored at rows 0 .. B-1 of the caches."""
-    if not HAVE_TRITON:
-        return cp_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start, t, eps, num_heads,
-                                   num_kv_heads)
+def check_qk_attention(name: str, qkv, q_norm, cos, k_cache, v_cache, start: int, t: int, num_heads: int,
+                       num_kv_heads: int) -> None:
+    """The checks `cp_qk_attention` and `cp_attention_o` make of their shared arguments (ValueError)."""
     n, d = qkv.shape[0], q_norm.shape[0]
-    p = k_cache.shape[2]
     if t not in (1, 2):
-        raise ValueError(f"cp_qk_attention takes 1 or 2 new positions a row (a pass, its prefill), got {t}")
-    if n % t or start < 0 or start + t > p or n // t > k_cache.shape[0]:
+        raise ValueError(f"{name} takes 1 or 2 new positions a row (a pass, its prefill), got {t}")
+    if n % t or start < 0 or start + t > k_cache.shape[2] or n // t > k_cache.shape[0]:
         raise ValueError(f"{n} tokens at positions {start}..{start + t - 1}, {t} a row, do not fit a cache of "
                          f"{tuple(k_cache.shape)}")
     if qkv.shape[1] != (num_heads + 2 * num_kv_heads) * d or qkv.stride(1) != 1:
@@ -226,6 +221,18 @@ def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int,
         raise ValueError(f"need Hq a multiple of Hkv and a power-of-two head dim, got {num_heads}, {num_kv_heads}, {d}")
     if not (qkv.dtype == k_cache.dtype == cos.dtype == q_norm.dtype):
         raise ValueError("qkv, caches, RoPE tables and norm weights must share one dtype")
+
+
+def cp_qk_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start: int, t: int, eps: float,
+                    num_heads: int, num_kv_heads: int, pdl: bool = False, num_warps: int = 4) -> torch.Tensor:
+    """qkv [B T, (Hq + 2 Hkv) D] of B rows' tokens at positions start .. start + t - 1; caches [R, Hkv, P, D]
+    (R >= B) -> attention output [B T, Hq, D], the new K/V stored at rows 0 .. B-1 of the caches."""
+    if not HAVE_TRITON:
+        return cp_qk_attention_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, start, t, eps, num_heads,
+                                   num_kv_heads)
+    check_qk_attention("cp_qk_attention", qkv, q_norm, cos, k_cache, v_cache, start, t, num_heads, num_kv_heads)
+    n, d = qkv.shape[0], q_norm.shape[0]
+    p = k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty(n, num_heads, d, device=qkv.device, dtype=qkv.dtype)
     _cp_qk_attention_kernel[(n // t, num_kv_heads)](

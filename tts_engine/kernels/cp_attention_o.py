@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .backend import FIXED_ONE, HAVE_TRITON, next_pow2, pdl_launch
-from .cp_attention import LOG2E, cp_qk_attention_ref
+from .cp_attention import LOG2E, check_qk_attention, cp_qk_attention_ref
 
 if HAVE_TRITON:
     import triton
@@ -94,21 +94,11 @@ def cp_attention_o(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, 
     if not HAVE_TRITON:
         return cp_attention_o_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, start, t, eps,
                                   num_heads, num_kv_heads)
+    check_qk_attention("cp_attention_o", qkv, q_norm, cos, k_cache, v_cache, start, t, num_heads, num_kv_heads)
     n, d = qkv.shape[0], q_norm.shape[0]
     p = k_cache.shape[2]
-    if t not in (1, 2):
-        raise ValueError(f"cp_attention_o takes 1 or 2 new positions a row (a pass, its prefill), got {t}")
-    if n % t or start < 0 or start + t > p or n // t > k_cache.shape[0]:
-        raise ValueError(f"{n} tokens at positions {start}..{start + t - 1}, {t} a row, do not fit a cache of "
-                         f"{tuple(k_cache.shape)}")
-    if qkv.shape[1] != (num_heads + 2 * num_kv_heads) * d or qkv.stride(1) != 1:
-        raise ValueError(f"qkv must be [N, (Hq + 2 Hkv) D] with unit column stride, got {tuple(qkv.shape)}")
-    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or cos.stride() != (d, 1):
-        raise ValueError("k/v caches must share strides with D contiguous; cos/sin must be contiguous [P, D]")
-    if num_heads % num_kv_heads or d != next_pow2(d):
-        raise ValueError(f"need Hq a multiple of Hkv and a power-of-two head dim, got {num_heads}, {num_kv_heads}, {d}")
-    if not (qkv.dtype == k_cache.dtype == cos.dtype == q_norm.dtype == w_o.dtype):
-        raise ValueError("qkv, caches, RoPE tables, norm weights and w_o must share one dtype")
+    if w_o.dtype != qkv.dtype:
+        raise ValueError(f"w_o must be in qkv's dtype {qkv.dtype}, got {w_o.dtype}")
     h = w_o.shape[0]
     if w_o.shape[1] != num_heads * d or w_o.stride(1) != 1:
         raise ValueError(f"w_o must be [H, Hq D] = [H, {num_heads * d}] with unit column stride, "
