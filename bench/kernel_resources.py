@@ -48,10 +48,11 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
     from triton.compiler import ASTSource
 
     from tts_engine.kernels import gemv as g
+    from tts_engine.kernels import gemv_rows as gr
     from tts_engine.kernels.backend import next_pow2
 
-    fn = g._gemv_row_stream_kernel if row_blocks > 1 else g._gemv_rows_kernel if row_chunks == 1 \
-        else g._gemv_row_slices_kernel
+    fn = gr._gemv_row_stream_kernel if row_blocks > 1 else g._gemv_rows_kernel if row_chunks == 1 \
+        else gr._gemv_row_slices_kernel
     pointers = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "ln_ptr", "y_ptr"), "*bf16")
     scalars = dict.fromkeys(("m", "n_out", "k", "s_x", "s_w", "s_r", "s_y"), "i32")
     signature = {**pointers, **scalars, "eps": "fp32", **dict.fromkeys(fn.arg_names[13:], "constexpr")}

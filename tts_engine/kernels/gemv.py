@@ -30,7 +30,8 @@ code-predictor frame (opt-in); the whole-row variant serves programmatic depende
 code predictor's 1-2 row passes on sm90+). Its row-streaming form (`row_blocks`: a program's row blocks in
 turn, the next one's weights loading while the last one's are summed) serves the talker's batch-1 qkv, gate/up
 and down (run 22: step 1.080 -> 0.941 ms; it lost on every code-predictor product); its sliced rows
-(`row_chunks`) tied or lost wherever they were swept.
+(`row_chunks`) tied or lost wherever they were swept. Both are in kernels/gemv_rows.py, the epilogue every
+kernel shares in kernels/gemv_epilogue.py.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import from_fixed, pdl_start, round_to
+    from .backend import pdl_start, round_to
+    from .gemv_epilogue import delta_x, epilogue, residual_of
+    from .gemv_rows import _gemv_row_slices_kernel, _gemv_row_stream_kernel
 
 MAX_ROWS = 16  # batch rows one program holds in registers (the CUDA-core kernels)
 # What every launch configuration the sweeps chose at 1 row shares (run 9's code-predictor shapes, run
@@ -85,8 +88,8 @@ if HAVE_TRITON:
         M_P); STAGES: software-pipelined slices of w in flight per program. NORM: x is RMS-normalised
         with weight ln_ptr [K] first. PDL: launched with programmatic dependent launch, the program
         waits for the previous kernel before its first load (its launch and scheduling overlap that
-        kernel's tail; `_gemv_rows_kernel` also streams its weights in meanwhile). DELTA (`_delta_x`,
-        `_residual`): x or the residual is the sum of it and d_ptr's fixed-point values."""
+        kernel's tail; `_gemv_rows_kernel` also streams its weights in meanwhile). DELTA (`delta_x`,
+        `residual_of`): x or the residual is the sum of it and d_ptr's fixed-point values."""
         pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -101,13 +104,13 @@ if HAVE_TRITON:
             sum_sq = tl.zeros((M_P,), dtype=tl.float32)
             for k0 in range(0, k, BLOCK_K):
                 ks = k0 + tl.arange(0, BLOCK_K)
-                xs = _delta_x(x_ptr, d_ptr, rows, ks, r_ok, ks < k, s_x, s_d, DELTA)
+                xs = delta_x(x_ptr, d_ptr, rows, ks, r_ok, ks < k, s_x, s_d, DELTA)
                 sum_sq += tl.sum(xs * xs, axis=1)
             inv_rms = tl.rsqrt(sum_sq / k + eps)
         for k0 in tl.range(0, k, BLOCK_K, num_stages=STAGES):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < k
-            xs = _delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
+            xs = delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
             if NORM:
                 ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
                 xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
@@ -127,7 +130,7 @@ if HAVE_TRITON:
         if LATE_SUM:
             acc = tl.sum(part, axis=2)
             acc_up = tl.sum(part_up, axis=2)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False, d_ptr, s_d, DELTA)
+        epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False, d_ptr, s_d, DELTA)
 
     @triton.jit
     def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, d_ptr, s_d,
@@ -155,10 +158,10 @@ if HAVE_TRITON:
         ok = r_ok[:, None] & f_ok[None, :]
         res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
         if RES_EARLY:
-            res = _residual(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA)
+            res = residual_of(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA)
         pdl_start(PDL)
         x_dt = x_ptr.dtype.element_ty
-        xs = _delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
+        xs = delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA)  # [M_P, BLOCK_K]
         if NORM:
             inv_rms = tl.rsqrt(tl.sum(xs * xs, axis=1) / k + eps)
             xs = round_to(ln[None, :] * round_to(xs * inv_rms[:, None], x_dt), x_dt)
@@ -166,144 +169,8 @@ if HAVE_TRITON:
         acc_up = acc
         if MODE == 2:
             acc_up = tl.sum(xs[:, None, :] * wu.to(tl.float32)[None, :, :], axis=2)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY, d_ptr, s_d,
+        epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY, d_ptr, s_d,
                   DELTA)
-
-    @triton.jit
-    def _gemv_row_slices_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
-                                MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                                BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr, PDL: tl.constexpr,
-                                RES_EARLY: tl.constexpr):
-        """`_gemv_rows_kernel` with each row held as CHUNKS (2-3) power-of-two slices of BLOCK_K >= K / CHUNKS,
-        so that a row of 3 * 2^n columns is not padded to 4 * 2^n (the talker's down, 6,144 wide: a quarter of
-        the one-slice kernel's registers hold masked zeros). A kernel of its own so that the one-slice
-        kernel stays as it was; swept in run 22 (`bench.step_sweep`), it tied or lost."""
-        feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        rows = tl.arange(0, M_P)
-        r_ok = rows < m
-        # constants, safe before the wait
-        w0, w1, w2, u0, u1, u2, res = _row_block(w_ptr, r_ptr, feats, rows, r_ok, k, n_out, s_w, s_r, MODE,
-                                                 RES_EARLY, M_P, BLOCK_N, BLOCK_K, CHUNKS)
-        ln0, ln1, ln2 = _norm_slices(ln_ptr, k, NORM, BLOCK_K, CHUNKS)
-        pdl_start(PDL)
-        x0, x1, x2 = _x_slices(x_ptr, rows, r_ok, s_x, k, eps, ln0, ln1, ln2, NORM, BLOCK_K, CHUNKS)
-        acc = _rows_dot(x0, x1, x2, w0, w1, w2, CHUNKS)
-        acc_up = acc
-        if MODE == 2:
-            acc_up = _rows_dot(x0, x1, x2, u0, u1, u2, CHUNKS)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY, y_ptr,
-                      0, 0)
-
-    @triton.jit
-    def _gemv_row_stream_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
-                                MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                                BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr, BLOCKS: tl.constexpr,
-                                PDL: tl.constexpr, RES_EARLY: tl.constexpr):
-        """`_gemv_row_slices_kernel` (rows as CHUNKS power-of-two slices, 1-3) over BLOCKS consecutive blocks of
-        BLOCK_N rows a program, in turn: block j + 1's weights are loaded before block j's products are summed and
-        stored, so two blocks are in registers and a program's loads never stop; the first block loads before
-        the PDL wait. With a grid of about one wave, the weights past the first wave no longer wait for a program
-        to exit and a new one to start (the whole-row kernel's later waves); the next kernel's programs, resident
-        beside these once they have all passed their wait, prefetch their own weights meanwhile. RES_EARLY: the
-        first block's residual before the wait, every later one's with its weights. The talker's batch-1 launches
-        (runner.TALKER_PDL_LAUNCH, run 22)."""
-        first = tl.program_id(0) * (BLOCKS * BLOCK_N)
-        rows = tl.arange(0, M_P)
-        r_ok = rows < m
-        feats = first + tl.arange(0, BLOCK_N)
-        w0, w1, w2, u0, u1, u2, res = _row_block(w_ptr, r_ptr, feats, rows, r_ok, k, n_out, s_w, s_r, MODE,
-                                                 RES_EARLY, M_P, BLOCK_N, BLOCK_K, CHUNKS)
-        ln0, ln1, ln2 = _norm_slices(ln_ptr, k, NORM, BLOCK_K, CHUNKS)
-        pdl_start(PDL)
-        x0, x1, x2 = _x_slices(x_ptr, rows, r_ok, s_x, k, eps, ln0, ln1, ln2, NORM, BLOCK_K, CHUNKS)
-        for _ in range(BLOCKS):
-            # past the last block (of this program or of w) the masks are all false: no memory is read
-            ahead = feats + BLOCK_N
-            n0, n1, n2, v0, v1, v2, r_next = _row_block(
-                w_ptr, r_ptr, tl.where(ahead < first + BLOCKS * BLOCK_N, ahead, n_out), rows, r_ok, k, n_out, s_w,
-                s_r, MODE, RES_EARLY, M_P, BLOCK_N, BLOCK_K, CHUNKS)
-            acc = _rows_dot(x0, x1, x2, w0, w1, w2, CHUNKS)
-            acc_up = acc
-            if MODE == 2:
-                acc_up = _rows_dot(x0, x1, x2, u0, u1, u2, CHUNKS)
-            _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, feats < n_out, s_r, s_y, MODE, res, RES_EARLY,
-                      y_ptr, 0, 0)
-            w0, w1, w2, u0, u1, u2, res, feats = n0, n1, n2, v0, v1, v2, r_next, ahead
-
-    @triton.jit
-    def _row_slice(ptr, idx, ok, stride, k, start, WIDTH: tl.constexpr):
-        """Columns start .. start + WIDTH - 1 (those < k) of rows idx [R] (ok: which exist) -> [R, WIDTH]."""
-        ks = start + tl.arange(0, WIDTH)
-        return tl.load(ptr + idx[:, None].to(tl.int64) * stride + ks[None, :], mask=ok[:, None] & (ks < k)[None, :],
-                       other=0.0)
-
-    @triton.jit
-    def _row_slices(ptr, idx, ok, stride, k, BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr):
-        """Rows idx [R] as CHUNKS [R, BLOCK_K] slices, three returned (those past CHUNKS repeat the first)."""
-        s0 = _row_slice(ptr, idx, ok, stride, k, 0, BLOCK_K)
-        s1, s2 = s0, s0
-        if CHUNKS > 1:
-            s1 = _row_slice(ptr, idx, ok, stride, k, BLOCK_K, BLOCK_K)
-        if CHUNKS > 2:
-            s2 = _row_slice(ptr, idx, ok, stride, k, 2 * BLOCK_K, BLOCK_K)
-        return s0, s1, s2
-
-    @triton.jit
-    def _row_block(w_ptr, r_ptr, feats, rows, r_ok, k, n_out, s_w, s_r, MODE: tl.constexpr, RES: tl.constexpr,
-                   M_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr):
-        """Rows feats [BLOCK_N] of w (those < n_out) as slices [BLOCK_N, BLOCK_K], their up rows' slices (MODE 2,
-        else the same), and RES: their residual [M_P, BLOCK_N] in fp32 (else zeros)."""
-        f_ok = feats < n_out
-        w0, w1, w2 = _row_slices(w_ptr, feats, f_ok, s_w, k, BLOCK_K, CHUNKS)
-        u0, u1, u2 = w0, w1, w2
-        if MODE == 2:
-            u0, u1, u2 = _row_slices(w_ptr + n_out * s_w, feats, f_ok, s_w, k, BLOCK_K, CHUNKS)
-        res = tl.zeros((M_P, BLOCK_N), dtype=tl.float32)
-        if RES:
-            res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=r_ok[:, None] & f_ok[None, :],
-                          other=0.0).to(tl.float32)
-        return w0, w1, w2, u0, u1, u2, res
-
-    @triton.jit
-    def _norm_slices(ln_ptr, k, NORM: tl.constexpr, BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr):
-        """The norm weight [K] as CHUNKS one-row slices [1, BLOCK_K] in fp32 (zeros without NORM)."""
-        ln0 = tl.zeros((1, BLOCK_K), dtype=tl.float32)
-        ln1, ln2 = ln0, ln0
-        if NORM:
-            row0 = tl.full((1,), 0, tl.int32)
-            ln0, ln1, ln2 = _row_slices(ln_ptr, row0, row0 == 0, 0, k, BLOCK_K, CHUNKS)
-            ln0, ln1, ln2 = ln0.to(tl.float32), ln1.to(tl.float32), ln2.to(tl.float32)
-        return ln0, ln1, ln2
-
-    @triton.jit
-    def _x_slices(x_ptr, rows, r_ok, s_x, k, eps, ln0, ln1, ln2, NORM: tl.constexpr, BLOCK_K: tl.constexpr,
-                  CHUNKS: tl.constexpr):
-        """x's rows as CHUNKS fp32 slices [M_P, BLOCK_K], RMS-normalised with the norm slices ln* (NORM) and
-        rounded as the reference rounds them."""
-        x_dt = x_ptr.dtype.element_ty
-        x0, x1, x2 = _row_slices(x_ptr, rows, r_ok, s_x, k, BLOCK_K, CHUNKS)
-        x0, x1, x2 = x0.to(tl.float32), x1.to(tl.float32), x2.to(tl.float32)
-        if NORM:
-            sum_sq = tl.sum(x0 * x0, axis=1)
-            if CHUNKS > 1:
-                sum_sq += tl.sum(x1 * x1, axis=1)
-            if CHUNKS > 2:
-                sum_sq += tl.sum(x2 * x2, axis=1)
-            inv_rms = tl.rsqrt(sum_sq / k + eps)[:, None]
-            x0 = round_to(ln0 * round_to(x0 * inv_rms, x_dt), x_dt)
-            x1 = round_to(ln1 * round_to(x1 * inv_rms, x_dt), x_dt)
-            x2 = round_to(ln2 * round_to(x2 * inv_rms, x_dt), x_dt)
-        return x0, x1, x2
-
-    @triton.jit
-    def _rows_dot(x0, x1, x2, w0, w1, w2, CHUNKS: tl.constexpr):
-        """x slices [M_P, BLOCK_K] against weight slices [BLOCK_N, BLOCK_K] -> fp32 products [M_P, BLOCK_N]."""
-        acc = tl.sum(x0[:, None, :] * w0.to(tl.float32)[None, :, :], axis=2)
-        if CHUNKS > 1:
-            acc += tl.sum(x1[:, None, :] * w1.to(tl.float32)[None, :, :], axis=2)
-        if CHUNKS > 2:
-            acc += tl.sum(x2[:, None, :] * w2.to(tl.float32)[None, :, :], axis=2)
-        return acc
 
     @triton.jit
     def _gemm_mma_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
@@ -350,50 +217,8 @@ if HAVE_TRITON:
                     acc_up = tl.dot(xs.to(tl.float32), tl.trans(wu.to(tl.float32)), acc_up, input_precision="ieee")
                 else:
                     acc_up = tl.dot(xs, tl.trans(wu), acc_up)
-        _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False, y_ptr, 0, 0)
+        epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False, y_ptr, 0, 0)
 
-    @triton.jit
-    def _delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA: tl.constexpr):
-        """Columns ks of x's rows [M_P, BLOCK_K] in fp32; DELTA 1: x + d (d_ptr's int64 multiples of 2^-32 rounded
-        to x's dtype), rounded, as the reference's residual add `x + F.linear(...)` rounds."""
-        ok = r_ok[:, None] & k_ok[None, :]
-        xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=ok, other=0.0).to(tl.float32)
-        if DELTA == 1:
-            x_dt = x_ptr.dtype.element_ty
-            ds = tl.load(d_ptr + rows[:, None] * s_d + ks[None, :], mask=ok, other=0)
-            xs = round_to(xs + from_fixed(ds, x_dt), x_dt)
-        return xs
-
-    @triton.jit
-    def _residual(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA: tl.constexpr):
-        """The residual [M_P, BLOCK_N] in fp32; DELTA 2: r + d, as `_delta_x` adds it."""
-        res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
-        if DELTA == 2:
-            r_dt = r_ptr.dtype.element_ty
-            ds = tl.load(d_ptr + rows[:, None] * s_d + feats[None, :], mask=ok, other=0)
-            res = round_to(res + from_fixed(ds, r_dt), r_dt)
-        return res
-
-    @triton.jit
-    def _epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE: tl.constexpr, res,
-                  RES_LOADED: tl.constexpr, d_ptr, s_d, DELTA: tl.constexpr):
-        """fp32 products [M_P, BLOCK_N] -> rounded, the residual added or SwiGLU applied, stored.
-        RES_LOADED: res holds the residual already (fp32), else it is read here. DELTA 2: the residual is
-        r + d (`_residual`), and this program's d (all of it read by now: the launch's wait has passed) is
-        zeroed for the next sum into it."""
-        dt = y_ptr.dtype.element_ty
-        out = round_to(acc, dt)
-        ok = r_ok[:, None] & f_ok[None, :]
-        if MODE == 1:
-            if not RES_LOADED:
-                res = _residual(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA)
-            out = round_to(res + out, dt)
-            if DELTA == 2:
-                tl.store(d_ptr + rows[:, None] * s_d + feats[None, :], tl.zeros((1, 1), tl.int64), mask=ok)
-        if MODE == 2:
-            act = round_to(out / (1.0 + tl.exp(-out)), dt)
-            out = round_to(act * round_to(acc_up, dt), dt)
-        tl.store(y_ptr + rows[:, None] * s_y + feats[None, :], out.to(dt), mask=ok)
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
