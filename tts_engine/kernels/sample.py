@@ -201,16 +201,17 @@ if HAVE_TRITON:
         if CODEBOOK0:
             tl.store(seen_ptr + slot * n_vocab + code, 1)
         if GATHER:
-            for start in range(0, emb_dim, EMB_BLOCK):
-                cols = start + tl.arange(0, EMB_BLOCK)
-                ok = cols < emb_dim
-                tl.store(x_ptr + row * x_stride + cols, tl.load(emb_ptr + code * emb_dim + cols, mask=ok), mask=ok)
+            _gather_row(emb_ptr, emb_dim, x_ptr + row * x_stride, code, EMB_BLOCK)
         if GATHER2:
-            for start in range(0, emb2_dim, EMB2_BLOCK):
-                cols = start + tl.arange(0, EMB2_BLOCK)
-                ok = cols < emb2_dim
-                tl.store(x2_ptr + row * x2_stride + cols, tl.load(emb2_ptr + code * emb2_dim + cols, mask=ok),
-                         mask=ok)
+            _gather_row(emb2_ptr, emb2_dim, x2_ptr + row * x2_stride, code, EMB2_BLOCK)
+
+    @triton.jit
+    def _gather_row(table_ptr, dim, out_ptr, code, BLOCK: tl.constexpr):
+        """Row `code` of a contiguous table [V, dim] copied to out_ptr, BLOCK columns at a time."""
+        for start in range(0, dim, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            ok = cols < dim
+            tl.store(out_ptr + cols, tl.load(table_ptr + code * dim + cols, mask=ok), mask=ok)
 
 
 def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Tensor, temperature: torch.Tensor,
