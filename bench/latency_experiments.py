@@ -137,6 +137,42 @@ def cp_attention_o_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) ->
     return out
 
 
+def _mma_table(**change) -> dict:
+    """code_predictor.MMA_LAUNCH with `change`: a key in every product's launch that has it, "<product>/<key>" in
+    that product's alone."""
+    from tts_engine.runtime.code_predictor import MMA_LAUNCH
+
+    return {name: {**cfg, **{k: v for k, v in change.items() if k in cfg},
+                   **{k.split("/")[1]: v for k, v in change.items() if k.startswith(f"{name}/")}}
+            for name, cfg in MMA_LAUNCH.items()}
+
+
+# The tensor-core passes' launch tables `cp_mma_times` tries beside today's (code_predictor.MMA_LAUNCH) and cuBLAS.
+MMA_CANDIDATES = {"mmanopf": _mma_table(l2_prefetch=False), "mmaw8": _mma_table(num_warps=8),
+                  "mman32": _mma_table(block_n=32), "mman64": _mma_table(block_n=64, block_k=64, num_warps=8),
+                  "mmak64": _mma_table(block_k=64, stages=4)}
+
+
+def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
+    """The code predictor's frame (and the frame step) with its passes past the GEMV ones on cuBLAS ("cublas") or
+    on the tensor-core kernel (`CodePredictorRunner.mma_rows` 64: "mma" with today's table, PDL where supported;
+    "mma32": up to 32 rows, batch 32's prefill pass and batch 64 on cuBLAS; "mmanopdl" without PDL; "mmaaw2" with
+    2 warps a program of the fused attention; each of MMA_CANDIDATES), at each of `batches`, interleaved rounds
+    -> {batch: {key: median ms}}."""
+    cp = runner.code_predictor
+    on = {"mma_rows": 64}
+    variants = {"cublas": {"mma_rows": 0}, "mma": on, "mma32": {"mma_rows": 32}, "mmanopdl": {**on, "pdl": False},
+                "mmaaw2": {**on, "fused_attention_warps": 2},
+                **{name: {**on, "mma_launch": table} for name, table in MMA_CANDIDATES.items()}}
+    out = {}
+    for b in (b for b in batches if b <= runner.max_slots):
+        fns = latency._stage_fns(runner, b, t_len)
+        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
+        out[b] = latency.interleaved_times(cp, variants, stages, rounds)
+        print(f"batch {b}, the code predictor's tensor-core passes: {out[b]}", flush=True)
+    return out
+
+
 # Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
 # function).
 AB_CALLS = (("runner", "talker_attention", "decode_qk_attention"), ("runner", "sample", "sample_rows"),
@@ -179,6 +215,6 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
                "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
-               "cp_attention_o": cp_attention_o_times,
+               "cp_attention_o": cp_attention_o_times, "cp_mma": cp_mma_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, latency._stage_fns(runner, 1, t_len))}

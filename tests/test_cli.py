@@ -92,9 +92,9 @@ def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--cp-gemv-rows", "9"], "--cp-gemv-rows must be in 0..4, got 9"),
     (["--talker-gemv-rows", "-1"], "--talker-gemv-rows must be in 0..4, got -1"),
-    (["--cp-mma-rows", "2"], "--cp-mma-rows must be 0 or above --cp-gemv-rows (2) and at most 16, got 2"),
-    (["--cp-gemv-rows", "1", "--cp-mma-rows", "17"],
-     "--cp-mma-rows must be 0 or above --cp-gemv-rows (1) and at most 16, got 17"),
+    (["--cp-mma-rows", "2"], "--cp-mma-rows must be 0 or above --cp-gemv-rows (2) and at most 64, got 2"),
+    (["--cp-gemv-rows", "1", "--cp-mma-rows", "65"],
+     "--cp-mma-rows must be 0 or above --cp-gemv-rows (1) and at most 64, got 65"),
     (["--prefill-mma-rows", "65"], "--prefill-mma-rows must be in 0..64, got 65"),
     (["--talker-qk-attention-context", "-1"], "--talker-qk-attention-context must be >= 0, got -1"),
     (["--first-audio-yield-ms", "-1"], "--first-audio-yield-ms must be >= 0, got -1.0"),

@@ -124,8 +124,9 @@ def _add_serve(sub) -> None:
                         "small-batch GEMV instead of cuBLAS (0: never; default 2; at most 4, past which cuBLAS is "
                         "faster; CUDA)")
     p.add_argument("--cp-mma-rows", type=int, default=None,
-                   help="code-predictor passes of up to this many token rows (at most 16) past --cp-gemv-rows run on "
-                        "the same fused kernels with tensor-core products instead of cuBLAS (CUDA)")
+                   help="code-predictor passes of up to this many token rows (at most 64) past --cp-gemv-rows run on "
+                        "the same fused kernels with tensor-core products instead of cuBLAS, with PDL where "
+                        "--cp-pdl is (CUDA)")
     p.add_argument("--prefill-mma-rows", type=int, default=None,
                    help="prompts of up to this many rows (at most 64) prefill with the talker's products on the "
                         "fused tensor-core GEMV instead of cuBLAS (default 0: none; CUDA)")

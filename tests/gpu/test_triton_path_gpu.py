@@ -18,8 +18,13 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.fixture(scope="module")
-def runners(cuda):
-    cfg, model = random_model("1.7b", torch.bfloat16, cuda, seed=3)
+def model(cuda):
+    return random_model("1.7b", torch.bfloat16, cuda, seed=3)
+
+
+@pytest.fixture(scope="module")
+def runners(model):
+    cfg, model = model
     pair = [ModelRunner(model, max_slots=8, max_context=256, use_triton=t, use_graphs=False) for t in (True, False)]
     g = torch.Generator(device="cuda").manual_seed(0)
     for slot in range(8):
@@ -255,6 +260,68 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
     assert len(torch.cat(codes[False]).unique()) > 1
     _assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
+
+
+@pytest.fixture(scope="module")
+def wide_code_predictors(model, runners):
+    """(fast, reference) code predictors over the fixture's weights for batches up to 32 (the fixture's runners hold
+    8): the fast one with every default (PDL, the qkv table, attention + o) and the tensor-core passes up to 64
+    rows; sampled rows (the talker's defaults) with seeds 0-31."""
+    from tts_engine.runtime.code_predictor import CodePredictorRunner
+    from tts_engine.runtime.sampler import SamplingRows
+
+    _, (fast, _) = runners
+    made = [CodePredictorRunner(model[1].talker, fast.codec_embedding, 32, use_triton=t, gemv_rows=2, pdl=t,
+                                mma_rows=64, qkv_table=t, attention_o=t) for t in (True, False)]
+    rows = SamplingRows.empty(32, fast.device)
+    for i in range(32):
+        rows.set_row(i, SamplingParams(seed=i), seed=i)
+    return made, rows
+
+
+# the tensor-core passes (kernels/gemv_mma.py, PDL) at 8-64 rows: batch 8 (prefill 16 rows), 16 (32), 32 (64)
+@pytest.mark.parametrize("b", [8, 16, 32])
+def test_code_predictor_tensor_core_passes_equal_torch(wide_code_predictors, runners, b):
+    cfg, _ = runners
+    (fast_cp, ref_cp), _ = wide_code_predictors
+    launch = fast_cp.launch(b)["qkv"]
+    assert fast_cp.uses_pdl(b) and launch["mma"] and launch["pdl"], "the tensor-core passes run with PDL"
+    _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
+
+
+@pytest.mark.parametrize("b", [4, 8, 32])
+def test_code_predictor_tensor_core_passes_with_pdl_give_the_codes_without(wide_code_predictors, runners, b):
+    """The tensor-core passes (3-64 rows) with programmatic dependent launch (each product's weights prefetched into
+    L2 and o's and down's residual read before the wait; the attention and the draws launched early), captured in a
+    graph as the engine runs it, against the same kernels without PDL (the attention with the same warps): any
+    difference is a kernel reading before its input is written. Batch 32's prefill pass (64 rows) on them too."""
+    from tts_engine.runtime.code_predictor import attention_warps
+    from tts_engine.runtime.sampler import GENERAL
+
+    cfg, _ = runners
+    (cp, _), sampling = wide_code_predictors
+    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    inputs = (hidden.clone(), torch.randn_like(hidden))
+
+    def alternate(i):
+        hidden.copy_(inputs[i % 2])
+
+    c0 = torch.arange(b, device="cuda") * 97 % 2048
+    frames = torch.arange(b, device="cuda") + 3
+    rows = sampling.gather(torch.arange(b, device="cuda"))
+    codes, was = {}, (cp.pdl, cp.fused_attention_warps)
+    try:
+        with torch.inference_mode():
+            for pdl in (False, True):
+                cp.pdl, cp.fused_attention_warps = pdl, attention_warps(b, pdl=True)
+                assert cp.uses_pdl(b) == pdl and cp.launch(2 * b)["down"].get("pdl", False) == pdl
+                codes[pdl] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
+                                            before=alternate)
+    finally:
+        cp.pdl, cp.fused_attention_warps = was
+    assert len(torch.cat(codes[False]).unique()) > 1
+    _assert_pdl_gives_the_output_without(
+        codes, f"codes ({codes[True][0][:2].tolist()} with PDL, {codes[False][0][:2].tolist()} without)")
 
 
 def test_code_predictor_qkv_table_is_the_first_layers_product(runners):

@@ -124,8 +124,6 @@ def test_whole_rows_in_slices(device, chunks, m, k, n):
                              f"{chunks} slices, residual read early")
     with pytest.raises(ValueError, match="row_chunks"):
         gemv(x, w, row_chunks=2)
-    with pytest.raises(ValueError, match="mma"):
-        gemv(x, w, mma=True, block_n=16, block_k=16, whole_rows=True)
 
 
 @pytest.mark.parametrize("blocks,block_n,chunks", [(2, 4, 1), (3, 1, 1), (5, 2, 3), (2, 2, 2)])
@@ -177,3 +175,39 @@ def test_tensor_core_kernel(device, dtype, m, k, n):
                          stages=2, norm=norm)
     with pytest.raises(ValueError, match="at most 64 rows"):
         gemv(torch.zeros(65, 8, device=device), torch.zeros(4, 8, device=device), mma=True, block_n=16, block_k=16)
+
+
+@pytest.mark.parametrize("m,k,n", [(3, 64, 40), (32, 200, 24), (64, 96, 32)])
+def test_tensor_core_kernel_with_its_pdl_launch(device, m, k, n):
+    """mma as the code predictor's tensor-core passes launch it (code_predictor.MMA_LAUNCH): the residual read before
+    the wait (residual_early), and on a GPU with PDL and the weights' L2 prefetch before it (the interpreter runs
+    neither: PDL is a launch attribute, the prefetch PTX), every prologue and epilogue, on strided views of x, w and
+    the residual (rows padded past K and 2 n); bit for bit the plain launch where both run the same slices."""
+    from tts_engine.kernels.backend import pdl_supported
+
+    x, w, g = inputs(m, k, 2 * n, torch.bfloat16, device, seed=29 * m + k)
+    ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, torch.bfloat16)
+    r = torch.randn(m, 2 * n, generator=g).to(device, torch.bfloat16)
+    xs, ws = torch.cat([x, x[:, :3]], dim=1)[:, :k], torch.cat([w, w[:, :7]], dim=1)[:, :k]
+    rs = torch.cat([r, r[:, :4]], dim=1)[:, :2 * n]
+    pdl = pdl_supported(device)
+    launch = dict(mma=True, block_n=16, block_k=32, stages=2, pdl=pdl, l2_prefetch=pdl)
+    for norm in (None, (ln, 1e-6)):
+        what = f"mma {m}x{k}x{n} pdl={pdl} norm={norm is not None}"
+        assert_epilogues(xs, ws, rs, what, norm=norm, **launch)
+        early = gemv(xs, ws, residual=rs, residual_early=True, norm=norm, **launch)
+        assert_same_rounding(early, gemv_ref(xs, ws, residual=rs, norm=norm), f"{what}, residual read early")
+        plain = gemv(xs, ws, residual=rs, norm=norm, mma=True, block_n=16, block_k=32, stages=2)
+        assert torch.equal(early, plain), f"{what}: the early residual, PDL and prefetch change the sums"
+
+
+def test_tensor_core_kernel_arguments(device):
+    x, w, _ = inputs(4, 64, 32, torch.bfloat16, device, seed=5)
+    for bad in (dict(whole_rows=True), dict(row_blocks=2), dict(row_chunks=2)):
+        with pytest.raises(ValueError, match="takes no whole_rows, row_chunks or row_blocks"):
+            gemv(x, w, mma=True, block_n=16, **bad)
+    for bad in (dict(mma=True, block_n=16), dict(whole_rows=True, pdl=True)):
+        with pytest.raises(ValueError, match="l2_prefetch"):
+            gemv(x, w, l2_prefetch=True, **bad)
+    with pytest.raises(ValueError, match="residual_early"):
+        gemv(x, w, mma=True, block_n=16, residual_early=True)

@@ -364,9 +364,12 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     # programs (block_k 16 < its 32-64 wide rows: the norm prologue and the products over several slices).
     wide = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down", "head")}
     code_predictor.GEMV_LAUNCH = wide
-    code_predictor.MMA_LAUNCH = {name: dict(mma=True, block_n=64, block_k=16) for name in wide}
+    # the tensor-core kernel as the code predictor's passes launch it (o's and down's residual read early; its L2
+    # prefetch needs PDL, which the interpreter does not run)
+    code_predictor.MMA_LAUNCH = {name: dict(mma=True, block_n=64, block_k=16, residual_early=name in ("o", "down"))
+                                 for name in wide}
     runner_module.TALKER_GEMV_LAUNCH = wide
-    runner_module.PREFILL_MMA_LAUNCH = code_predictor.MMA_LAUNCH
+    runner_module.PREFILL_MMA_LAUNCH = {name: dict(mma=True, block_n=64, block_k=16) for name in wide}
     from tts_engine.runtime import prefill as prefill_module
 
     prefill_rows = []  # the prompts prefilled on the tensor-core products, by their rows

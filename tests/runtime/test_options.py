@@ -15,7 +15,7 @@ def test_defaults_are_valid():
     (FastPathOptions(talker_gemv_rows=5), "talker_gemv_rows"),
     (FastPathOptions(cp_gemv_rows=-1), "cp_gemv_rows"),
     (FastPathOptions(cp_gemv_rows=2, cp_mma_rows=2), "cp_mma_rows"),
-    (FastPathOptions(cp_mma_rows=17), "cp_mma_rows"),
+    (FastPathOptions(cp_mma_rows=65), "cp_mma_rows"),
     (FastPathOptions(cp_gemv_rows=0, cp_pdl=True), "cp_pdl"),
     (FastPathOptions(talker_gemv_rows=0, talker_pdl=True), "talker_pdl"),
     (FastPathOptions(attention_version=1), "attention_version"),

@@ -25,8 +25,8 @@ Status: tested against its reference (interpreter on CPU, compiled on a GPU). On
 for the code predictor's four products at batch 1 against cuBLAS + epilogues 33.1; its cost grows with
 the rows it holds, so the code predictor uses it for passes of 1-2 rows only (runtime/code_predictor.py),
 and the talker for its steps at batch 1 (run 10: 35.9 against 44.0 µs a layer; runtime/runner.py).
-The tensor-core variant (`mma`) beats cuBLAS + epilogues at 8-16 rows per product but not yet as a
-code-predictor frame (opt-in); the whole-row variant serves programmatic dependent launch (`pdl`, the
+The tensor-core variant (`mma`, kernels/gemv_mma.py) beats cuBLAS + epilogues at 8-16 rows per product but not yet
+as a code-predictor frame (opt-in); the whole-row variant serves programmatic dependent launch (`pdl`, the
 code predictor's 1-2 row passes on sm90+). Its row-streaming form (`row_blocks`: a program's row blocks in
 turn, the next one's weights loading while the last one's are summed) serves the talker's batch-1 qkv, gate/up
 and down (run 22: step 1.080 -> 0.941 ms; it lost on every code-predictor product); its sliced rows
@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from .backend import HAVE_TRITON, from_fixed_ref, next_pow2, pdl_launch
+from .gemv_mma import prefetch_lines
 from .rms_norm import rms_norm_ref
 
 if HAVE_TRITON:
@@ -48,6 +49,7 @@ if HAVE_TRITON:
 
     from .backend import pdl_start, round_to
     from .gemv_epilogue import delta_x, epilogue, residual_of
+    from .gemv_mma import _gemm_mma_kernel
     from .gemv_rows import _gemv_row_slices_kernel, _gemv_row_stream_kernel
 
 MAX_ROWS = 16  # batch rows one program holds in registers (the CUDA-core kernels)
@@ -172,60 +174,13 @@ if HAVE_TRITON:
         epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY, d_ptr, s_d,
                   DELTA)
 
-    @triton.jit
-    def _gemm_mma_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
-                         MODE: tl.constexpr, NORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, STAGES: tl.constexpr, IEEE: tl.constexpr):
-        """`_gemv_kernel` on the tensor cores, for 3-64 rows: rows padded to BLOCK_M >= 16 and each
-        [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_N] slice one `tl.dot` into fp32 (the x slice normalised and
-        rounded to x's dtype first, as the reference feeds its product). IEEE: the operands widened to
-        fp32 and multiplied exactly: for fp32 inputs (TF32 would round them) and in the CPU
-        interpreter, whose dot does not take bf16 (its products of bf16 values are exact in fp32, as
-        the tensor cores' are)."""
-        feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        rows = tl.arange(0, BLOCK_M)
-        f_ok, r_ok = feats < n_out, rows < m
-        x_dt = x_ptr.dtype.element_ty
-        inv_rms = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        if NORM:  # pipelined like the main loop: a plain loop waits a global-load latency per slice
-            sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            for k0 in tl.range(0, k, BLOCK_K, num_stages=STAGES):
-                ks = k0 + tl.arange(0, BLOCK_K)
-                xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & (ks < k)[None, :],
-                             other=0.0).to(tl.float32)
-                sum_sq += tl.sum(xs * xs, axis=1)
-            inv_rms = tl.rsqrt(sum_sq / k + eps)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in tl.range(0, k, BLOCK_K, num_stages=STAGES):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            k_ok = ks < k
-            xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0)
-            if NORM:
-                ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
-                xs = round_to(ln[None, :] * round_to(xs.to(tl.float32) * inv_rms[:, None], x_dt), x_dt).to(x_dt)
-            w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
-            w_ok = f_ok[:, None] & k_ok[None, :]
-            ws = tl.load(w_at, mask=w_ok, other=0.0)  # [BLOCK_N, BLOCK_K]
-            if IEEE:
-                acc = tl.dot(xs.to(tl.float32), tl.trans(ws.to(tl.float32)), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(xs, tl.trans(ws), acc)
-            if MODE == 2:
-                wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0)
-                if IEEE:
-                    acc_up = tl.dot(xs.to(tl.float32), tl.trans(wu.to(tl.float32)), acc_up, input_precision="ieee")
-                else:
-                    acc_up = tl.dot(xs, tl.trans(wu), acc_up)
-        epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, acc, False, y_ptr, 0, 0)
-
-
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
          late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
          mma: bool = False, residual_early: bool = False, row_chunks: int = 1, row_blocks: int = 1,
-         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None) -> torch.Tensor:
+         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None,
+         l2_prefetch: bool = False) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
@@ -233,12 +188,14 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     rounded up; for a few rows of x); pdl: launched with programmatic dependent launch
     (`backend.pdl_supported`; with whole_rows the weights load before the wait for the previous
     kernel). mma: tensor-core products over rows padded to >= 16 (block_n, block_k >= 16), for 3-64
-    rows. residual_early (whole_rows): the residual is read before that wait too, which with pdl is right
+    rows (kernels/gemv_mma.py), with pdl too; l2_prefetch (mma with pdl): every line of the program's rows of w
+    prefetched into L2 before the wait (compiled only; in the interpreter it does nothing, as it changes no
+    value). residual_early (whole_rows, mma): the residual is read before that wait too, which with pdl is right
     only where it was written two launches back or more (the decoder layers' o and down products);
     row_chunks (whole_rows, 1-3): a row held as that many power-of-two slices of K / row_chunks rounded up
-    (K 6,144 as 3 x 2,048, not one 8,192-wide slice with a quarter masked); row_blocks (whole_rows, any slices):
-    blocks of block_n rows one program streams in turn, the next block's weights loading while the last one's
-    products are summed (a grid of cdiv(N, block_n * row_blocks) programs).
+    (K 6,144 as 3 x 2,048, not one 8,192-wide slice with a quarter masked);
+    row_blocks (whole_rows, any slices): blocks of block_n rows one program streams in turn, the next block's
+    weights loading while the last one's products are summed (a grid of cdiv(N, block_n * row_blocks) programs).
     x_delta [>= M, K] int64 (the whole-row and the K-loop kernels): x is x + x_delta's multiples of 2^-32, rounded to
     x's dtype and added as the reference adds a product to its residual (kernels/cp_attention_o.py's o_sum);
     residual_delta [>= M, N] int64 (the same kernels, with residual): the residual is residual + residual_delta so,
@@ -256,15 +213,16 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         raise ValueError(f"gemv needs one dtype, got x {x.dtype}, w {w.dtype}")
     if residual is not None and silu_mul:
         raise ValueError("gemv: residual and silu_mul do not combine")
-    if mma and (pdl or whole_rows or residual_early or row_chunks != 1 or row_blocks != 1):
-        raise ValueError("gemv: the tensor-core kernel (mma) takes no pdl, whole_rows, residual_early, row_chunks "
-                         "or row_blocks")
+    if mma and (whole_rows or row_chunks != 1 or row_blocks != 1):
+        raise ValueError("gemv: the tensor-core kernel (mma) takes no whole_rows, row_chunks or row_blocks")
+    if l2_prefetch and not (mma and pdl):
+        raise ValueError("gemv: l2_prefetch is the tensor-core kernel's (mma) prefetch before its PDL wait")
     if row_chunks not in (1, 2, 3) or (row_chunks > 1 and not whole_rows):
         raise ValueError(f"gemv: row_chunks is 1, 2 or 3, and more than 1 only with whole_rows, got {row_chunks}")
     if not 1 <= row_blocks <= 64 or (row_blocks > 1 and not whole_rows):
         raise ValueError(f"gemv: row_blocks is 1-64, and more than 1 only with whole_rows, got {row_blocks}")
-    if residual_early and not (whole_rows and residual is not None):
-        raise ValueError("gemv: residual_early is the whole-row kernel's early read of a residual")
+    if residual_early and not ((whole_rows or mma) and residual is not None):
+        raise ValueError("gemv: residual_early is the whole-row and tensor-core kernels' early read of a residual")
     n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
     y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
     r = residual if residual is not None else y
@@ -282,8 +240,11 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         if block_n < 16 or block_k < 16:
             raise ValueError(f"mma needs block_n and block_k >= 16, got {block_n}, {block_k}")
         del shape["M_P"]
+        line, lines = prefetch_lines(k, x.element_size())
         _gemm_mma_kernel[grid](*args, **shape, BLOCK_M=max(16, next_pow2(m)), BLOCK_K=block_k, STAGES=stages,
-                               IEEE=x.dtype == torch.float32 or x.device.type == "cpu", num_warps=num_warps)
+                               IEEE=x.dtype == torch.float32 or x.device.type == "cpu", PDL=pdl,
+                               RES_EARLY=residual_early, PREFETCH=l2_prefetch and x.device.type == "cuda", LINE=line,
+                               LINES=lines, num_warps=num_warps, **pdl_launch(pdl))
     elif whole_rows:
         launch = dict(**shape, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=pdl, RES_EARLY=residual_early,
                       num_warps=num_warps, **pdl_launch(pdl))

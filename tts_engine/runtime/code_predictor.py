@@ -47,19 +47,17 @@ GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **LATE_SUM), "o": dict(block_
                "gate_up": dict(block_n=8, block_k=256, **LATE_SUM), "down": dict(block_n=4, block_k=512, **LATE_SUM),
                "head": dict(block_n=8, block_k=256, **LATE_SUM)}
 
-# Opt-in (mma_rows): passes of 3 .. mma_rows token rows through kernels/gemv.py's tensor-core
-# kernel, the same fusions as above at cuBLAS' batch sizes. Run 9's sweep at 8 rows (µs, cuBLAS +
-# epilogue in brackets): qkv 3.94 (3.93), o + residual 4.94 (6.42), gate/up + SwiGLU 5.80 (7.29), down +
-# residual 6.29 (7.80), the same at 16; these are its winners. With a first guess (block_k 256, 3
-# stages, 4.4 / 5.9 / 8.0 / 7.8 µs) the frame was slower than on cuBLAS (batch 8: 3.45 ms against 3.03;
-# 64: 5.67 against 3.40): the sweep times no norm prologue, whose K loop ran before the products one
-# global-load latency a slice (now pipelined as the main loop is). With these, run 10: 3.21 ms a frame at
-# batch 8 against cuBLAS' 3.03, still slower.
-MMA_LAUNCH = {"qkv": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4),
-              "o": dict(mma=True, block_n=16, block_k=512, stages=3, num_warps=4),
-              "gate_up": dict(mma=True, block_n=32, block_k=256, stages=4, num_warps=4),
-              "down": dict(mma=True, block_n=16, block_k=512, stages=3, num_warps=4),
-              "head": dict(mma=True, block_n=32, block_k=128, stages=3, num_warps=4)}
+# Opt-in (mma_rows): passes of 3 .. mma_rows token rows through kernels/gemv_mma.py's tensor-core kernel, the same
+# fusions as the GEMV passes (5 launches a layer against cuBLAS' 8-9), with programmatic dependent launch where the
+# device has it (`uses_pdl`; each product's weights prefetched into L2 and o's and down's residual read before the
+# wait). Run 10 timed this kernel without PDL at run 9's best launches (qkv 32 x 128, o 16 x 512, gate/up 32 x 256,
+# down 16 x 512, head 32 x 128): 3.21 ms a frame at batch 8 against cuBLAS' 3.03. This table is a first guess for
+# 16-64 rows: 16 output features a program, slices of 128-256 that do not spill at 32 rows
+# (`bench.kernel_resources --mma`: 168-242 registers at 4 warps), 3 stages.
+_MMA = dict(mma=True, block_n=16, stages=3, num_warps=4, l2_prefetch=True)
+MMA_LAUNCH = {"qkv": dict(block_k=128, **_MMA), "o": dict(block_k=256, residual_early=True, **_MMA),
+              "gate_up": dict(block_k=128, **_MMA), "down": dict(block_k=256, residual_early=True, **_MMA),
+              "head": dict(block_k=128, **_MMA)}
 
 # With programmatic dependent launch (sm90+, `FastPathOptions.cp_pdl`, on by default there): passes
 # of at most PDL_ROWS rows run every kernel with PDL and the GEMVs with whole rows of w per program,
@@ -115,6 +113,7 @@ class CodePredictorRunner:
         self.gemv_launch = GEMV_LAUNCH
         self.pdl = pdl and self.gemv_rows > 0
         self.mma_rows = mma_rows if use_triton else 0
+        self.mma_launch = MMA_LAUNCH  # read at every pass, like the tables below
         # Read at every pass (bench/latency.py times the alternatives): the fused attention in passes
         # without PDL and in PDL passes (FastPathOptions.cp_fused_attention, both), its warps a program
         # (None: `attention_warps`).
@@ -226,13 +225,17 @@ class CodePredictorRunner:
         return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1], True
 
     def uses_pdl(self, rows: int) -> bool:
-        return self.pdl and rows <= min(PDL_ROWS, self.gemv_rows)
+        """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows and
+        the tensor-core ones (mma_rows)."""
+        return self.pdl and (rows <= min(PDL_ROWS, self.gemv_rows) or self.gemv_rows < rows <= self.mma_rows)
 
     def launch(self, rows: int) -> dict[str, dict]:
         """The GEMVs' launch configurations for a pass of `rows` token rows."""
+        if rows <= self.gemv_rows:
+            return PDL_LAUNCH if self.uses_pdl(rows) else self.gemv_launch
         if self.uses_pdl(rows):
-            return PDL_LAUNCH
-        return self.gemv_launch if rows <= self.gemv_rows else MMA_LAUNCH
+            return {name: {**cfg, "pdl": True} for name, cfg in self.mma_launch.items()}
+        return {name: {k: v for k, v in cfg.items() if k != "l2_prefetch"} for name, cfg in self.mma_launch.items()}
 
     def logits(self, out: torch.Tensor, normed: bool, j: int) -> torch.Tensor:
         """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""

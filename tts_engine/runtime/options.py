@@ -10,12 +10,9 @@ from dataclasses import dataclass
 # 1 or 16 rows; a GEMV's cost grows with its rows): run 9's sweep at 2-16 rows.
 MAX_GEMV_ROWS = 4
 CP_GEMV_ROWS = 2
-# The code predictor's tensor-core launch table (code_predictor.MMA_LAUNCH) was swept at 8-16 rows;
-# at 32-64 (rows padded to 64) its gate/up configuration needs more shared memory than the H200 has
-# (run 10: OutOfResources).
-MAX_CP_MMA_ROWS = 16
-# Rows of one tensor-core tile (kernels/gemv.py MAX_MMA_ROWS): prompts up to this long can prefill on it.
-MAX_PREFILL_MMA_ROWS = 64
+# Rows of one tensor-core tile (kernels/gemv.py MAX_MMA_ROWS): code-predictor passes (cp_mma_rows) and prompts
+# (prefill_mma_rows) up to this long can run on it.
+MAX_CP_MMA_ROWS = MAX_PREFILL_MMA_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -26,8 +23,9 @@ class FastPathOptions:
     talker_gemv_rows: int = 1
     # The same for the code predictor's passes (a pass holds b rows, its prefill 2 b).
     cp_gemv_rows: int = CP_GEMV_ROWS
-    # Code-predictor passes past cp_gemv_rows and up to this many rows on the same fusions with
-    # tensor-core products (kernels/gemv.py `mma`) instead of cuBLAS; 0: none.
+    # Code-predictor passes past cp_gemv_rows and up to this many rows (a pass holds b rows, its prefill 2 b) on
+    # the same fusions with tensor-core products (kernels/gemv_mma.py, code_predictor.MMA_LAUNCH; with PDL where
+    # cp_pdl is) instead of cuBLAS; 0: none.
     cp_mma_rows: int = 0
     # The code predictor's GEMV passes of 1-2 rows with programmatic dependent launch; None: where the
     # device supports it (compiled Triton on sm90+). Run 10: frame at batch 1 1.82 ms against 2.42.
