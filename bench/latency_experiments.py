@@ -148,22 +148,26 @@ def _mma_table(**change) -> dict:
 
 
 # The tensor-core passes' launch tables `cp_mma_times` tries beside today's (code_predictor.MMA_LAUNCH) and cuBLAS.
-MMA_CANDIDATES = {"mmanopf": _mma_table(l2_prefetch=False), "mmaw8": _mma_table(num_warps=8),
-                  "mman32": _mma_table(block_n=32), "mman64": _mma_table(block_n=64, block_k=64, num_warps=8),
-                  "mmak64": _mma_table(block_k=64, stages=4)}
+MMA_CANDIDATES = {"mman32": _mma_table(block_n=32)}
 
 
 def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
     """The code predictor's frame (and the frame step) with its passes past the GEMV ones on cuBLAS ("cublas") or
     on the tensor-core kernel (`CodePredictorRunner.mma_rows` 64: "mma" with today's table, PDL where supported;
-    "mma32": up to 32 rows, batch 32's prefill pass and batch 64 on cuBLAS; "mmanopdl" without PDL; "mmaaw2" with
-    2 warps a program of the fused attention; each of MMA_CANDIDATES), at each of `batches`, interleaved rounds
-    -> {batch: {key: median ms}}."""
+    each of MMA_CANDIDATES), or the cuBLAS passes with some products on the tensor-core kernel (`mma_products`:
+    "hdown" down, "hmlp" gate/up and down, "homlp" o too; "...32" at 32 output features a program), at each of
+    `batches`, interleaved rounds -> {batch: {key: median ms}}. Run 24 (call 1, the first table): mma 3.12 / 3.97 /
+    6.17 ms a frame at batch 8 / 32 / 64, cuBLAS 2.78 / 2.95 / 3.09; 32 features a program 2.85 / 3.75 / 4.71;
+    without the L2 prefetch 3.15 / 4.02 / 6.09, without PDL 3.47 / 4.09 / 5.16; 8 warps, 64 features or slices of
+    64 slower still (bench/results/run24-h200/call1)."""
     cp = runner.code_predictor
-    on = {"mma_rows": 64}
-    variants = {"cublas": {"mma_rows": 0}, "mma": on, "mma32": {"mma_rows": 32}, "mmanopdl": {**on, "pdl": False},
-                "mmaaw2": {**on, "fused_attention_warps": 2},
-                **{name: {**on, "mma_launch": table} for name, table in MMA_CANDIDATES.items()}}
+    on, off, n32 = {"mma_rows": 64}, {"mma_rows": 0}, MMA_CANDIDATES["mman32"]
+    variants = {"cublas": off, "mma": on, **{name: {**on, "mma_launch": t} for name, t in MMA_CANDIDATES.items()},
+                "hdown": {**off, "mma_products": ("down",)}, "hdown32": {**off, "mma_products": ("down",),
+                                                                         "mma_launch": n32},
+                "hmlp": {**off, "mma_products": ("gate_up", "down")},
+                "homlp": {**off, "mma_products": ("o", "gate_up", "down")},
+                "homlp32": {**off, "mma_products": ("o", "gate_up", "down"), "mma_launch": n32}}
     out = {}
     for b in (b for b in batches if b <= runner.max_slots):
         fns = latency._stage_fns(runner, b, t_len)

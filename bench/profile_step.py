@@ -10,6 +10,7 @@ activity only):
         starts before the one before it ends (it loads its weights, then waits), so durations
         overlap and their sum says little; the increments add up to the span, and they say which
         launches stand on the critical path and for how long.
+  ..._mma     (--cp-mma-rows) the code predictor's frame with its tensor-core passes (kernels/gemv_mma.py)
   ..._nopdl   the same stages with PDL off (the engine's tables without it: the sliced GEMV kernels
         instead of the whole-row ones): durations alone.
   prefill_<T>, prefill_<T>_mma   one prompt of T rows, eager, on cuBLAS and on the tensor-core GEMV
@@ -87,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1", help="comma-separated batch sizes of the graphs profiled")
     p.add_argument("--prefill", default="12,40", help="prompt lengths of the eager prefill profiles")
     p.add_argument("--draw", metavar="WARPS,WINDOW[,WAYS]", help="every draw's launch (bench.sample_kernel's `best`)")
+    p.add_argument("--cp-mma-rows", type=int, default=0,
+                   help="also profile each batch's code-predictor frame with its passes of up to this many rows past "
+                        "the GEMV ones on the tensor-core kernel (`<stage>_b<b>_mma`; kernels/gemv_mma.py)")
     args = p.parse_args(argv)
     from bench.cuda_timing import graph_of
     from bench.latency import _stage_fns, prefill_every_slot
@@ -113,6 +117,14 @@ def main(argv: list[str] | None = None) -> int:
             for stage in ("code_predictor_frame", "talker_step", "frame_step"):
                 out[f"{stage}_b{b}"] = s = summary(_kernels(graph_of(fns[stage])))
                 _print(f"{stage} b{b}", s)
+            if args.cp_mma_rows and b > cp.gemv_rows:
+                before = cp.mma_rows
+                cp.mma_rows = args.cp_mma_rows
+                try:
+                    out[f"code_predictor_frame_b{b}_mma"] = s = summary(_kernels(graph_of(fns["code_predictor_frame"])))
+                    _print(f"code_predictor_frame b{b} on the tensor-core kernel", s)
+                finally:
+                    cp.mma_rows = before
             if pdl and b == 1:  # PDL off (sliced GEMVs in the code predictor): durations alone
                 before = cp.pdl, runner.talker_pdl
                 cp.pdl, runner.talker_pdl = False, False

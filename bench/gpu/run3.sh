@@ -21,7 +21,8 @@
 #   PART=barrier ... bash bench/gpu/run3.sh                     bench.grid_barrier (would a persistent kernel pay: a
 #                                                               chain of products, a launch each or a grid barrier)
 #   PART=profile ... bash bench/gpu/run3.sh                     bench.profile_step (batch-1 graphs kernel by kernel,
-#                                                               with and without PDL; the prefill on both paths)
+#                                                               with and without PDL; the prefill on both paths;
+#                                                               PROFILE_BATCHES, PROFILE_ARGS e.g. --cp-mma-rows 64)
 #   PART=draw ... bash bench/gpu/run3.sh                        bench.sample_kernel (warps x top-k search), then the
 #                                                               kernel's tests, bench.profile_step and bench.latency's
 #                                                               stages with its `best` and with DRAWS (default 8,12,2)
@@ -184,7 +185,8 @@ part_barrier() {  # bench.grid_barrier, then its GPU test
 
 part_profile() {  # bench.profile_step: where the batch-1 critical path's device time goes
   limit=$(left 5); limit=$(( limit < ${PROFILE_LIMIT:-150} ? limit : ${PROFILE_LIMIT:-150} ))
-  timeout $limit python3 -m bench.profile_step --batches ${PROFILE_BATCHES:-1} --out $W/profile.json > $W/profile.log 2>&1
+  timeout $limit python3 -m bench.profile_step --batches ${PROFILE_BATCHES:-1} --out $W/profile.json ${PROFILE_ARGS:-} \
+    > $W/profile.log 2>&1
   echo "profile rc=$? $((SECONDS - t0)) s"; grep -vE "^ +x" $W/profile.log | cut -c1-300 | tail -20
 }
 

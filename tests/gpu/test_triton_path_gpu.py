@@ -289,6 +289,19 @@ def test_code_predictor_tensor_core_passes_equal_torch(wide_code_predictors, run
     _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
 
 
+@pytest.mark.parametrize("products", [("down",), ("gate_up", "down"), ("o", "gate_up", "down")])
+def test_code_predictor_cublas_passes_with_tensor_core_products_equal_torch(wide_code_predictors, runners, products):
+    """The cuBLAS passes (batch 32) with some products on the tensor-core kernel (`mma_products`)."""
+    cfg, _ = runners
+    (fast_cp, ref_cp), _ = wide_code_predictors
+    was = fast_cp.mma_rows, fast_cp.mma_products
+    fast_cp.mma_rows, fast_cp.mma_products = 0, products
+    try:
+        _compare_code_predictor_steps(fast_cp, ref_cp, 32, cfg.talker.code_predictor.hidden_size)
+    finally:
+        fast_cp.mma_rows, fast_cp.mma_products = was
+
+
 @pytest.mark.parametrize("b", [4, 8, 32])
 def test_code_predictor_tensor_core_passes_with_pdl_give_the_codes_without(wide_code_predictors, runners, b):
     """The tensor-core passes (3-64 rows) with programmatic dependent launch (each product's weights prefetched into

@@ -114,6 +114,9 @@ class CodePredictorRunner:
         self.pdl = pdl and self.gemv_rows > 0
         self.mma_rows = mma_rows if use_triton else 0
         self.mma_launch = MMA_LAUNCH  # read at every pass, like the tables below
+        # Experimental (bench.latency --experiments cp_mma): the cuBLAS passes with these of "o", "gate_up", "down"
+        # on the tensor-core kernel (`decoder_step_triton`'s mma), without PDL.
+        self.mma_products: tuple[str, ...] = ()
         # Read at every pass (bench/latency.py times the alternatives): the fused attention in passes
         # without PDL and in PDL passes (FastPathOptions.cp_fused_attention, both), its warps a program
         # (None: `attention_warps`).
@@ -214,7 +217,9 @@ class CodePredictorRunner:
                     fused["attention_o"] = attention_o
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
                 return out.view(b, n, -1)[:, -1], False
-            return decoder_step_triton(*args, **fused).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
+            mma = {name: {k: v for k, v in self.mma_launch[name].items() if k != "l2_prefetch"}
+                   for name in self.mma_products}
+            return decoder_step_triton(*args, **fused, mma=mma).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
             self.k[i, :b, :, start:start + n] = k.transpose(1, 2)
