@@ -148,32 +148,47 @@ def _mma_table(**change) -> dict:
 
 
 # The tensor-core passes' launch tables `cp_mma_times` tries beside today's (code_predictor.MMA_LAUNCH) and cuBLAS.
-MMA_CANDIDATES = {"mman32": _mma_table(block_n=32)}
+MMA_CANDIDATES = {"mman32": _mma_table(block_n=32), "mman64": _mma_table(block_n=64, block_k=64, num_warps=8)}
 
 
 def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
     """The code predictor's frame (and the frame step) with its passes past the GEMV ones on cuBLAS ("cublas") or
     on the tensor-core kernel (`CodePredictorRunner.mma_rows` 64: "mma" with today's table, PDL where supported;
-    each of MMA_CANDIDATES), or the cuBLAS passes with some products on the tensor-core kernel (`mma_products`:
-    "hdown" down, "hmlp" gate/up and down, "homlp" o too; "...32" at 32 output features a program), at each of
-    `batches`, interleaved rounds -> {batch: {key: median ms}}. Run 24 (call 1, the first table): mma 3.12 / 3.97 /
-    6.17 ms a frame at batch 8 / 32 / 64, cuBLAS 2.78 / 2.95 / 3.09; 32 features a program 2.85 / 3.75 / 4.71;
-    without the L2 prefetch 3.15 / 4.02 / 6.09, without PDL 3.47 / 4.09 / 5.16; 8 warps, 64 features or slices of
-    64 slower still (bench/results/run24-h200/call1)."""
+    "mma32": up to 32 rows, batch 32's prefill pass and batch 64 on cuBLAS; "mmanopdl" without PDL; each of
+    MMA_CANDIDATES), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}. Run 24 (calls 1-2,
+    bench/results/run24-h200): mma 3.12 / 3.97 / 6.17 ms a frame at batch 8 / 32 / 64, cuBLAS 2.78 / 2.95 / 3.09;
+    32 features a program 2.85 / 3.75 / 4.71; without PDL 3.47 / 4.09 / 5.16; 8 warps, 64 features or slices of 64
+    slower still. Call 2 also timed cuBLAS passes with down, gate/up + down on the tensor-core kernel (removed since,
+    at 6598d53): 2.84 / 2.98 and 2.86 / 2.99 at batch 8 / 32 against cuBLAS' 2.81 / 2.98."""
     cp = runner.code_predictor
-    on, off, n32 = {"mma_rows": 64}, {"mma_rows": 0}, MMA_CANDIDATES["mman32"]
-    variants = {"cublas": off, "mma": on, **{name: {**on, "mma_launch": t} for name, t in MMA_CANDIDATES.items()},
-                "hdown": {**off, "mma_products": ("down",)}, "hdown32": {**off, "mma_products": ("down",),
-                                                                         "mma_launch": n32},
-                "hmlp": {**off, "mma_products": ("gate_up", "down")},
-                "homlp": {**off, "mma_products": ("o", "gate_up", "down")},
-                "homlp32": {**off, "mma_products": ("o", "gate_up", "down"), "mma_launch": n32}}
+    on = {"mma_rows": 64}
+    variants = {"cublas": {"mma_rows": 0}, "mma": on, "mma32": {"mma_rows": 32}, "mmanopdl": {**on, "pdl": False},
+                **{name: {**on, "mma_launch": table} for name, table in MMA_CANDIDATES.items()}}
     out = {}
     for b in (b for b in batches if b <= runner.max_slots):
         fns = latency._stage_fns(runner, b, t_len)
         stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
         out[b] = latency.interleaved_times(cp, variants, stages, rounds)
         print(f"batch {b}, the code predictor's tensor-core passes: {out[b]}", flush=True)
+    return out
+
+
+def cp_cublas_pdl_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
+    """The code predictor's frame (and the frame step) with its cuBLAS passes' own kernels (norms, SiLU-mul, the
+    fused attention, the draws) launched plainly ("cublas") or with PDL (`CodePredictorRunner.cublas_pdl`:
+    "cublaspdl"), and either with 1 / 4 warps a program of the attention ("...w1", "...w4"; the default at these
+    rows is 2 past 16 rows, else 4), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
+    cp = runner.code_predictor
+    variants = {"cublas": {"cublas_pdl": False}, "cublaspdl": {"cublas_pdl": True},
+                "cublasw1": {"cublas_pdl": False, "fused_attention_warps": 1},
+                "cublaspdlw1": {"cublas_pdl": True, "fused_attention_warps": 1},
+                "cublaspdlw4": {"cublas_pdl": True, "fused_attention_warps": 4}}
+    out = {}
+    for b in (b for b in batches if b <= runner.max_slots):
+        fns = latency._stage_fns(runner, b, t_len)
+        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
+        out[b] = latency.interleaved_times(cp, variants, stages, rounds)
+        print(f"batch {b}, the code predictor's cuBLAS passes with PDL: {out[b]}", flush=True)
     return out
 
 
@@ -220,5 +235,6 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
                "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
                "cp_attention_o": cp_attention_o_times, "cp_mma": cp_mma_times,
+               "cp_cublas_pdl": cp_cublas_pdl_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, latency._stage_fns(runner, 1, t_len))}

@@ -180,8 +180,8 @@ def test_tensor_core_kernel(device, dtype, m, k, n):
 @pytest.mark.parametrize("m,k,n", [(3, 64, 40), (32, 200, 24), (64, 96, 32)])
 def test_tensor_core_kernel_with_its_pdl_launch(device, m, k, n):
     """mma as the code predictor's tensor-core passes launch it (code_predictor.MMA_LAUNCH): the residual read before
-    the wait (residual_early), and on a GPU with PDL and the weights' L2 prefetch before it (the interpreter runs
-    neither: PDL is a launch attribute, the prefetch PTX), every prologue and epilogue, on strided views of x, w and
+    the wait (residual_early), and on a GPU with PDL (which the interpreter does not run: a launch attribute), every
+    prologue and epilogue, on strided views of x, w and
     the residual (rows padded past K and 2 n); bit for bit the plain launch where both run the same slices."""
     from tts_engine.kernels.backend import pdl_supported
 
@@ -191,14 +191,14 @@ def test_tensor_core_kernel_with_its_pdl_launch(device, m, k, n):
     xs, ws = torch.cat([x, x[:, :3]], dim=1)[:, :k], torch.cat([w, w[:, :7]], dim=1)[:, :k]
     rs = torch.cat([r, r[:, :4]], dim=1)[:, :2 * n]
     pdl = pdl_supported(device)
-    launch = dict(mma=True, block_n=16, block_k=32, stages=2, pdl=pdl, l2_prefetch=pdl)
+    launch = dict(mma=True, block_n=16, block_k=32, stages=2, pdl=pdl)
     for norm in (None, (ln, 1e-6)):
         what = f"mma {m}x{k}x{n} pdl={pdl} norm={norm is not None}"
         assert_epilogues(xs, ws, rs, what, norm=norm, **launch)
         early = gemv(xs, ws, residual=rs, residual_early=True, norm=norm, **launch)
         assert_same_rounding(early, gemv_ref(xs, ws, residual=rs, norm=norm), f"{what}, residual read early")
         plain = gemv(xs, ws, residual=rs, norm=norm, mma=True, block_n=16, block_k=32, stages=2)
-        assert torch.equal(early, plain), f"{what}: the early residual, PDL and prefetch change the sums"
+        assert torch.equal(early, plain), f"{what}: the early residual or PDL change the sums"
 
 
 def test_tensor_core_kernel_arguments(device):
@@ -206,8 +206,5 @@ def test_tensor_core_kernel_arguments(device):
     for bad in (dict(whole_rows=True), dict(row_blocks=2), dict(row_chunks=2)):
         with pytest.raises(ValueError, match="takes no whole_rows, row_chunks or row_blocks"):
             gemv(x, w, mma=True, block_n=16, **bad)
-    for bad in (dict(mma=True, block_n=16), dict(whole_rows=True, pdl=True)):
-        with pytest.raises(ValueError, match="l2_prefetch"):
-            gemv(x, w, l2_prefetch=True, **bad)
     with pytest.raises(ValueError, match="residual_early"):
         gemv(x, w, mma=True, block_n=16, residual_early=True)

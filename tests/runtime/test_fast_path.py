@@ -364,8 +364,7 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     # programs (block_k 16 < its 32-64 wide rows: the norm prologue and the products over several slices).
     wide = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down", "head")}
     code_predictor.GEMV_LAUNCH = wide
-    # the tensor-core kernel as the code predictor's passes launch it (o's and down's residual read early; its L2
-    # prefetch needs PDL, which the interpreter does not run)
+    # the tensor-core kernel as the code predictor's passes launch it (o's and down's residual read early)
     code_predictor.MMA_LAUNCH = {name: dict(mma=True, block_n=64, block_k=16, residual_early=name in ("o", "down"))
                                  for name in wide}
     runner_module.TALKER_GEMV_LAUNCH = wide
@@ -392,12 +391,10 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     first_step = [len(inputs[0].prompt), len(inputs[1].prompt)]
     variants = (cublas, cublas, FastPathOptions(talker_gemv_rows=2, cp_gemv_rows=4, attention_version=3,
                                                 talker_qk_attention_context=max(first_step) + 1),
-                replace(cublas, cp_mma_rows=4, cp_fused_attention=False, prefill_mma_rows=64), cublas)
+                replace(cublas, cp_mma_rows=4, cp_fused_attention=False, prefill_mma_rows=64))
     for i, options in enumerate(variants):
         d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=i > 0, use_graphs=False,
                                options=options))
-        if i == 4:  # the code predictor's cuBLAS passes with o, gate/up and down on the tensor-core kernel
-            d.runner.code_predictor.mma_products = ("o", "gate_up", "down")
         d.start(2, inputs[0])
         d.start(0, inputs[1])
         r = d.runner
@@ -415,8 +412,7 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
         fused_attention.clear()
     (a2, a0, ah, al, a_prefilled) = results[0]
     names = ("Triton", "Triton + GEMVs + attention v3 (the first step's fused with its q/k norm)",
-             "Triton + tensor-core kernel (code predictor, prefill), CP attention unfused",
-             "Triton, the code predictor's o, gate/up and down on the tensor-core kernel")
+             "Triton + tensor-core kernel (code predictor, prefill), CP attention unfused")
     for what, (b2, b0, bh, bl, b_prefilled) in zip(names, results[1:], strict=True):
         for name, b, a in zip(("hidden", "logits", "keys", "values"), b_prefilled, a_prefilled, strict=True):
             torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4,

@@ -40,7 +40,6 @@ import torch
 import torch.nn.functional as F
 
 from .backend import HAVE_TRITON, from_fixed_ref, next_pow2, pdl_launch
-from .gemv_mma import prefetch_lines
 from .rms_norm import rms_norm_ref
 
 if HAVE_TRITON:
@@ -179,8 +178,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
          late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
          mma: bool = False, residual_early: bool = False, row_chunks: int = 1, row_blocks: int = 1,
-         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None,
-         l2_prefetch: bool = False) -> torch.Tensor:
+         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
@@ -188,10 +186,9 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     rounded up; for a few rows of x); pdl: launched with programmatic dependent launch
     (`backend.pdl_supported`; with whole_rows the weights load before the wait for the previous
     kernel). mma: tensor-core products over rows padded to >= 16 (block_n, block_k >= 16), for 3-64
-    rows (kernels/gemv_mma.py), with pdl too; l2_prefetch (mma with pdl): every line of the program's rows of w
-    prefetched into L2 before the wait (compiled only; in the interpreter it does nothing, as it changes no
-    value). residual_early (whole_rows, mma): the residual is read before that wait too, which with pdl is right
-    only where it was written two launches back or more (the decoder layers' o and down products);
+    rows (kernels/gemv_mma.py), with pdl too. residual_early (whole_rows, mma): the residual is read before that
+    wait too, which with pdl is right only where it was written two launches back or more (the decoder layers' o and
+    down products);
     row_chunks (whole_rows, 1-3): a row held as that many power-of-two slices of K / row_chunks rounded up
     (K 6,144 as 3 x 2,048, not one 8,192-wide slice with a quarter masked);
     row_blocks (whole_rows, any slices): blocks of block_n rows one program streams in turn, the next block's
@@ -215,8 +212,6 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         raise ValueError("gemv: residual and silu_mul do not combine")
     if mma and (whole_rows or row_chunks != 1 or row_blocks != 1):
         raise ValueError("gemv: the tensor-core kernel (mma) takes no whole_rows, row_chunks or row_blocks")
-    if l2_prefetch and not (mma and pdl):
-        raise ValueError("gemv: l2_prefetch is the tensor-core kernel's (mma) prefetch before its PDL wait")
     if row_chunks not in (1, 2, 3) or (row_chunks > 1 and not whole_rows):
         raise ValueError(f"gemv: row_chunks is 1, 2 or 3, and more than 1 only with whole_rows, got {row_chunks}")
     if not 1 <= row_blocks <= 64 or (row_blocks > 1 and not whole_rows):
@@ -240,11 +235,9 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         if block_n < 16 or block_k < 16:
             raise ValueError(f"mma needs block_n and block_k >= 16, got {block_n}, {block_k}")
         del shape["M_P"]
-        line, lines = prefetch_lines(k, x.element_size())
         _gemm_mma_kernel[grid](*args, **shape, BLOCK_M=max(16, next_pow2(m)), BLOCK_K=block_k, STAGES=stages,
                                IEEE=x.dtype == torch.float32 or x.device.type == "cpu", PDL=pdl,
-                               RES_EARLY=residual_early, PREFETCH=l2_prefetch and x.device.type == "cuda", LINE=line,
-                               LINES=lines, num_warps=num_warps, **pdl_launch(pdl))
+                               RES_EARLY=residual_early, num_warps=num_warps, **pdl_launch(pdl))
     elif whole_rows:
         launch = dict(**shape, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=pdl, RES_EARLY=residual_early,
                       num_warps=num_warps, **pdl_launch(pdl))

@@ -3,22 +3,22 @@
 the residual add or SwiGLU in the epilogue, kernels/gemv_epilogue.py) for 3-64 rows: the talker's short prefills
 (runner.PREFILL_MMA_LAUNCH) and the code predictor's passes past its GEMV ones (code_predictor.MMA_LAUNCH).
 
-With programmatic dependent launch (`PDL`), what does not depend on the previous kernel happens before the wait:
-the residual where it was written two launches back or more (`RES_EARLY`), and (`PREFETCH`) a prefetch into L2 of
-every line of this program's rows of w, so that the weights stream from HBM while the previous kernel finishes and
-the K loop after the wait reads them from L2. (The CUDA-core whole-row kernel holds its rows in registers instead;
-in the tensor cores' operand layouts 16-64 rows of K 1,024-3,072 spill: `bench.kernel_resources --mma`.)
+With programmatic dependent launch (`PDL`) the launch and the read of the residual, where it was written two launches
+back or more (`RES_EARLY`), come before the wait for the previous kernel. Its weights do not: the CUDA-core whole-row
+kernel holds its rows in registers from before the wait, but in the tensor cores' operand layouts 16 rows of K
+1,024-3,072 spill at 16-64 rows of x (compiled for sm90 offline in run 24: 255 registers and 0.6-11 KB of stack a
+thread). An L2 prefetch of the program's rows before the wait (inline `prefetch.global.L2`) measured within noise
+(run 24 call 1: frame 3.12 / 3.97 ms at batch 8 / 32 with it, 3.15 / 4.02 without) and was left out.
 
 Why: cuBLAS runs the code predictor's batch-8-32 products at ~1.4 TB/s with a launch (and at down a split-K
 reduce) of its own each, its norms and SwiGLU launches beside them: run 23's batch-32 profile, 634 µs of a 2.96 ms
-frame in 301 launches besides the products.
+frame in 301 launches besides the products. It lost to cuBLAS at every batch (run 24: code_predictor.MMA_LAUNCH has
+the figures), so the code predictor runs it only where asked (`FastPathOptions.cp_mma_rows`).
 """
 
 from __future__ import annotations
 
 from .backend import HAVE_TRITON
-
-LINE_BYTES = 128  # an L2 prefetch's line
 
 if HAVE_TRITON:
     import triton
@@ -28,33 +28,19 @@ if HAVE_TRITON:
     from .gemv_epilogue import epilogue
 
     @triton.jit
-    def _l2_prefetch(w_ptr, feats, f_ok, s_w, k, LINE: tl.constexpr, LINES: tl.constexpr):
-        """Prefetch into L2 each LINE-element line of rows feats (those < n_out: f_ok) of w, LINES a row."""
-        cols = tl.arange(0, LINES) * LINE
-        ok = f_ok[:, None] & (cols < k)[None, :]
-        at = tl.where(ok, w_ptr + feats[:, None].to(tl.int64) * s_w + cols[None, :], w_ptr)  # (the rest: line 0)
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [at], dtype=tl.int32,
-                                  is_pure=False, pack=1)
-
-    @triton.jit
     def _gemm_mma_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps,
                          MODE: tl.constexpr, NORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, STAGES: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
-                         RES_EARLY: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
-                         LINES: tl.constexpr):
+                         RES_EARLY: tl.constexpr):
         """MODE 0: plain, 1: + residual, 2: SwiGLU over rows n (gate) and n + n_out (up) of w (as gemv.py's
         kernels); each x slice normalised and rounded to x's dtype first, as the reference feeds its product.
         IEEE: the operands widened to fp32 and multiplied exactly: for fp32 inputs (TF32 would round them) and in
         the CPU interpreter, whose dot does not take bf16 (its products of bf16 values are exact in fp32, as the
-        tensor cores' are). PDL, RES_EARLY, PREFETCH (compiled only: the interpreter runs no PTX): see the module."""
+        tensor cores' are). PDL, RES_EARLY: see the module."""
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, BLOCK_M)
         f_ok, r_ok = feats < n_out, rows < m
         x_dt = x_ptr.dtype.element_ty
-        if PREFETCH:
-            _l2_prefetch(w_ptr, feats, f_ok, s_w, k, LINE, LINES)
-            if MODE == 2:
-                _l2_prefetch(w_ptr + n_out * s_w, feats, f_ok, s_w, k, LINE, LINES)
         res = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if RES_EARLY:
             res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=r_ok[:, None] & f_ok[None, :],
@@ -93,9 +79,3 @@ if HAVE_TRITON:
                     acc_up = tl.dot(xs, tl.trans(wu), acc_up)
         epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY, y_ptr, 0, 0)
 
-
-def prefetch_lines(k: int, element_size: int) -> tuple[int, int]:
-    """(LINE, LINES): elements of w an L2 line holds, and lines a row of k elements spans, rounded up to a power of
-    two (the prefetch's tensor of addresses)."""
-    line = LINE_BYTES // element_size
-    return line, 1 << max(0, -(-k // line) - 1).bit_length()

@@ -49,12 +49,13 @@ GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **LATE_SUM), "o": dict(block_
 
 # Opt-in (mma_rows): passes of 3 .. mma_rows token rows through kernels/gemv_mma.py's tensor-core kernel, the same
 # fusions as the GEMV passes (5 launches a layer against cuBLAS' 8-9), with programmatic dependent launch where the
-# device has it (`uses_pdl`; each product's weights prefetched into L2 and o's and down's residual read before the
-# wait). Run 10 timed this kernel without PDL at run 9's best launches (qkv 32 x 128, o 16 x 512, gate/up 32 x 256,
-# down 16 x 512, head 32 x 128): 3.21 ms a frame at batch 8 against cuBLAS' 3.03. This table is a first guess for
-# 16-64 rows: 16 output features a program, slices of 128-256 that do not spill at 32 rows
-# (`bench.kernel_resources --mma`: 168-242 registers at 4 warps), 3 stages.
-_MMA = dict(mma=True, block_n=16, stages=3, num_warps=4, l2_prefetch=True)
+# device has it (`uses_pdl`; o's and down's residual read before the wait). Slower than cuBLAS at every batch: run 10
+# timed it without PDL at run 9's best launches (3.21 ms a frame at batch 8 against 3.03); run 24 (bench.latency
+# --experiments cp_mma, interleaved rounds) with PDL and this table: 3.12 / 3.97 / 6.17 ms a frame at batch 8 / 32 /
+# 64 against cuBLAS' 2.78 / 2.95 / 3.09 (32 features a program: 2.85 / 3.75 / 4.71; without PDL 3.47 / 4.09 / 5.16).
+# Its products take ~9 µs of critical path each at batch 8 against cuBLAS' ~5.7 (run 24's profile). This table:
+# 16 output features a program, slices of 128-256 that do not spill at 32 rows (168-242 registers at 4 warps).
+_MMA = dict(mma=True, block_n=16, stages=3, num_warps=4)
 MMA_LAUNCH = {"qkv": dict(block_k=128, **_MMA), "o": dict(block_k=256, residual_early=True, **_MMA),
               "gate_up": dict(block_k=128, **_MMA), "down": dict(block_k=256, residual_early=True, **_MMA),
               "head": dict(block_k=128, **_MMA)}
@@ -114,9 +115,9 @@ class CodePredictorRunner:
         self.pdl = pdl and self.gemv_rows > 0
         self.mma_rows = mma_rows if use_triton else 0
         self.mma_launch = MMA_LAUNCH  # read at every pass, like the tables below
-        # Experimental (bench.latency --experiments cp_mma): the cuBLAS passes with these of "o", "gate_up", "down"
-        # on the tensor-core kernel (`decoder_step_triton`'s mma), without PDL.
-        self.mma_products: tuple[str, ...] = ()
+        # The cuBLAS passes' own kernels (norms, SiLU-mul, attention, draws) with PDL where `pdl` is; read at every
+        # pass (bench.latency --experiments cp_cublas_pdl times it).
+        self.cublas_pdl = False
         # Read at every pass (bench/latency.py times the alternatives): the fused attention in passes
         # without PDL and in PDL passes (FastPathOptions.cp_fused_attention, both), its warps a program
         # (None: `attention_warps`).
@@ -201,7 +202,8 @@ class CodePredictorRunner:
             def qkv_attend(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> [b n, Hq, D]
                 return cp_qk_attention(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], start, n,
                                        c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
-                                       num_warps=self.fused_attention_warps or attention_warps(b * n, pdl))
+                                       num_warps=self.fused_attention_warps or attention_warps(b * n, pdl and
+                                                                                              b * n <= PDL_ROWS))
 
             def attention_o(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> o_sum [>= b n, H]
                 cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], layer.w_o,
@@ -217,9 +219,8 @@ class CodePredictorRunner:
                     fused["attention_o"] = attention_o
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
                 return out.view(b, n, -1)[:, -1], False
-            mma = {name: {k: v for k, v in self.mma_launch[name].items() if k != "l2_prefetch"}
-                   for name in self.mma_products}
-            return decoder_step_triton(*args, **fused, mma=mma).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
+            out = decoder_step_triton(*args, **fused, pdl=pdl)
+            return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
             self.k[i, :b, :, start:start + n] = k.transpose(1, 2)
@@ -230,17 +231,17 @@ class CodePredictorRunner:
         return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1], True
 
     def uses_pdl(self, rows: int) -> bool:
-        """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows and
-        the tensor-core ones (mma_rows)."""
-        return self.pdl and (rows <= min(PDL_ROWS, self.gemv_rows) or self.gemv_rows < rows <= self.mma_rows)
+        """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows, the
+        tensor-core ones (mma_rows), and with cublas_pdl the cuBLAS ones (their own kernels)."""
+        return self.pdl and (rows <= min(PDL_ROWS, self.gemv_rows) or self.gemv_rows < rows <= self.mma_rows
+                             or (self.cublas_pdl and rows > max(self.gemv_rows, self.mma_rows)))
 
     def launch(self, rows: int) -> dict[str, dict]:
         """The GEMVs' launch configurations for a pass of `rows` token rows."""
         if rows <= self.gemv_rows:
             return PDL_LAUNCH if self.uses_pdl(rows) else self.gemv_launch
-        if self.uses_pdl(rows):
-            return {name: {**cfg, "pdl": True} for name, cfg in self.mma_launch.items()}
-        return {name: {k: v for k, v in cfg.items() if k != "l2_prefetch"} for name, cfg in self.mma_launch.items()}
+        pdl = self.uses_pdl(rows)
+        return {name: {**cfg, "pdl": pdl} for name, cfg in self.mma_launch.items()}
 
     def logits(self, out: torch.Tensor, normed: bool, j: int) -> torch.Tensor:
         """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""

@@ -150,7 +150,7 @@ def decoder_step_torch(stack: FusedStack, x: torch.Tensor, cos: torch.Tensor, si
 def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                         positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                         attend: TritonAttend, qkv_attend: QkvAttend | None = None,
-                        first_qkv: torch.Tensor | None = None, mma: dict[str, dict] | None = None) -> torch.Tensor:
+                        first_qkv: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """The same step through the Triton kernels, 9 launches a layer (10 with split attention, 8 with
     qkv_attend): the four cuBLAS products (qkv, o, gate/up, down), two norms, q/k norm + RoPE + cache
     store, attention, SiLU-mul. x [N, H] new tokens at `positions` [N] of cache rows `rows` [N];
@@ -159,36 +159,25 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
     table, gathered by its draw): that layer's input norm and product are not launched.
 
     The residual add after each MLP is fused with the next layer's input norm (the last with the
-    final norm), the one after attention with the post-attention norm.
-    mma: launch configurations of kernels/gemv.py's tensor-core kernel for some of "o", "gate_up" and "down",
-    which then run there with the GEMV passes' fusions (o + residual, gate/up with SwiGLU and, after such an o, the
-    norm in its prologue; down + residual, the next norm a launch of its own), the rest on cuBLAS."""
-    eps, mma = stack.eps, mma or {}
+    final norm), the one after attention with the post-attention norm. pdl: the norms, SiLU-mul and (with the caller's
+    `attend` / `qkv_attend`) attention launched with programmatic dependent launch (cuBLAS' products without it).
+    """
+    eps = stack.eps
     res, delta = x, None
     for i, layer in enumerate(stack.layers):
         if i == 0 and first_qkv is not None:
             qkv_out = first_qkv
         else:
             if delta is None:
-                h = rms_norm_kernel(res, layer.ln_in, eps)
+                h = rms_norm_kernel(res, layer.ln_in, eps, pdl=pdl)
             else:
-                res, h = add_rms_norm(res, delta, layer.ln_in, eps)
+                res, h = add_rms_norm(res, delta, layer.ln_in, eps, pdl=pdl)
             qkv_out = F.linear(h, layer.w_qkv)
         attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend,
-                          qkv_attend)
-        if "o" in mma:
-            res = gemv(attn, layer.w_o, residual=res, **mma["o"])
-            act = gemv(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, **mma["gate_up"]) \
-                if "gate_up" in mma else silu_mul(F.linear(rms_norm_kernel(res, layer.ln_post, eps), layer.w_gate_up))
-        else:
-            res, h = add_rms_norm(res, F.linear(attn, layer.w_o), layer.ln_post, eps)
-            act = gemv(h, layer.w_gate_up, silu_mul=True, **mma["gate_up"]) if "gate_up" in mma else \
-                silu_mul(F.linear(h, layer.w_gate_up))
-        if "down" in mma:
-            res, delta = gemv(act, layer.w_down, residual=res, **mma["down"]), None
-        else:
-            delta = F.linear(act, layer.w_down)
-    return add_rms_norm(res, delta, stack.norm, eps)[1] if delta is not None else rms_norm_kernel(res, stack.norm, eps)
+                          qkv_attend, pdl=pdl)
+        res, h = add_rms_norm(res, F.linear(attn, layer.w_o), layer.ln_post, eps, pdl=pdl)
+        delta = F.linear(silu_mul(F.linear(h, layer.w_gate_up), pdl=pdl), layer.w_down)
+    return add_rms_norm(res, delta, stack.norm, eps, pdl=pdl)[1]
 
 
 def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
