@@ -158,8 +158,10 @@ def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> di
     MMA_CANDIDATES), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}. Run 24 (calls 1-2,
     bench/results/run24-h200): mma 3.12 / 3.97 / 6.17 ms a frame at batch 8 / 32 / 64, cuBLAS 2.78 / 2.95 / 3.09;
     32 features a program 2.85 / 3.75 / 4.71; without PDL 3.47 / 4.09 / 5.16; 8 warps, 64 features or slices of 64
-    slower still. Call 2 also timed cuBLAS passes with down, gate/up + down on the tensor-core kernel (removed since,
-    at 6598d53): 2.84 / 2.98 and 2.86 / 2.99 at batch 8 / 32 against cuBLAS' 2.81 / 2.98."""
+    slower still. Call 2 also timed cuBLAS passes with down, gate/up + down on the tensor-core kernel (6598d53,
+    removed since): 2.84 / 2.98 and 2.86 / 2.99 at batch 8 / 32 against cuBLAS' 2.81 / 2.98; call 3 those passes'
+    own kernels with PDL (fbe326c, removed since): 2.81 / 2.97 / 3.13 at batch 8 / 32 / 64 against 2.80 / 2.96 /
+    3.10."""
     cp = runner.code_predictor
     on = {"mma_rows": 64}
     variants = {"cublas": {"mma_rows": 0}, "mma": on, "mma32": {"mma_rows": 32}, "mmanopdl": {**on, "pdl": False},
@@ -170,25 +172,6 @@ def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> di
         stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
         out[b] = latency.interleaved_times(cp, variants, stages, rounds)
         print(f"batch {b}, the code predictor's tensor-core passes: {out[b]}", flush=True)
-    return out
-
-
-def cp_cublas_pdl_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
-    """The code predictor's frame (and the frame step) with its cuBLAS passes' own kernels (norms, SiLU-mul, the
-    fused attention, the draws) launched plainly ("cublas") or with PDL (`CodePredictorRunner.cublas_pdl`:
-    "cublaspdl"), and either with 1 / 4 warps a program of the attention ("...w1", "...w4"; the default at these
-    rows is 2 past 16 rows, else 4), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
-    cp = runner.code_predictor
-    variants = {"cublas": {"cublas_pdl": False}, "cublaspdl": {"cublas_pdl": True},
-                "cublasw1": {"cublas_pdl": False, "fused_attention_warps": 1},
-                "cublaspdlw1": {"cublas_pdl": True, "fused_attention_warps": 1},
-                "cublaspdlw4": {"cublas_pdl": True, "fused_attention_warps": 4}}
-    out = {}
-    for b in (b for b in batches if b <= runner.max_slots):
-        fns = latency._stage_fns(runner, b, t_len)
-        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
-        out[b] = latency.interleaved_times(cp, variants, stages, rounds)
-        print(f"batch {b}, the code predictor's cuBLAS passes with PDL: {out[b]}", flush=True)
     return out
 
 
@@ -235,6 +218,5 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
                "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
                "cp_attention_o": cp_attention_o_times, "cp_mma": cp_mma_times,
-               "cp_cublas_pdl": cp_cublas_pdl_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, latency._stage_fns(runner, 1, t_len))}

@@ -289,14 +289,12 @@ def test_code_predictor_tensor_core_passes_equal_torch(wide_code_predictors, run
     _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
 
 
-@pytest.mark.parametrize("b,path", [(4, "mma"), (8, "mma"), (32, "mma"), (8, "cublas"), (32, "cublas")])
-def test_code_predictor_passes_past_the_gemv_ones_with_pdl_give_the_codes_without(wide_code_predictors, runners, b,
-                                                                                   path):
-    """The passes past the GEMV ones with programmatic dependent launch, captured in a graph as the engine runs it,
-    against the same kernels without PDL (the attention with the same warps): any difference is a kernel reading
-    before its input is written. path "mma": the tensor-core passes (3-64 rows; o's and down's residual read before
-    the wait; the attention and the draws launched early; batch 32's prefill pass of 64 rows on them too); "cublas":
-    the cuBLAS passes' own kernels (`cublas_pdl`: norms, SiLU-mul, attention, draws; cuBLAS' products without)."""
+@pytest.mark.parametrize("b", [4, 8, 32])
+def test_code_predictor_tensor_core_passes_with_pdl_give_the_codes_without(wide_code_predictors, runners, b):
+    """The tensor-core passes (3-64 rows) with programmatic dependent launch (o's and down's residual read before
+    the wait; the attention and the draws launched early), captured in a graph as the engine runs it, against the
+    same kernels without PDL (the attention with the same warps): any difference is a kernel reading before its input
+    is written. Batch 32's prefill pass (64 rows) on them too."""
     from tts_engine.runtime.code_predictor import attention_warps
     from tts_engine.runtime.sampler import GENERAL
 
@@ -311,17 +309,16 @@ def test_code_predictor_passes_past_the_gemv_ones_with_pdl_give_the_codes_withou
     c0 = torch.arange(b, device="cuda") * 97 % 2048
     frames = torch.arange(b, device="cuda") + 3
     rows = sampling.gather(torch.arange(b, device="cuda"))
-    codes, was = {}, (cp.pdl, cp.fused_attention_warps, cp.mma_rows, cp.cublas_pdl)
-    cp.mma_rows, cp.cublas_pdl = (64, False) if path == "mma" else (0, True)
+    codes, was = {}, (cp.pdl, cp.fused_attention_warps)
     try:
         with torch.inference_mode():
             for pdl in (False, True):
-                cp.pdl, cp.fused_attention_warps = pdl, attention_warps(b, pdl=path == "mma")
-                assert cp.uses_pdl(b) == pdl and (path != "mma" or cp.launch(2 * b)["down"]["pdl"] == pdl)
+                cp.pdl, cp.fused_attention_warps = pdl, attention_warps(b, pdl=True)
+                assert cp.uses_pdl(b) == pdl and cp.launch(2 * b)["down"]["pdl"] == pdl
                 codes[pdl] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
                                             before=alternate)
     finally:
-        cp.pdl, cp.fused_attention_warps, cp.mma_rows, cp.cublas_pdl = was
+        cp.pdl, cp.fused_attention_warps = was
     assert len(torch.cat(codes[False]).unique()) > 1
     _assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0][:2].tolist()} with PDL, {codes[False][0][:2].tolist()} without)")

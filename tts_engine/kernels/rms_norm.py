@@ -77,8 +77,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, pdl: bool = Fals
 
 
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
-                 eps: float, pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (x + delta, rms_norm(x + delta)); both [..., H] in x's dtype. pdl: as `rms_norm`'s."""
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (x + delta, rms_norm(x + delta)); both [..., H] in x's dtype."""
     if not HAVE_TRITON:
         return add_rms_norm_ref(x, delta, weight, eps)
-    return _launch(x, delta, weight, eps, pdl)
+    return _launch(x, delta, weight, eps)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .backend import HAVE_TRITON, pdl_launch
+from .backend import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import pdl_start, round_to
+    from .backend import round_to
 
 
 def silu_mul_ref(gate_up: torch.Tensor) -> torch.Tensor:
@@ -28,8 +28,7 @@ def silu_mul_ref(gate_up: torch.Tensor) -> torch.Tensor:
 if HAVE_TRITON:
 
     @triton.jit
-    def _silu_mul_kernel(gu_ptr, out_ptr, inter, s_gu, BLOCK: tl.constexpr, PDL: tl.constexpr):
-        pdl_start(PDL)
+    def _silu_mul_kernel(gu_ptr, out_ptr, inter, s_gu, BLOCK: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         ok = cols < inter
@@ -40,8 +39,7 @@ if HAVE_TRITON:
         tl.store(out_ptr + row * inter + cols, round_to(act * u, dt).to(dt), mask=ok)
 
 
-def silu_mul(gate_up: torch.Tensor, *, block: int = 1024, pdl: bool = False) -> torch.Tensor:
-    """pdl: launched with programmatic dependent launch (`backend.pdl_supported`)."""
+def silu_mul(gate_up: torch.Tensor, *, block: int = 1024) -> torch.Tensor:
     if not HAVE_TRITON:
         return silu_mul_ref(gate_up)
     two_i = gate_up.shape[-1]
@@ -53,5 +51,5 @@ def silu_mul(gate_up: torch.Tensor, *, block: int = 1024, pdl: bool = False) -> 
     inter = two_i // 2
     out = torch.empty(gu.shape[0], inter, device=gu.device, dtype=gu.dtype)
     _silu_mul_kernel[(gu.shape[0], triton.cdiv(inter, block))](gu, out, inter, gu.stride(0), BLOCK=block,
-                                                                PDL=pdl, num_warps=4, **pdl_launch(pdl))
+                                                                num_warps=4)
     return out.view(*gate_up.shape[:-1], inter)

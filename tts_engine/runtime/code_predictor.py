@@ -115,9 +115,6 @@ class CodePredictorRunner:
         self.pdl = pdl and self.gemv_rows > 0
         self.mma_rows = mma_rows if use_triton else 0
         self.mma_launch = MMA_LAUNCH  # read at every pass, like the tables below
-        # The cuBLAS passes' own kernels (norms, SiLU-mul, attention, draws) with PDL where `pdl` is; read at every
-        # pass (bench.latency --experiments cp_cublas_pdl times it).
-        self.cublas_pdl = False
         # Read at every pass (bench/latency.py times the alternatives): the fused attention in passes
         # without PDL and in PDL passes (FastPathOptions.cp_fused_attention, both), its warps a program
         # (None: `attention_warps`).
@@ -219,8 +216,7 @@ class CodePredictorRunner:
                     fused["attention_o"] = attention_o
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
                 return out.view(b, n, -1)[:, -1], False
-            out = decoder_step_triton(*args, **fused, pdl=pdl)
-            return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
+            return decoder_step_triton(*args, **fused).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
             self.k[i, :b, :, start:start + n] = k.transpose(1, 2)
@@ -231,10 +227,9 @@ class CodePredictorRunner:
         return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1], True
 
     def uses_pdl(self, rows: int) -> bool:
-        """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows, the
-        tensor-core ones (mma_rows), and with cublas_pdl the cuBLAS ones (their own kernels)."""
-        return self.pdl and (rows <= min(PDL_ROWS, self.gemv_rows) or self.gemv_rows < rows <= self.mma_rows
-                             or (self.cublas_pdl and rows > max(self.gemv_rows, self.mma_rows)))
+        """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows and
+        the tensor-core ones (mma_rows)."""
+        return self.pdl and (rows <= min(PDL_ROWS, self.gemv_rows) or self.gemv_rows < rows <= self.mma_rows)
 
     def launch(self, rows: int) -> dict[str, dict]:
         """The GEMVs' launch configurations for a pass of `rows` token rows."""

@@ -150,7 +150,7 @@ def decoder_step_torch(stack: FusedStack, x: torch.Tensor, cos: torch.Tensor, si
 def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                         positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                         attend: TritonAttend, qkv_attend: QkvAttend | None = None,
-                        first_qkv: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
+                        first_qkv: torch.Tensor | None = None) -> torch.Tensor:
     """The same step through the Triton kernels, 9 launches a layer (10 with split attention, 8 with
     qkv_attend): the four cuBLAS products (qkv, o, gate/up, down), two norms, q/k norm + RoPE + cache
     store, attention, SiLU-mul. x [N, H] new tokens at `positions` [N] of cache rows `rows` [N];
@@ -159,9 +159,7 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
     table, gathered by its draw): that layer's input norm and product are not launched.
 
     The residual add after each MLP is fused with the next layer's input norm (the last with the
-    final norm), the one after attention with the post-attention norm. pdl: the norms, SiLU-mul and (with the caller's
-    `attend` / `qkv_attend`) attention launched with programmatic dependent launch (cuBLAS' products without it).
-    """
+    final norm), the one after attention with the post-attention norm."""
     eps = stack.eps
     res, delta = x, None
     for i, layer in enumerate(stack.layers):
@@ -169,15 +167,15 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
             qkv_out = first_qkv
         else:
             if delta is None:
-                h = rms_norm_kernel(res, layer.ln_in, eps, pdl=pdl)
+                h = rms_norm_kernel(res, layer.ln_in, eps)
             else:
-                res, h = add_rms_norm(res, delta, layer.ln_in, eps, pdl=pdl)
+                res, h = add_rms_norm(res, delta, layer.ln_in, eps)
             qkv_out = F.linear(h, layer.w_qkv)
         attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend,
-                          qkv_attend, pdl=pdl)
-        res, h = add_rms_norm(res, F.linear(attn, layer.w_o), layer.ln_post, eps, pdl=pdl)
-        delta = F.linear(silu_mul(F.linear(h, layer.w_gate_up), pdl=pdl), layer.w_down)
-    return add_rms_norm(res, delta, stack.norm, eps, pdl=pdl)[1]
+                          qkv_attend)
+        res, h = add_rms_norm(res, F.linear(attn, layer.w_o), layer.ln_post, eps)
+        delta = F.linear(silu_mul(F.linear(h, layer.w_gate_up)), layer.w_down)
+    return add_rms_norm(res, delta, stack.norm, eps)[1]
 
 
 def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
