@@ -175,6 +175,36 @@ def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> di
     return out
 
 
+class _Keys:
+    """A dict's keys as attributes: `latency.interleaved_times` sets and restores attributes."""
+
+    def __init__(self, d: dict):
+        object.__setattr__(self, "_d", d)
+
+    def __getattr__(self, key):
+        return self._d[key]
+
+    def __setattr__(self, key, value):
+        self._d[key] = value
+
+
+def draw_ways_times(runner, t_len: int, rounds: int = 3, batches=(1, 8)) -> dict:
+    """The code predictor's frame (and the frame step) with every draw's top-k search cutting its range into 2, 3 or
+    4 parts a step (kernels/sample.py DRAW_LAUNCH's `top_k_ways`: "ways2" ...), the rest of DRAW_LAUNCH as it is, at
+    each of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
+    import tts_engine.kernels.sample as sample
+
+    launch = _Keys(sample.DRAW_LAUNCH)
+    out = {}
+    for b in (b for b in batches if b <= runner.max_slots):
+        fns = latency._stage_fns(runner, b, t_len)
+        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
+        out[b] = latency.interleaved_times(launch, {f"ways{w}": {"top_k_ways": w} for w in (2, 3, 4)}, stages,
+                                           rounds)
+        print(f"batch {b}, the draws' top-k ways: {out[b]}", flush=True)
+    return out
+
+
 # Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
 # function).
 AB_CALLS = (("runner", "talker_attention", "decode_qk_attention"), ("runner", "sample", "sample_rows"),
@@ -218,5 +248,6 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
                "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
                "cp_attention_o": cp_attention_o_times, "cp_mma": cp_mma_times,
+               "draw_ways": draw_ways_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, latency._stage_fns(runner, 1, t_len))}
