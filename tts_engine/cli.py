@@ -171,6 +171,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--max-ws-send-buffer-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--max-ws-connections", type=int, default=1024,
                    help="WebSocket connections open at once; one more is closed with 1013 at connect")
+    p.add_argument("--max-connections", type=int, default=2048,
+                   help="connections open at once, HTTP and WebSocket: an HTTP request past it gets 503 "
+                        "too_many_connections (Retry-After) and its connection is closed")
     p.add_argument("--http-write-stall-s", type=float, default=30.0,
                    help="an HTTP client that does not drain its response for this long (the server's writes "
                         "paused, the socket buffers full) is cut off and its stream cancelled")
@@ -227,7 +230,8 @@ def _serve(args) -> int:
                        max_text_chars=args.max_text_chars, max_ws_message_bytes=args.max_ws_message_bytes,
                        max_contexts_per_connection=args.max_contexts_per_connection,
                        max_ws_send_buffer_bytes=args.max_ws_send_buffer_bytes,
-                       max_ws_connections=args.max_ws_connections, http_write_stall_s=args.http_write_stall_s,
+                       max_ws_connections=args.max_ws_connections, max_connections=args.max_connections,
+                       http_write_stall_s=args.http_write_stall_s,
                        log_level=args.log_level).validate()
     for name in ("max_active_streams", "max_queued_streams"):
         if getattr(args, name) is not None and getattr(args, name) < 1:

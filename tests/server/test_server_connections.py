@@ -1,7 +1,7 @@
 """What one connection may cost the server, and when it is closed: a request that never arrives whole
 (slowloris), an idle keep-alive, a pipelined request, a client that stops reading (HTTP: the write stall;
-WebSocket: 1008), a half-open WebSocket (keepalive), one connection too many (1013). Mostly on the fake
-engine, whose frames come on a timer."""
+WebSocket: 1008), a half-open WebSocket (keepalive), one connection too many (WebSocket 1013, HTTP 503). Mostly
+on the fake engine, whose frames come on a timer."""
 
 from __future__ import annotations
 
@@ -211,6 +211,59 @@ def test_a_websocket_connect_past_the_connection_limit_is_closed_with_1013_and_c
                     assert time.monotonic() < deadline
                     time.sleep(0.05)
         assert s.rejections("too_many_connections") >= 1  # the third's (and any early retry's)
+
+
+def test_an_http_request_past_the_connection_cap_gets_503_with_retry_after_and_is_counted():
+    """max_connections open (here idle raw sockets): a request on one more gets the server's 503
+    `too_many_connections` with Retry-After, and its connection is closed; one fewer is served; once the idle ones
+    close, requests are served again."""
+    with ServerThread(FakeEngine(), ServerConfig(max_connections=3)) as s:
+        s.wait_ready(5)
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(2)]
+        try:
+            time.sleep(0.2)  # accepted
+            assert httpx.post(s.url + "/v1/audio/speech", json=BODY, timeout=10).status_code == 200  # the third
+            idle.append(socket.create_connection(("127.0.0.1", s.port)))
+            time.sleep(0.2)
+            r = httpx.post(s.url + "/v1/audio/speech", json=BODY, timeout=10)  # the fourth
+            assert r.status_code == 503, r.text
+            assert r.headers["retry-after"] == "1" and r.headers["connection"] == "close"
+            assert r.json()["error"]["code"] == "too_many_connections"
+            assert "limit of 3 connections" in r.json()["error"]["message"]
+        finally:
+            for sock in idle:
+                sock.close()
+        deadline = time.monotonic() + 5
+        while (r := httpx.post(s.url + "/v1/audio/speech", json=BODY, timeout=10)).status_code != 200:
+            assert r.status_code == 503 and time.monotonic() < deadline  # the server had not yet seen them go
+            time.sleep(0.05)
+        assert s.rejections("too_many_connections") >= 1
+        s.wait_empty()
+
+
+def test_serve_raises_the_open_file_limit_to_hold_its_connections():
+    """`fit_descriptor_limit` (run in a child, whose limits it may change): a soft limit below max_connections +
+    spare is raised to fit under the hard limit; past the hard limit it says so instead."""
+    import subprocess
+    import sys
+
+    script = """
+import resource
+from tts_engine.server import ServerConfig
+from tts_engine.server.run import fit_descriptor_limit
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+want = 1100 if hard == resource.RLIM_INFINITY else min(1100, hard)  # what the hard limit lets the test ask
+resource.setrlimit(resource.RLIMIT_NOFILE, (want // 2, hard))
+assert fit_descriptor_limit(ServerConfig(max_connections=want - 100), spare=100) is None
+assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == want, resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (want // 2, want // 2 + 50))
+warning = fit_descriptor_limit(ServerConfig(max_connections=want - 100), spare=100)
+assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == want // 2 + 50
+assert warning is not None and f"open-file limit {want // 2 + 50}" in warning and "--max-connections" in warning
+print("OK")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "OK", r.stderr
 
 
 def test_a_half_open_websocket_is_closed_by_its_keepalive_and_its_contexts_freed():

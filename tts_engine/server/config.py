@@ -23,6 +23,11 @@ class ServerConfig:
     # WebSocket connections open at once; one more is closed with 1013 at connect (each holds a socket,
     # two tasks and a send buffer, whether or not its contexts hold engine streams).
     max_ws_connections: int = 1024
+    # Connections open at once, HTTP and WebSocket: an HTTP request on one more (a new connection, or a kept-alive
+    # one while the server holds this many) is answered 503 `too_many_connections` with Retry-After, and the
+    # connection closed (server/protocol.py). Each holds a socket and a file descriptor; a flood of them must not
+    # take the server's descriptors (`serve` raises the soft limit to fit, where the hard one allows).
+    max_connections: int = 2048
     # WebSocket: bytes of server messages waiting for a slow client before the connection is
     # closed with 1008. 4 MiB holds about 60 s of base64 audio.
     max_ws_send_buffer_bytes: int = 4 * 1024 * 1024
@@ -53,7 +58,8 @@ class ServerConfig:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         for name in ("max_body_bytes", "max_text_chars", "max_ws_message_bytes",
-                     "max_contexts_per_connection", "max_ws_send_buffer_bytes", "max_ws_connections"):
+                     "max_contexts_per_connection", "max_ws_send_buffer_bytes", "max_ws_connections",
+                     "max_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "cancel_ack_timeout_s", "keep_alive_s",

@@ -36,7 +36,8 @@ _FAILURES = [
     Failure("duplicate_context", None, None, "`open` with a context_id that is still open"),
     Failure("input_ended", None, None, "`append` or `flush` after `end` for that context"),
     Failure("too_many_contexts", None, None, "`open` past max_contexts_per_connection open contexts"),
-    Failure("too_many_connections", None, 1013, "a WebSocket connect past max_ws_connections open connections"),
+    Failure("too_many_connections", 503, 1013, "a WebSocket connect past max_ws_connections open connections, or an "
+            "HTTP request while max_connections are open (the connection is closed after the 503)"),
     Failure("slow_consumer", None, 1008, "the client reads too slowly: the send buffer is full"),
     Failure("context_idle", None, None, "a context's input is open but it had no text, flush or audio for "
             "context_idle_timeout_s (60 s): it is cancelled, its `done` follows"),

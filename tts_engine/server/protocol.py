@@ -17,23 +17,50 @@ writing (its buffer over the high-water mark, after the kernel's), the client mu
 low-water mark within `write_stall_s` (asyncio resumes writing), or the connection is aborted (its buffer
 dropped): the handler sees a disconnect, its engine stream is cancelled within one engine step (the
 client-gone path), and `on_stall` counts it.
+
+Past the connection cap (uvicorn's `limit_concurrency`, set by server/run.py from `max_connections`) uvicorn answers
+a request with a bare 503; here it is the server's own (`too_many_connections`: a JSON error, Retry-After), and
+`on_refused` counts it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .errors import ApiError
 
 log = logging.getLogger(__name__)
 
 
+def too_many_connections(max_connections: int, on_refused: Callable[[], None] | None = None):
+    """The ASGI app that answers a request past the connection cap: 503 `too_many_connections`, Retry-After 1, and
+    the connection closed."""
+    error = ApiError("too_many_connections", f"the server holds its limit of {max_connections} connections",
+                     retry_after_s=1.0)
+    body = json.dumps(error.http_body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close"), *((k.lower().encode(), v.encode()) for k, v in error.http_headers().items())]
+
+    async def app(scope, receive, send) -> None:
+        if on_refused is not None:
+            on_refused()
+        await send({"type": "http.response.start", "status": error.http_status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return app
+
+
 def timed_protocol(request_read_timeout_s: float, idle_s: float, write_stall_s: float | None = None,
-                   on_stall: Callable[[], None] | None = None) -> type[HttpToolsProtocol]:
+                   on_stall: Callable[[], None] | None = None, refused=None) -> type[HttpToolsProtocol]:
     """The protocol class for uvicorn.Config(http=...), with these deadlines (write_stall_s None: no write
-    deadline)."""
+    deadline). refused: the ASGI app that answers past the connection cap instead of uvicorn's
+    (`too_many_connections`)."""
 
     class TimedHttpToolsProtocol(HttpToolsProtocol):
         _read_deadline: asyncio.TimerHandle | None = None
@@ -101,6 +128,10 @@ def timed_protocol(request_read_timeout_s: float, idle_s: float, write_stall_s: 
                 if on_stall is not None:
                     on_stall()
             self.transport.abort()  # close() would wait to flush a buffer that never drains
+
+        def _start_asgi_task(self, cycle, app) -> None:
+            # uvicorn picks its bare 503 past limit_concurrency (on_headers_complete); answer with the server's
+            super()._start_asgi_task(cycle, refused if refused is not None and app is service_unavailable else app)
 
         def handle_websocket_upgrade(self) -> None:
             self._disarm()  # the transport is the WebSocket protocol's from here

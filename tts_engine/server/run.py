@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import uvicorn
@@ -9,7 +10,7 @@ import uvicorn
 from .app import create_app
 from .config import ServerConfig
 from .engine_link import ServedEngine
-from .protocol import timed_protocol
+from .protocol import timed_protocol, too_many_connections
 
 
 def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
@@ -20,8 +21,11 @@ def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
         # Audio is incompressible; deflate would only cost CPU on the event loop.
         ws_per_message_deflate=False, timeout_graceful_shutdown=5, server_header=False,
         timeout_keep_alive=cfg.keep_alive_s,
+        # uvicorn refuses a request when open connections >= limit_concurrency, its own connection counted
+        limit_concurrency=cfg.max_connections + 1,
         http=timed_protocol(cfg.request_read_timeout_s, cfg.keep_alive_s, cfg.http_write_stall_s,
-                            on_stall=_stall_counter(app)),
+                            on_stall=_stall_counter(app),
+                            refused=too_many_connections(cfg.max_connections, _refusal_counter(app))),
     )
     options.update(overrides)
     return uvicorn.Config(app, **options)
@@ -31,6 +35,32 @@ def _stall_counter(app):
     """The app's count of HTTP responses cut for a client that stopped reading, if it keeps one."""
     metrics = getattr(getattr(app, "state", None), "metrics", None)
     return metrics.http_write_stalls.inc if metrics is not None else None
+
+
+def _refusal_counter(app):
+    """The app's count of requests refused past the connection cap, if it keeps one."""
+    metrics = getattr(getattr(app, "state", None), "metrics", None)
+    return metrics.rejections.labels("too_many_connections").inc if metrics is not None else None
+
+
+def fit_descriptor_limit(cfg: ServerConfig, spare: int = 256) -> str | None:
+    """Raise this process's soft limit on open files to hold max_connections sockets and `spare` more (the model's
+    files, the engine's pipes, logs), as far as the hard limit allows. -> a warning when it cannot (then a flood
+    of connections would take the last descriptors before the cap refuses one), else None."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX: nothing to raise
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = cfg.max_connections + spare
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        soft = new
+    if soft != resource.RLIM_INFINITY and soft < want:
+        return (f"open-file limit {soft} (hard {hard}) holds fewer than max_connections {cfg.max_connections} + "
+                f"{spare}: lower --max-connections or raise the limit (ulimit -n)")
+    return None
 
 
 def bind(cfg: ServerConfig) -> socket.socket:
@@ -51,5 +81,7 @@ def bind(cfg: ServerConfig) -> socket.socket:
 def serve(engine: ServedEngine, cfg: ServerConfig, sock: socket.socket | None = None) -> None:
     """Blocks until the server is stopped (Ctrl-C / SIGTERM)."""
     sock = sock or bind(cfg)
+    if (warning := fit_descriptor_limit(cfg)) is not None:
+        logging.getLogger(__name__).warning(warning)
     server = uvicorn.Server(uvicorn_config(create_app(engine, cfg), cfg))
     server.run(sockets=[sock])
