@@ -148,19 +148,19 @@ def _mma_table(**change) -> dict:
 
 
 # The tensor-core passes' launch tables `cp_mma_times` tries beside today's (code_predictor.MMA_LAUNCH) and cuBLAS.
-MMA_CANDIDATES = {"mman32": _mma_table(block_n=32), "mman64": _mma_table(block_n=64, block_k=64, num_warps=8)}
+MMA_CANDIDATES = {"mman16": _mma_table(block_n=16), "mman64": _mma_table(block_n=64, block_k=64, num_warps=8)}
 
 
 def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
-    """The code predictor's frame (and the frame step) with its passes past the GEMV ones on cuBLAS ("cublas") or
-    on the tensor-core kernel (`CodePredictorRunner.mma_rows` 64: "mma" with today's table, PDL where supported;
-    "mma32": up to 32 rows, batch 32's prefill pass and batch 64 on cuBLAS; "mmanopdl" without PDL; each of
-    MMA_CANDIDATES), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}. Run 24 (calls 1-2,
-    bench/results/run24-h200): mma 3.12 / 3.97 / 6.17 ms a frame at batch 8 / 32 / 64, cuBLAS 2.78 / 2.95 / 3.09;
-    32 features a program 2.85 / 3.75 / 4.71; without PDL 3.47 / 4.09 / 5.16; 8 warps, 64 features or slices of 64
-    slower still. Call 2 also timed cuBLAS passes with down, gate/up + down on the tensor-core kernel (6598d53,
-    removed since): 2.84 / 2.98 and 2.86 / 2.99 at batch 8 / 32 against cuBLAS' 2.81 / 2.98; call 3 those passes'
-    own kernels with PDL (fbe326c, removed since): 2.81 / 2.97 / 3.13 at batch 8 / 32 / 64 against 2.80 / 2.96 /
+    """The code predictor's frame (and the frame step) with its passes past the GEMV ones on cuBLAS ("cublas") or on the
+    tensor-core kernel (`CodePredictorRunner.mma_rows` 64: "mma" with today's table, PDL where supported; "mma32": up to
+    32 rows, batch 32's prefill pass and batch 64 on cuBLAS; "mmanopdl" without PDL; each of MMA_CANDIDATES), at each of
+    `batches`, interleaved rounds -> {batch: {key: median ms}}. Run 24 (calls 1-2, bench/results/run24-h200; "mma" then
+    had 16 features a program, "mman32" today's 32): mma 3.12 / 3.97 / 6.17 ms a frame at batch 8 / 32 / 64, cuBLAS 2.78
+    / 2.95 / 3.09; 32 features a program 2.85 / 3.75 / 4.71; without PDL 3.47 / 4.09 / 5.16; 8 warps, 64 features or
+    slices of 64 slower still. Call 2 also timed cuBLAS passes with down, gate/up + down on the tensor-core kernel
+    (6598d53, removed since): 2.84 / 2.98 and 2.86 / 2.99 at batch 8 / 32 against cuBLAS' 2.81 / 2.98; call 3 those
+    passes' own kernels with PDL (fbe326c, removed since): 2.81 / 2.97 / 3.13 at batch 8 / 32 / 64 against 2.80 / 2.96 /
     3.10."""
     cp = runner.code_predictor
     on = {"mma_rows": 64}

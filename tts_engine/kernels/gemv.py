@@ -25,13 +25,13 @@ Status: tested against its reference (interpreter on CPU, compiled on a GPU). On
 for the code predictor's four products at batch 1 against cuBLAS + epilogues 33.1; its cost grows with
 the rows it holds, so the code predictor uses it for passes of 1-2 rows only (runtime/code_predictor.py),
 and the talker for its steps at batch 1 (run 10: 35.9 against 44.0 µs a layer; runtime/runner.py).
-The tensor-core variant (`mma`, kernels/gemv_mma.py) beats cuBLAS + epilogues at 8-16 rows per product but not yet
-as a code-predictor frame (opt-in); the whole-row variant serves programmatic dependent launch (`pdl`, the
-code predictor's 1-2 row passes on sm90+). Its row-streaming form (`row_blocks`: a program's row blocks in
-turn, the next one's weights loading while the last one's are summed) serves the talker's batch-1 qkv, gate/up
-and down (run 22: step 1.080 -> 0.941 ms; it lost on every code-predictor product); its sliced rows
-(`row_chunks`) tied or lost wherever they were swept. Both are in kernels/gemv_rows.py, the epilogue every
-kernel shares in kernels/gemv_epilogue.py.
+The tensor-core variant (`mma`, kernels/gemv_mma.py) beat cuBLAS + epilogues at 8-16 rows per product in run 9's sweep,
+but loses as a code-predictor frame at 8-64 rows, with PDL too (run 24; opt-in); the whole-row variant serves
+programmatic dependent launch (`pdl`, the code predictor's 1-2 row passes on sm90+). Its row-streaming form
+(`row_blocks`: a program's row blocks in turn, the next one's weights loading while the last one's are summed) serves
+the talker's batch-1 qkv, gate/up and down (run 22: step 1.080 -> 0.941 ms; it lost on every code-predictor product);
+its sliced rows (`row_chunks`) tied or lost wherever they were swept. Both are in kernels/gemv_rows.py, the epilogue
+every kernel shares in kernels/gemv_epilogue.py.
 """
 
 from __future__ import annotations

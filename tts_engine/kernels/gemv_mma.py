@@ -6,7 +6,7 @@ the residual add or SwiGLU in the epilogue, kernels/gemv_epilogue.py) for 3-64 r
 With programmatic dependent launch (`PDL`) the launch and the read of the residual, where it was written two launches
 back or more (`RES_EARLY`), come before the wait for the previous kernel. Its weights do not: the CUDA-core whole-row
 kernel holds its rows in registers from before the wait, but in the tensor cores' operand layouts 16 rows of K
-1,024-3,072 spill at 16-64 rows of x (compiled for sm90 offline in run 24: 255 registers and 0.6-11 KB of stack a
+1,024-3,072 spill at 16-64 rows of x (compiled for sm90 offline in run 24: 255 registers and 0.6-19 KB of stack a
 thread). An L2 prefetch of the program's rows before the wait (inline `prefetch.global.L2`) measured within noise
 (run 24 call 1: frame 3.12 / 3.97 ms at batch 8 / 32 with it, 3.15 / 4.02 without) and was left out.
 
@@ -78,4 +78,3 @@ if HAVE_TRITON:
                 else:
                     acc_up = tl.dot(xs, tl.trans(wu), acc_up)
         epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE, res, RES_EARLY, y_ptr, 0, 0)
-

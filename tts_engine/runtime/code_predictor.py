@@ -52,10 +52,12 @@ GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **LATE_SUM), "o": dict(block_
 # device has it (`uses_pdl`; o's and down's residual read before the wait). Slower than cuBLAS at every batch: run 10
 # timed it without PDL at run 9's best launches (3.21 ms a frame at batch 8 against 3.03); run 24 (bench.latency
 # --experiments cp_mma, interleaved rounds) with PDL and this table: 3.12 / 3.97 / 6.17 ms a frame at batch 8 / 32 /
-# 64 against cuBLAS' 2.78 / 2.95 / 3.09 (32 features a program: 2.85 / 3.75 / 4.71; without PDL 3.47 / 4.09 / 5.16).
-# Its products take ~9 µs of critical path each at batch 8 against cuBLAS' ~5.7 (run 24's profile). This table:
-# 16 output features a program, slices of 128-256 that do not spill at 32 rows (168-242 registers at 4 warps).
-_MMA = dict(mma=True, block_n=16, stages=3, num_warps=4)
+# 64 against cuBLAS' 2.78 / 2.95 / 3.09 with 16 output features a program (without PDL 3.47 / 4.09 / 5.16), 2.85 /
+# 3.75 / 4.71 with 32 (this table; both timed with an L2 prefetch of the weights before the wait, since removed:
+# within noise at 16). Its products take ~9 µs of critical path each at batch 8 against cuBLAS' ~5.7 (run 24's
+# profile, at 16). Slices of 128-256, 3 stages: at 16 features these do not spill at 32 rows (168-242 registers at
+# 4 warps, compiled offline for sm90); at 32 qkv and head take 254.
+_MMA = dict(mma=True, block_n=32, stages=3, num_warps=4)
 MMA_LAUNCH = {"qkv": dict(block_k=128, **_MMA), "o": dict(block_k=256, residual_early=True, **_MMA),
               "gate_up": dict(block_k=128, **_MMA), "down": dict(block_k=256, residual_early=True, **_MMA),
               "head": dict(block_k=128, **_MMA)}
