@@ -102,9 +102,14 @@ GEMV_CONFIGS += [dict(block_n=bn, whole_rows=True, num_warps=w) for bn in (1, 2,
 PDL_CONFIGS = [{**cfg, "pdl": True} for cfg in GEMV_CONFIGS if cfg.get("whole_rows")]
 PDL_CONFIGS += [dict(block_n=bn, block_k=bk, pdl=True, **LATE_SUM) for bn in (4, 8, 16) for bk in (256, 512)
                 if not (bn == 16 and bk == 512)]
-# The tensor-core kernel (rows padded to 16), swept at batches past 2 instead of the above.
+# The tensor-core kernel (rows padded to 16), swept at batches past 2 instead of the above; with PDL too where the
+# GPU supports it (run 24: the code predictor's passes on it, PDL and all, lost to cuBLAS; each product timed alone
+# here says which of them loses, and by how much).
 MMA_CONFIGS = [dict(mma=True, block_n=bn, block_k=bk, stages=st, num_warps=4)
                for bn in (16, 32) for bk in (128, 256, 512) for st in (3, 4) if not (bn == 32 and bk == 512)]
+# Products whose input a decoder layer normalises first (qkv, gate/up): at batches past 2 also timed with the
+# RMSNorm, a launch of its own before cuBLAS, in the tensor-core kernel's prologue ("norm": True rows).
+NORMED = ("qkv", "gate_up")
 
 
 def gemv_sweep(batch: int = 1, shapes=CP_SHAPES) -> list[dict]:
@@ -112,40 +117,52 @@ def gemv_sweep(batch: int = 1, shapes=CP_SHAPES) -> list[dict]:
     rows, µs."""
     from tts_engine.kernels.backend import pdl_supported
     from tts_engine.kernels.gemv import gemv
+    from tts_engine.kernels.rms_norm import rms_norm
     from tts_engine.kernels.silu_mul import silu_mul
 
     pdl = pdl_supported(torch.device("cuda"))
+    eps = 1e-6
 
     rows = []
     with torch.inference_mode():
         for name, n, k, epilogue in shapes:
             x, ws = rnd(batch, k), [rnd(n, k) for _ in range(SETS)]
-            res = rnd(batch, n)
-            if epilogue == "silu":
-                ref = [partial(lambda x, w: silu_mul(F.linear(x, w)), x, w) for w in ws]
-            elif epilogue == "residual":
-                ref = [partial(lambda x, w, r: r + F.linear(x, w), x, w, res) for w in ws]
-            else:
-                ref = [partial(F.linear, x, w) for w in ws]
-            floor_us = n * k * 2 / 4.19e12 * 1e6
-            cublas = graph_ms(ref) * 1e3
-            rows.append({"op": name, "batch": batch, "impl": "cublas", "us": round(cublas, 2),
-                         "floor_us": round(floor_us, 2)})
-            print(f"{name:<20} b{batch:<3} cublas {cublas:7.2f} us (floor {floor_us:.2f})", flush=True)
-            kw = {"silu_mul": epilogue == "silu", "residual": res if epilogue == "residual" else None}
-            configs = MMA_CONFIGS if batch > 2 else GEMV_CONFIGS + (PDL_CONFIGS if pdl else [])
-            for cfg in configs:
-                try:
-                    us = graph_ms([partial(gemv, x, w, **kw, **cfg) for w in ws]) * 1e3
-                except Exception as e:  # a configuration that does not compile or run here
-                    rows.append({"op": name, "batch": batch, "impl": "gemv", **cfg,
-                                 "error": f"{type(e).__name__}: {e}"[:200]})
-                    continue
-                rows.append({"op": name, "batch": batch, "impl": "gemv", **cfg, "us": round(us, 2)})
-            best = min((r for r in rows if r["op"] == name and "us" in r and r["impl"] == "gemv"),
-                       key=lambda r: r["us"], default=None)
-            if best is not None:
-                print(f"{name:<20} b{batch:<3} best gemv {best['us']:7.2f} us {_config_of(best)}", flush=True)
+            res, ln = rnd(batch, n), rnd(k)
+            for norm in (False, True) if batch > 2 and name.split()[1].split("+")[0] in NORMED else (False,):
+                def inp(x, norm=norm, ln=ln):  # cuBLAS' input: the RMSNorm a launch of its own before it
+                    return rms_norm(x, ln, eps) if norm else x
+
+                if epilogue == "silu":
+                    ref = [partial(lambda x, w: silu_mul(F.linear(inp(x), w)), x, w) for w in ws]
+                elif epilogue == "residual":
+                    ref = [partial(lambda x, w, r: r + F.linear(inp(x), w), x, w, res) for w in ws]
+                else:
+                    ref = [partial(lambda x, w: F.linear(inp(x), w), x, w) for w in ws]
+                floor_us = n * k * 2 / 4.19e12 * 1e6
+                cublas = graph_ms(ref) * 1e3
+                tag = {"norm": True} if norm else {}
+                rows.append({"op": name, "batch": batch, "impl": "cublas", **tag, "us": round(cublas, 2),
+                             "floor_us": round(floor_us, 2)})
+                what = f"{name}{' (normed)' if norm else ''}"
+                print(f"{what:<29} b{batch:<3} cublas {cublas:7.2f} us (floor {floor_us:.2f})", flush=True)
+                kw = {"silu_mul": epilogue == "silu", "residual": res if epilogue == "residual" else None,
+                      "norm": (ln, eps) if norm else None}
+                if batch > 2:
+                    configs = MMA_CONFIGS + ([{**cfg, "pdl": True} for cfg in MMA_CONFIGS] if pdl else [])
+                else:
+                    configs = GEMV_CONFIGS + (PDL_CONFIGS if pdl else [])
+                for cfg in configs:
+                    try:
+                        us = graph_ms([partial(gemv, x, w, **kw, **cfg) for w in ws]) * 1e3
+                    except Exception as e:  # a configuration that does not compile or run here
+                        rows.append({"op": name, "batch": batch, "impl": "gemv", **tag, **cfg,
+                                     "error": f"{type(e).__name__}: {e}"[:200]})
+                        continue
+                    rows.append({"op": name, "batch": batch, "impl": "gemv", **tag, **cfg, "us": round(us, 2)})
+                best = min((r for r in rows if r["op"] == name and "us" in r and r["impl"] == "gemv"
+                            and r.get("norm", False) == norm), key=lambda r: r["us"], default=None)
+                if best is not None:
+                    print(f"{what:<29} b{batch:<3} best gemv {best['us']:7.2f} us {_config_of(best)}", flush=True)
     return rows
 
 
@@ -159,7 +176,8 @@ def best_launch(sweep: list[dict], model: str, batch: int) -> dict[str, dict]:
     `batch` rows, keyed as the runners' launch tables are ("qkv", "o", "gate_up", "down")."""
     out = {}
     for name, *_ in SHAPES[model]:
-        timed = [r for r in sweep if r["op"] == name and r["batch"] == batch and r["impl"] == "gemv" and "us" in r]
+        timed = [r for r in sweep if r["op"] == name and r["batch"] == batch and r["impl"] == "gemv" and "us" in r
+                 and not r.get("norm")]  # (the same product with its norm prologue: other work)
         if not timed:
             raise ValueError(f"the sweep has no timed GEMV for {name!r} at {batch} rows")
         best = min(timed, key=lambda r: r["us"])
