@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.attention_o:
         return _attention_o()
     from tts_engine.runtime.code_predictor import PDL_LAUNCH
-    from tts_engine.runtime.runner import TALKER_PDL_LAUNCH
+    from tts_engine.runtime.talker_launch import TALKER_PDL_LAUNCH
 
     for stage, table in (("talker", TALKER_PDL_LAUNCH), ("cp", PDL_LAUNCH)):
         for product, (k, mode, norm) in SHAPES[stage].items():

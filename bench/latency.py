@@ -138,12 +138,12 @@ def pdl_launch_from(runner, sweep: dict) -> dict:
 
 def talker_pdl_times(runner, fns: dict) -> dict:
     """The talker's GEMV step (batch 1) with and without programmatic dependent launch, and which part
-    of a difference is PDL and which the whole-row products it launches (`runner.TALKER_PDL_LAUNCH`):
+    of a difference is PDL and which the whole-row products it launches (`talker_launch.TALKER_PDL_LAUNCH`):
     the other setting of `talker_pdl` ("tpdl" / "notpdl"), PDL over the sliced products ("tpdl_sliced"),
-    over `runner.TALKER_PDL_MIXED` ("tpdl_mixed"), the whole-row products without PDL ("trows"); PDL
+    over `talker_launch.TALKER_PDL_MIXED` ("tpdl_mixed"), the whole-row products without PDL ("trows"); PDL
     with the attention's early loads of earlier positions ("tpdl_early", `talker_attention_early`); the
     attention as one key chunk a kv head, no merge ("tsplit1", `talker_attention_splits`)."""
-    from tts_engine.runtime.runner import TALKER_PDL_MIXED
+    from tts_engine.runtime.talker_launch import TALKER_PDL_MIXED
 
     on = {k: {**cfg, "pdl": True} for k, cfg in runner.talker_launch.items()}
     rows = {k: {**cfg, "pdl": False} for k, cfg in runner.talker_pdl_launch.items()}
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draw", metavar="WARPS,WINDOW[,WAYS]", help="every draw's launch (bench.sample_kernel's `best`)")
     p.add_argument("--talker-launch-from", type=Path,
                    help="a `bench.kernels --gemv-sweep --shapes talker` JSON: the talker's GEMVs run with its "
-                        "fastest configurations at 1 row instead of runner.TALKER_GEMV_LAUNCH")
+                        "fastest configurations at 1 row instead of talker_launch.TALKER_GEMV_LAUNCH")
     p.add_argument("--pdl-launch-from", type=Path,
                    help="a `bench.step_sweep` JSON: the batch-1 PDL steps run with its best tables (the talker's "
                         "runner.talker_pdl_launch, the code predictor's code_predictor.PDL_LAUNCH) instead of the "

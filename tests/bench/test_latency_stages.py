@@ -99,7 +99,7 @@ def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
     """Five variants beside the default (PDL off): PDL with its whole-row table, PDL over the sliced
     table and over the mixed one, the whole-row table without PDL, PDL with the attention's early
     loads; each step called under its settings, all restored."""
-    from tts_engine.runtime.runner import TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
+    from tts_engine.runtime.talker_launch import TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
 
     _timed(monkeypatch)
     runner = _Runner(gemv_rows=2, talker_gemv_rows=1)

@@ -180,7 +180,7 @@ def test_the_fine_talker_stage_names_every_product_and_keeps_its_entry_competing
     """Stage "talker_fine": candidates for each talker product, each a distinct launch (no two the same key),
     the whole-row kernel (row_blocks 1) among qkv's and o's, today's streamed ones among gate/up's and down's."""
     from bench.step_sweep import PRODUCTS, TALKER_FINE_CANDIDATES, _key
-    from tts_engine.runtime.runner import TALKER_PDL_LAUNCH
+    from tts_engine.runtime.talker_launch import TALKER_PDL_LAUNCH
 
     assert set(TALKER_FINE_CANDIDATES) == set(PRODUCTS["talker"])
     for name, cands in TALKER_FINE_CANDIDATES.items():

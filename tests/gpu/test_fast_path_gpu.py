@@ -179,7 +179,7 @@ def test_prefill_graphs_equal_eager_prefill_and_touch_only_their_slot(model_1_7b
 
 def test_prefill_on_tensor_core_products_equals_cublas_and_its_graphs_equal_eager(model_1_7b, monkeypatch):
     """`prefill_mma_rows`: a prompt of up to 64 rows prefilled with the talker's products on the
-    tensor-core GEMV (runner.PREFILL_MMA_LAUNCH, every bucket's row padding: 16 / 32 / 64) against the
+    tensor-core GEMV (talker_launch.PREFILL_MMA_LAUNCH, every bucket's row padding: 16 / 32 / 64) against the
     same prompt on cuBLAS, eagerly and through the captured graphs; a longer one stays on cuBLAS."""
     cfg, model = model_1_7b
     runner = ModelRunner(model, max_slots=4, max_context=256)

@@ -42,7 +42,7 @@ def runners(model):
 
 
 # (batch, attention version, talker GEMV rows, PDL): cuBLAS products; the fused GEMVs
-# (runner.TALKER_GEMV_LAUNCH); with PDL (runner.TALKER_PDL_LAUNCH, every kernel of the step)
+# (talker_launch.TALKER_GEMV_LAUNCH); with PDL (talker_launch.TALKER_PDL_LAUNCH, every kernel of the step)
 # early: the attention's loads of earlier positions before its PDL wait (`talker_attention_early`).
 @pytest.mark.parametrize("batch,attention,gemv_rows,pdl,early", [
     (1, 2, 0, False, False), (5, 2, 0, False, False), (1, 3, 0, False, False), (5, 3, 0, False, False),
@@ -386,7 +386,7 @@ def test_code_predictor_with_the_launchs_own_qkv_table_gives_its_codes(runners, 
                                                      (1, 3, "qk_attention+row_blocks", False),
                                                      (2, 3, "row_blocks+row_chunks+residual_early", False)])
 def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table, early):
-    """The talker's GEMV step with programmatic dependent launch (runner.TALKER_PDL_LAUNCH: whole-row
+    """The talker's GEMV step with programmatic dependent launch (talker_launch.TALKER_PDL_LAUNCH: whole-row
     products reading their weights before the wait, and every other kernel of the step launched early;
     early: the attention's loads of earlier positions before its wait), captured in a graph as the
     engine runs it, against the same kernels launched without PDL: the same arithmetic, so any
@@ -396,7 +396,7 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
     residual read before their wait too; qk_attention: kernels/talker_attention.py's one launch for the
     q/k norm, RoPE, K/V store and attention (8 warps a program); row_chunks: down's rows in three slices;
     row_blocks: every product's row blocks streamed four a program."""
-    from tts_engine.runtime.runner import TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
+    from tts_engine.runtime.talker_launch import TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
 
     launch = TALKER_PDL_MIXED if table == "mixed" else TALKER_PDL_LAUNCH
     # o's and down's residual read before their wait: the default table's setting, here on where the case

@@ -1,7 +1,7 @@
 """The tensor-core GEMV (kernels/gemv.py dispatches `gemv(mma=True)` here): the K loop of [BLOCK_M, BLOCK_K] x
 [BLOCK_K, BLOCK_N] `tl.dot`s over rows padded to BLOCK_M >= 16, with the GEMVs' fusions (the RMSNorm in the prologue,
 the residual add or SwiGLU in the epilogue, kernels/gemv_epilogue.py) for 3-64 rows: the talker's short prefills
-(runner.PREFILL_MMA_LAUNCH) and the code predictor's passes past its GEMV ones (code_predictor.MMA_LAUNCH).
+(talker_launch.PREFILL_MMA_LAUNCH) and the code predictor's passes past its GEMV ones (code_predictor.MMA_LAUNCH).
 
 With programmatic dependent launch (`PDL`) the launch and the read of the residual, where it was written two launches
 back or more (`RES_EARLY`), come before the wait for the previous kernel. Its weights do not: the CUDA-core whole-row

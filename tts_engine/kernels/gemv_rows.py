@@ -6,7 +6,7 @@
                               block's weights loading while the last one's are summed
 
 and the row-slice helpers they share. Same arguments, rounding and epilogue as `gemv._gemv_rows_kernel` (no
-fixed-point deltas); the talker's batch-1 launches use the streamed one (runner.TALKER_PDL_LAUNCH, run 22).
+fixed-point deltas); the talker's batch-1 launches use the streamed one (talker_launch.TALKER_PDL_LAUNCH, run 22).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ if HAVE_TRITON:
         to exit and a new one to start (the whole-row kernel's later waves); the next kernel's programs, resident
         beside these once they have all passed their wait, prefetch their own weights meanwhile. RES_EARLY: the
         first block's residual before the wait, every later one's with its weights. The talker's batch-1 launches
-        (runner.TALKER_PDL_LAUNCH, run 22)."""
+        (talker_launch.TALKER_PDL_LAUNCH, run 22)."""
         first = tl.program_id(0) * (BLOCKS * BLOCK_N)
         rows = tl.arange(0, M_P)
         r_ok = rows < m

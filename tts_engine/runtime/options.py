@@ -31,7 +31,7 @@ class FastPathOptions:
     # device supports it (compiled Triton on sm90+). Run 10: frame at batch 1 1.82 ms against 2.42.
     cp_pdl: bool | None = None
     # The talker's GEMV steps (talker_gemv_rows) with programmatic dependent launch, every kernel of the
-    # step, the products on whole rows of w (runner.TALKER_PDL_LAUNCH); None: where supported (sm90+).
+    # step, the products on whole rows of w (talker_launch.TALKER_PDL_LAUNCH); None: where supported (sm90+).
     # Run 13: talker step at batch 1 1.39 -> 1.25 ms; run 14: socket p50 10.55 against 10.63 ms, and the
     # engine's GPU tests with it. The default since run 14.
     talker_pdl: bool | None = None
@@ -53,7 +53,7 @@ class FastPathOptions:
     cp_attention_o: bool = True
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
-    # runner.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
+    # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
     # on cuBLAS (run 14; a talker step reading the same 2.8 GB at batch 1 takes 1.24), the largest part of
     # first audio on the socket. Off: run 15 measured +1.2 ms of device time; run 16's profile: the norm
     # prologues of qkv and gate/up cost 9-12 µs each, and without them the products only tie cuBLAS.
@@ -61,7 +61,7 @@ class FastPathOptions:
     # The talker's GEMV steps (talker_gemv_rows) whose every row attends to at most this many positions
     # run the q/k norm, RoPE, K/V store and attention as one launch a layer (kernels/talker_attention.py,
     # one program a kv head over the whole context; a feed graph of its own per bucket), the rest the split
-    # attention after a q/k norm launch; 0: never. Run 21 (runner.TALKER_QK_ATTENTION_LAUNCH): talker step at
+    # attention after a q/k norm launch; 0: never. Run 21 (talker_launch.TALKER_QK_ATTENTION_LAUNCH): talker step at
     # batch 1 1.220 -> 1.099 ms at 12 positions, 1.223 -> 1.181 at 256, 1.225 against 1.249 at 320.
     talker_qk_attention_context: int = 256
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
