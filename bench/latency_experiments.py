@@ -93,21 +93,26 @@ def row_chunks_times(runner, t_len: int, rounds: int = 3) -> dict:
     return out
 
 
+def _frame_times(runner, t_len: int, obj, variants: dict[str, dict], rounds: int, batches, what: str) -> dict:
+    """The code predictor's frame and the frame step with each of `variants` (obj's settings) at each of `batches`
+    the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
+    out = {}
+    for b in (b for b in batches if b <= runner.max_slots):
+        fns = latency._stage_fns(runner, b, t_len)
+        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
+        out[b] = latency.interleaved_times(obj, variants, stages, rounds)
+        print(f"batch {b}, {what}: {out[b]}", flush=True)
+    return out
+
+
 def cp_qkv_table_times(runner, t_len: int, rounds: int = 3, batches=(1, 8, 32)) -> dict:
     """The code predictor's frame (and the frame step) with passes 1-14's first-layer qkv product launched
     ("qkvlaunch") or gathered from `CodePredictorRunner.first_layer_qkv_table` by the draw ("qkvtable"), at
     each of `batches` the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
     cp = runner.code_predictor
-    table, kept = cp.first_layer_qkv_table(), cp.qkv_table
-    out = {}
-    for b in (b for b in batches if b <= runner.max_slots):
-        fns = latency._stage_fns(runner, b, t_len)
-        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
-        out[b] = latency.interleaved_times(cp, {"qkvlaunch": {"qkv_table": None}, "qkvtable": {"qkv_table": table}},
-                                           stages, rounds)
-        print(f"batch {b}, the code predictor's first-layer qkv table: {out[b]}", flush=True)
-    cp.qkv_table = kept
-    return out
+    table = cp.first_layer_qkv_table()
+    return _frame_times(runner, t_len, cp, {"qkvlaunch": {"qkv_table": None}, "qkvtable": {"qkv_table": table}},
+                        rounds, batches, "the code predictor's first-layer qkv table")
 
 
 # The attention + o launches `cp_attention_o_times` tries (output features a program, warps).
@@ -128,13 +133,7 @@ def cp_attention_o_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) ->
     variants = {"twolaunch": {"attention_o": False},
                 **{name: {"attention_o": True, "attention_o_launch": {1: launch, 2: prefill}}
                    for name, launch in ATTENTION_O_CANDIDATES.items()}}
-    out = {}
-    for b in (b for b in batches if b <= runner.max_slots):
-        fns = latency._stage_fns(runner, b, t_len)
-        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
-        out[b] = latency.interleaved_times(cp, variants, stages, rounds)
-        print(f"batch {b}, the code predictor's attention + o: {out[b]}", flush=True)
-    return out
+    return _frame_times(runner, t_len, cp, variants, rounds, batches, "the code predictor's attention + o")
 
 
 def _mma_table(**change) -> dict:
@@ -166,13 +165,7 @@ def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> di
     on = {"mma_rows": 64}
     variants = {"cublas": {"mma_rows": 0}, "mma": on, "mma32": {"mma_rows": 32}, "mmanopdl": {**on, "pdl": False},
                 **{name: {**on, "mma_launch": table} for name, table in MMA_CANDIDATES.items()}}
-    out = {}
-    for b in (b for b in batches if b <= runner.max_slots):
-        fns = latency._stage_fns(runner, b, t_len)
-        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
-        out[b] = latency.interleaved_times(cp, variants, stages, rounds)
-        print(f"batch {b}, the code predictor's tensor-core passes: {out[b]}", flush=True)
-    return out
+    return _frame_times(runner, t_len, cp, variants, rounds, batches, "the code predictor's tensor-core passes")
 
 
 class _Keys:
@@ -194,15 +187,8 @@ def draw_ways_times(runner, t_len: int, rounds: int = 3, batches=(1, 8)) -> dict
     each of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
     import tts_engine.kernels.sample as sample
 
-    launch = _Keys(sample.DRAW_LAUNCH)
-    out = {}
-    for b in (b for b in batches if b <= runner.max_slots):
-        fns = latency._stage_fns(runner, b, t_len)
-        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
-        out[b] = latency.interleaved_times(launch, {f"ways{w}": {"top_k_ways": w} for w in (2, 3, 4)}, stages,
-                                           rounds)
-        print(f"batch {b}, the draws' top-k ways: {out[b]}", flush=True)
-    return out
+    return _frame_times(runner, t_len, _Keys(sample.DRAW_LAUNCH), {f"ways{w}": {"top_k_ways": w} for w in (2, 3, 4)},
+                        rounds, batches, "the draws' top-k ways")
 
 
 # Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
