@@ -333,6 +333,44 @@ def test_cp_attention_o_times_the_two_launches_and_each_candidate_and_restores_t
     assert seen == one_round * 4 and (cp.attention_o, cp.attention_o_launch) == (False, {1: "own", 2: "prefill"})
 
 
+def test_cp_mma_times_cublas_and_the_tensor_core_passes_and_restores_the_runners_settings(monkeypatch):
+    """--experiments cp_mma: at each batch the runner holds, the frame on cuBLAS, on the tensor-core passes (today's
+    table, up to 32 rows, without PDL, each candidate table), interleaved; the runner's own settings restored."""
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2)
+    runner.max_slots = 32
+    cp = runner.code_predictor
+    cp.mma_rows, cp.pdl, cp.mma_launch = 0, True, "own"
+    seen = []
+    cp.predict = lambda *a, **k: seen.append((cp.mma_rows, cp.pdl, cp.mma_launch))
+    out = experiments.cp_mma_times(runner, 11, rounds=2)
+    assert set(out) == {8, 32}  # 64 is past the runner's slots
+    names = ("cublas", "mma", "mma32", "mmanopdl", *experiments.MMA_CANDIDATES)
+    assert set(out[8]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step") for name in names}
+    one_round = [(0, True, "own"), (64, True, "own"), (32, True, "own"), (64, False, "own"),
+                 *((64, True, table) for table in experiments.MMA_CANDIDATES.values())]
+    assert seen == one_round * 4 and (cp.mma_rows, cp.pdl, cp.mma_launch) == (0, True, "own")
+    assert experiments.MMA_CANDIDATES["mman16"]["qkv"]["block_n"] == 16  # a change to every product's launch
+    assert all(cfg["mma"] for table in experiments.MMA_CANDIDATES.values() for cfg in table.values())
+
+
+def test_draw_ways_times_each_way_count_and_restores_the_draws_launch(monkeypatch):
+    """--experiments draw_ways: the frame with every draw's top-k search in 2, 3 and 4 parts, interleaved, through
+    kernels/sample.py's DRAW_LAUNCH (a dict: set key by key, restored)."""
+    import tts_engine.kernels.sample as sample
+
+    _timed(monkeypatch)
+    monkeypatch.setattr(sample, "DRAW_LAUNCH", {"num_warps": 8, "top_k_window": 12, "top_k_ways": 2})
+    runner = _Runner(gemv_rows=2)
+    runner.max_slots = 8
+    seen = []
+    runner.code_predictor.predict = lambda *a, **k: seen.append(dict(sample.DRAW_LAUNCH))
+    out = experiments.draw_ways_times(runner, 11, rounds=1, batches=(1, 8, 32))
+    assert set(out) == {1, 8}
+    assert [d["top_k_ways"] for d in seen] == [2, 3, 4] * 2  # the frame: once a variant, a batch
+    assert sample.DRAW_LAUNCH == {"num_warps": 8, "top_k_window": 12, "top_k_ways": 2}
+
+
 def test_an_unknown_experiment_is_refused_before_anything_loads(tmp_path, capsys):
     import pytest
 
