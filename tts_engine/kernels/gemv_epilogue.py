@@ -17,26 +17,25 @@ if HAVE_TRITON:
     from .backend import from_fixed, round_to
 
     @triton.jit
+    def _plus_fixed(ptr, d_ptr, rows, cols, ok, s, s_d, ADD: tl.constexpr):
+        """A block [rows, cols] of ptr's rows in fp32; ADD: plus d_ptr's int64 multiples of 2^-32 (rounded to ptr's
+        dtype), the sum rounded, as the reference's residual add `x + F.linear(...)` rounds."""
+        v = tl.load(ptr + rows[:, None] * s + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        if ADD:
+            dt = ptr.dtype.element_ty
+            ds = tl.load(d_ptr + rows[:, None] * s_d + cols[None, :], mask=ok, other=0)
+            v = round_to(v + from_fixed(ds, dt), dt)
+        return v
+
+    @triton.jit
     def delta_x(x_ptr, d_ptr, rows, ks, r_ok, k_ok, s_x, s_d, DELTA: tl.constexpr):
-        """Columns ks of x's rows [M_P, BLOCK_K] in fp32; DELTA 1: x + d (d_ptr's int64 multiples of 2^-32 rounded
-        to x's dtype), rounded, as the reference's residual add `x + F.linear(...)` rounds."""
-        ok = r_ok[:, None] & k_ok[None, :]
-        xs = tl.load(x_ptr + rows[:, None] * s_x + ks[None, :], mask=ok, other=0.0).to(tl.float32)
-        if DELTA == 1:
-            x_dt = x_ptr.dtype.element_ty
-            ds = tl.load(d_ptr + rows[:, None] * s_d + ks[None, :], mask=ok, other=0)
-            xs = round_to(xs + from_fixed(ds, x_dt), x_dt)
-        return xs
+        """Columns ks of x's rows [M_P, BLOCK_K] in fp32; DELTA 1: x + d (`_plus_fixed`)."""
+        return _plus_fixed(x_ptr, d_ptr, rows, ks, r_ok[:, None] & k_ok[None, :], s_x, s_d, DELTA == 1)
 
     @triton.jit
     def residual_of(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA: tl.constexpr):
-        """The residual [M_P, BLOCK_N] in fp32; DELTA 2: r + d, as `delta_x` adds it."""
-        res = tl.load(r_ptr + rows[:, None] * s_r + feats[None, :], mask=ok, other=0.0).to(tl.float32)
-        if DELTA == 2:
-            r_dt = r_ptr.dtype.element_ty
-            ds = tl.load(d_ptr + rows[:, None] * s_d + feats[None, :], mask=ok, other=0)
-            res = round_to(res + from_fixed(ds, r_dt), r_dt)
-        return res
+        """The residual [M_P, BLOCK_N] in fp32; DELTA 2: r + d (`_plus_fixed`)."""
+        return _plus_fixed(r_ptr, d_ptr, rows, feats, ok, s_r, s_d, DELTA == 2)
 
     @triton.jit
     def epilogue(acc, acc_up, r_ptr, y_ptr, rows, feats, r_ok, f_ok, s_r, s_y, MODE: tl.constexpr, res,
