@@ -24,23 +24,18 @@ def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
         # uvicorn refuses a request when open connections >= limit_concurrency, its own connection counted
         limit_concurrency=cfg.max_connections + 1,
         http=timed_protocol(cfg.request_read_timeout_s, cfg.keep_alive_s, cfg.http_write_stall_s,
-                            on_stall=_stall_counter(app),
-                            refused=too_many_connections(cfg.max_connections, _refusal_counter(app))),
+                            on_stall=_counter(app, lambda m: m.http_write_stalls),  # responses cut off
+                            refused=too_many_connections(cfg.max_connections, _counter(
+                                app, lambda m: m.rejections.labels("too_many_connections")))),
     )
     options.update(overrides)
     return uvicorn.Config(app, **options)
 
 
-def _stall_counter(app):
-    """The app's count of HTTP responses cut for a client that stopped reading, if it keeps one."""
+def _counter(app, count):
+    """count(the app's metrics).inc if the app keeps metrics, else None."""
     metrics = getattr(getattr(app, "state", None), "metrics", None)
-    return metrics.http_write_stalls.inc if metrics is not None else None
-
-
-def _refusal_counter(app):
-    """The app's count of requests refused past the connection cap, if it keeps one."""
-    metrics = getattr(getattr(app, "state", None), "metrics", None)
-    return metrics.rejections.labels("too_many_connections").inc if metrics is not None else None
+    return count(metrics).inc if metrics is not None else None
 
 
 def fit_descriptor_limit(cfg: ServerConfig, spare: int = 256) -> str | None:
