@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budgets-mb", default="0,8,16,24,32,48", help="bytes a layer to prefetch, MB (0: the fork alone)")
     args = p.parse_args(argv)
     import tts_engine.runtime.runner as runner_module
-    from bench.latency import _stage_fns, prefill_every_slot
+    from bench.stages import prefill_every_slot, stage_fns
     from tts_engine.checkpoint import random_model
     from tts_engine.runtime.runner import ModelRunner
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     side = torch.cuda.Stream()
     with torch.inference_mode():
-        fns = _stage_fns(runner, 1, t_len)
+        fns = stage_fns(runner, 1, t_len)
         stages = ("talker_step", "frame_step")
         x = runner.hidden[:1].clone()
         slots, positions = torch.zeros(1, dtype=torch.long, device="cuda"), torch.full((1,), t_len, device="cuda")

@@ -32,6 +32,7 @@ import torch
 from bench.codec_stages import codec_precision_times, codec_profile, codec_times, window_of
 from bench.cuda_timing import cuda_time_ms, graph_of
 from bench.socket_latency import corpus, socket_first_pcm, socket_requests
+from bench.stages import interleaved_times, prefill_every_slot, prompt_ids, stage_fns, variant_times
 from tts_engine.runtime.options import MAX_PREFILL_MMA_ROWS
 
 BATCHES = (1, 8, 16, 32, 64)
@@ -43,18 +44,6 @@ def bandwidth_tbs(gib: int = 4) -> float:
     b = torch.empty_like(a)
     ms = cuda_time_ms(lambda: b.copy_(a), warmup=3, reps=10)
     return 2 * a.numel() * 2 / (ms * 1e-3) / 1e12
-
-
-def prefill_every_slot(runner, prompt_rows) -> None:
-    """Every slot started (seeded by its index) and prefilled with prompt_rows [T, H]; the caches'
-    other cells random, so that no stage is timed on zeros."""
-    from tts_engine.sampling import SamplingParams
-
-    runner.k_cache.normal_()
-    runner.v_cache.normal_()
-    for slot in range(runner.max_slots):
-        runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
-        runner.prefill(slot, prompt_rows)
 
 
 def stage_times(runner, prompt_rows, batches) -> dict:
@@ -71,16 +60,16 @@ def stage_times(runner, prompt_rows, batches) -> dict:
         # launch (sm90+).
         cp = runner.code_predictor
         if pdl_supported(runner.device) and cp.gemv_rows and 1 in out:
-            fns = _stage_fns(runner, 1, t_len)
-            out[1] |= _variant_times("nopdl" if cp.pdl else "pdl", cp, dict(pdl=not cp.pdl),
+            fns = stage_fns(runner, 1, t_len)
+            out[1] |= variant_times("nopdl" if cp.pdl else "pdl", cp, dict(pdl=not cp.pdl),
                                      {k: fns[k] for k in ("code_predictor_frame", "frame_step")})
             print(f"batch 1, PDL {'off' if cp.pdl else 'on'}: {out[1]}", flush=True)
         if cp.use_triton:
             out = cp_attention_times(runner, out, t_len)
         if pdl_supported(runner.device) and runner.talker_gemv_rows and 1 in out:
-            out[1] |= talker_pdl_times(runner, _stage_fns(runner, 1, t_len))
+            out[1] |= talker_pdl_times(runner, stage_fns(runner, 1, t_len))
             print(f"batch 1, the talker's PDL variants: {out[1]}", flush=True)
-            out[1] |= talker_qk_attention_times(runner, _stage_fns(runner, 1, t_len))
+            out[1] |= talker_qk_attention_times(runner, stage_fns(runner, 1, t_len))
             print(f"batch 1, the talker's fused attention: {out[1]}", flush=True)
     return out
 
@@ -93,15 +82,15 @@ def cp_attention_times(runner, out: dict, t_len: int) -> dict:
     cp = runner.code_predictor
     stages = ("code_predictor_frame", "frame_step")
     for b in out:
-        fns = _stage_fns(runner, b, t_len)
+        fns = stage_fns(runner, b, t_len)
         fns = {k: fns[k] for k in stages}
         if cp.uses_pdl(b):  # the frame's 1-position passes; its prefill pass holds 2 b rows
             key, name = "fused_attention_pdl", "cpunfusedpdl" if cp.fused_attention_pdl else "cpfusedpdl"
         else:
             key, name = "fused_attention", "cpunfused" if cp.fused_attention else "cpfused"
-        out[b] |= _variant_times(name, cp, {key: not getattr(cp, key)}, fns)
+        out[b] |= variant_times(name, cp, {key: not getattr(cp, key)}, fns)
         for warps in (1, 2, 4, 8):
-            out[b] |= _variant_times(f"cpfused_w{warps}", cp, {key: True, "fused_attention_warps": warps}, fns)
+            out[b] |= variant_times(f"cpfused_w{warps}", cp, {key: True, "fused_attention_warps": warps}, fns)
         print(f"batch {b}, the code predictor's attention: {out[b]}", flush=True)
     return out
 
@@ -112,8 +101,6 @@ def pdl_launch_from(runner, sweep: dict) -> dict:
     (talker, talker_down, talker_stream, talker_fine; cp, cp_down, cp_stream) takes the stage whose best was
     fastest, by the medians of its interleaved pairs where it has them (a sweep's own best_ms rides its drift);
     a stage whose best lost its pairs to the default is left out (run 22's cp_stream: 1.564 against 1.506 ms)."""
-    import statistics
-
     import tts_engine.runtime.code_predictor as cp_module
 
     def best_ms(stage: dict) -> float:
@@ -148,13 +135,13 @@ def talker_pdl_times(runner, fns: dict) -> dict:
     on = {k: {**cfg, "pdl": True} for k, cfg in runner.talker_launch.items()}
     rows = {k: {**cfg, "pdl": False} for k, cfg in runner.talker_pdl_launch.items()}
     stages = {k: fns[k] for k in ("talker_step", "talker_step_long", "frame_step")}
-    out = _variant_times("notpdl" if runner.talker_pdl else "tpdl", runner, dict(talker_pdl=not runner.talker_pdl),
+    out = variant_times("notpdl" if runner.talker_pdl else "tpdl", runner, dict(talker_pdl=not runner.talker_pdl),
                          stages)
-    out |= _variant_times("tpdl_sliced", runner, dict(talker_pdl=True, talker_pdl_launch=on), stages)
-    out |= _variant_times("tpdl_mixed", runner, dict(talker_pdl=True, talker_pdl_launch=TALKER_PDL_MIXED), stages)
-    out |= _variant_times("trows", runner, dict(talker_pdl=False, talker_launch=rows), stages)
-    out |= _variant_times("tpdl_early", runner, dict(talker_pdl=True, talker_attention_early=True), stages)
-    out |= _variant_times("tsplit1", runner, dict(talker_attention_splits=1), stages)  # no merge launch
+    out |= variant_times("tpdl_sliced", runner, dict(talker_pdl=True, talker_pdl_launch=on), stages)
+    out |= variant_times("tpdl_mixed", runner, dict(talker_pdl=True, talker_pdl_launch=TALKER_PDL_MIXED), stages)
+    out |= variant_times("trows", runner, dict(talker_pdl=False, talker_launch=rows), stages)
+    out |= variant_times("tpdl_early", runner, dict(talker_pdl=True, talker_attention_early=True), stages)
+    out |= variant_times("tsplit1", runner, dict(talker_attention_splits=1), stages)  # no merge launch
     return out
 
 
@@ -194,7 +181,7 @@ def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
             for t_len in lengths:
                 if suffix and t_len > mma_rows:
                     continue
-                prefill = partial(runner.prefill_prompt, 0, *_prompt_ids(t_len))
+                prefill = partial(runner.prefill_prompt, 0, *prompt_ids(t_len))
                 runner.prefill_graphs = {}
                 out[f"prefill_{t_len}_eager{suffix}_ms"] = cuda_time_ms(prefill)
                 runner.prefill_graphs = graphs
@@ -204,82 +191,13 @@ def prefill_times(runner, lengths=(12, 40, 120)) -> dict:
     return out
 
 
-def _prompt_ids(t_len: int) -> tuple[list[int | None], list[int | None]]:
-    """A CustomVoice-shaped prompt of t_len >= 10 rows: role tokens, 7 rows with codec ids, the text."""
-    text_ids = [151644, 77091, 198] + [151671] * 6 + [151672] + [1000 + i for i in range(t_len - 10)]
-    codec_ids = [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149] + [None] * (t_len - 10)
-    return text_ids, codec_ids
-
-
-def _stage_fns(runner, b: int, t_len: int) -> dict:
-    """The stages at batch b (slots 0..b-1 at position t_len) as callables, by name."""
-    from tts_engine.runtime.sampler import FAST, GENERAL
-
-    dev = runner.device
-    slots = torch.arange(b, device=dev)
-    positions = torch.full((b,), t_len, device=dev)
-    long_positions = torch.full((b,), runner.max_context - 64, device=dev)  # as `long` below
-    x = runner.hidden[:b].clone()
-    frames = torch.full((b,), 5, device=dev)
-    rows = runner.rows.gather(slots)
-    c0 = torch.randint(0, 2048, (b,), device=dev)
-    text = torch.zeros(b, dtype=torch.long, device=dev)
-
-    def at(position: int, fn):  # the talker's attention as a frame step at that position picks it
-        def run():
-            runner.talker_qk_attention = runner.qk_attention_serves(b, position)
-            return fn()
-        return run
-
-    short, long = t_len, runner.max_context - 64
-    return {"talker_step": at(short, lambda: runner._talker_decode(slots, x, positions)),
-            "talker_step_long": at(long, lambda: runner._talker_decode(slots, x, long_positions)),
-            "code_predictor_frame": lambda: runner.code_predictor.predict(x, c0, frames, rows, variant=FAST),
-            "frame_step": at(short, lambda: runner._frame_step(slots, frames, positions, text, FAST)),
-            "frame_step_general_sampler": at(short, lambda: runner._frame_step(slots, frames, positions, text,
-                                                                                GENERAL))}
-
-
-def interleaved_times(obj, variants: dict[str, dict], fns: dict, rounds: int) -> dict:
-    """`_variant_times` of each of variants (name -> obj's settings) in turn, `rounds` times over -> the median
-    of each `<stage>_<name>_ms` (an error, `<name>_error`, as first reported)."""
-    runs: dict[str, list] = {}
-    for _ in range(rounds):
-        for name, settings in variants.items():
-            for key, value in _variant_times(name, obj, settings, fns).items():
-                runs.setdefault(key, []).append(value)
-    return medians(runs)
-
-
-def medians(runs: dict[str, list]) -> dict:
-    """Interleaved rounds' results by key -> the median of each `*_ms`, the first of anything else (an error)."""
-    return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
-
-
-def _variant_times(name: str, obj, settings: dict, fns: dict) -> dict:
-    """Each of fns timed through its graph with obj's attributes `settings` set meanwhile (restored
-    after), as `<stage>_<name>_ms`; an experimental path that fails is reported as `<name>_error`,
-    not fatal to the run."""
-    before = {k: getattr(obj, k) for k in settings}
-    for k, v in settings.items():
-        setattr(obj, k, v)
-    try:
-        graphs = {stage: graph_of(fn) for stage, fn in fns.items()}
-        return {f"{stage}_{name}_ms": cuda_time_ms(g) for stage, g in graphs.items()}
-    except Exception as exc:
-        return {f"{name}_error": f"{type(exc).__name__}: {exc}"[:300]}
-    finally:
-        for k, v in before.items():
-            setattr(obj, k, v)
-
-
 def _stage_times_at(runner, b: int, t_len: int) -> dict:
     """Stage times at batch b, and the other paths' beside them: the talker with the other attention
     version, with (without) its GEMVs, the code predictor on cuBLAS (where its GEMVs serve b) or on
     the tensor-core kernel."""
     from tts_engine.runtime.options import MAX_CP_MMA_ROWS
 
-    fns = _stage_fns(runner, b, t_len)
+    fns = stage_fns(runner, b, t_len)
     graphs = {stage: graph_of(fn) for stage, fn in fns.items()}
     out = {f"{stage}_ms": cuda_time_ms(g) for stage, g in graphs.items()}
     cp_runner = runner.code_predictor
@@ -289,17 +207,17 @@ def _stage_times_at(runner, b: int, t_len: int) -> dict:
 
     if runner.use_triton:
         other = 5 - runner.attention_version  # 2 <-> 3
-        out |= _variant_times(f"attn{other}", runner, dict(attention_version=other),
+        out |= variant_times(f"attn{other}", runner, dict(attention_version=other),
                               pick("talker_step", "talker_step_long", "frame_step"))
     if runner.use_triton and runner.talker_gemv_rows < b <= 2:
-        out |= _variant_times("tgemv", runner, dict(talker_gemv_rows=2),
+        out |= variant_times("tgemv", runner, dict(talker_gemv_rows=2),
                               pick("talker_step", "talker_step_long", "frame_step"))
     elif b <= runner.talker_gemv_rows:
-        out |= _variant_times("talker_cublas", runner, dict(talker_gemv_rows=0), pick("talker_step", "frame_step"))
+        out |= variant_times("talker_cublas", runner, dict(talker_gemv_rows=0), pick("talker_step", "frame_step"))
     if b <= cp_runner.gemv_rows:
-        out |= _variant_times("cublas", cp_runner, dict(gemv_rows=0), pick("code_predictor_frame", "frame_step"))
+        out |= variant_times("cublas", cp_runner, dict(gemv_rows=0), pick("code_predictor_frame", "frame_step"))
     elif cp_runner.use_triton and not cp_runner.mma_rows and b <= MAX_CP_MMA_ROWS:  # (a prefill past it: cuBLAS)
-        out |= _variant_times("mma", cp_runner, dict(mma_rows=MAX_CP_MMA_ROWS),
+        out |= variant_times("mma", cp_runner, dict(mma_rows=MAX_CP_MMA_ROWS),
                               pick("code_predictor_frame", "frame_step"))
     return out
 
@@ -313,7 +231,7 @@ def host_times(runner, reps: int = 50) -> dict:
     from tts_engine.sampling import SamplingParams
 
     sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
-    text_ids, codec_ids = _prompt_ids(22)
+    text_ids, codec_ids = prompt_ids(22)
 
     def timed(fn) -> float:
         times = []

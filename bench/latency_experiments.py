@@ -3,8 +3,8 @@ settings or kernel versions in interleaved rounds, in the benchmark's process an
 
     python -m bench.latency --model /tmp/ckpt-1.7b --make --batches 1 --experiments row_chunks,residual_early
 
-Each is fn(runner, t_len) -> result, timed through bench.latency's batch-1 stages (`_stage_fns`,
-`_variant_times`).
+Each is fn(runner, t_len) -> result, timed through the stages of bench/stages.py (`stage_fns`,
+`variant_times`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from bench import latency
+from bench.stages import interleaved_times, medians, stage_fns, variant_times
 
 # The fused attention's launches timed against the split one by context (`talker_context_times`).
 CONTEXT_LAUNCHES = {"w8b64": dict(num_warps=8), "w8b128": dict(num_warps=8, block_n=128),
@@ -40,7 +41,7 @@ def talker_context_times(runner, t_len: int, contexts=(12, 64, 128, 192, 256, 32
         stage = {"talker_step": partial(runner._talker_decode, slots, x, positions)}
         for _ in range(rounds):
             for name, settings in variants.items():
-                for value in latency._variant_times(name, runner, settings, stage).values():
+                for value in variant_times(name, runner, settings, stage).values():
                     runs[name].setdefault(c, []).append(value)
     out = {name: {c: statistics.median(v) if all(isinstance(t, float) for t in v) else v[0]
                   for c, v in by_c.items()} for name, by_c in runs.items()}
@@ -53,7 +54,7 @@ def _pdl_tables_ab(runner, t_len: int, names: tuple[str, str], change, rounds: i
     False)` and as `change(table, True)` (names[0] / names[1]), interleaved rounds; the tables restored."""
     import tts_engine.runtime.code_predictor as cp_module
 
-    fns = latency._stage_fns(runner, 1, t_len)
+    fns = stage_fns(runner, 1, t_len)
     stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
     talker_table, cp_table = runner.talker_pdl_launch, dict(cp_module.PDL_LAUNCH)
     runs: dict[str, list] = {}
@@ -62,12 +63,12 @@ def _pdl_tables_ab(runner, t_len: int, names: tuple[str, str], change, rounds: i
             for name, on in zip(names, (False, True)):
                 runner.talker_pdl_launch = change(talker_table, on)
                 cp_module.PDL_LAUNCH.update(change(cp_table, on))
-                for key, value in latency._variant_times(name, runner, {}, stages).items():
+                for key, value in variant_times(name, runner, {}, stages).items():
                     runs.setdefault(key, []).append(value)
     finally:
         runner.talker_pdl_launch = talker_table
         cp_module.PDL_LAUNCH.update(cp_table)
-    return latency.medians(runs)
+    return medians(runs)
 
 
 def residual_early_times(runner, t_len: int, rounds: int = 3) -> dict:
@@ -98,9 +99,9 @@ def _frame_times(runner, t_len: int, obj, variants: dict[str, dict], rounds: int
     the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
     out = {}
     for b in (b for b in batches if b <= runner.max_slots):
-        fns = latency._stage_fns(runner, b, t_len)
+        fns = stage_fns(runner, b, t_len)
         stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
-        out[b] = latency.interleaved_times(obj, variants, stages, rounds)
+        out[b] = interleaved_times(obj, variants, stages, rounds)
         print(f"batch {b}, {what}: {out[b]}", flush=True)
     return out
 
@@ -169,7 +170,7 @@ def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> di
 
 
 class _Keys:
-    """A dict's keys as attributes: `latency.interleaved_times` sets and restores attributes."""
+    """A dict's keys as attributes: `interleaved_times` sets and restores attributes."""
 
     def __init__(self, d: dict):
         object.__setattr__(self, "_d", d)
@@ -212,7 +213,7 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
         where = importlib.import_module(f"tts_engine.runtime.{runtime}")
         old = getattr(importlib.import_module(f"{folder.name}.{kernel}"), fn)
         calls.append((where, fn, getattr(where, fn), old))
-    fns = latency._stage_fns(runner, 1, t_len)
+    fns = stage_fns(runner, 1, t_len)
     stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
     runs: dict[str, list] = {}
     try:
@@ -220,12 +221,12 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
             for name, pick in (("abold", 3), ("abnew", 2)):
                 for call in calls:
                     setattr(call[0], call[1], call[pick])
-                for key, value in latency._variant_times(name, runner, {}, stages).items():
+                for key, value in variant_times(name, runner, {}, stages).items():
                     runs.setdefault(key, []).append(value)
     finally:
         for where, fn, new, _ in calls:
             setattr(where, fn, new)
-    out = latency.medians(runs)
+    out = medians(runs)
     print(f"kernels a/b: {out}", flush=True)
     return out
 
@@ -236,4 +237,4 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "cp_attention_o": cp_attention_o_times, "cp_mma": cp_mma_times,
                "draw_ways": draw_ways_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
-                   runner, latency._stage_fns(runner, 1, t_len))}
+                   runner, stage_fns(runner, 1, t_len))}

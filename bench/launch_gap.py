@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--prompt-rows", default="12,22", help="prompt lengths of the prefills timed")
     args = p.parse_args(argv)
-    from bench.latency import _prompt_ids, _stage_fns
+    from bench.stages import prompt_ids, stage_fns
     from tts_engine.checkpoint import random_model
     from tts_engine.runtime.runner import ModelRunner
     from tts_engine.sampling import SamplingParams
@@ -87,13 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     with torch.inference_mode():
         for t_len in (int(v) for v in args.prompt_rows.split(",")):
-            ids = _prompt_ids(t_len)
+            ids = prompt_ids(t_len)
             runner.start_slot(0, SamplingParams(seed=0), 0, eos_allowed=True)
             out[f"prefill_prompt_{t_len}"] = launch_gap(lambda ids=ids: runner.prefill_prompt(0, *ids))
             print(f"prefill_prompt {t_len}: {out[f'prefill_prompt_{t_len}']}", flush=True)
         out["frame_step_async_b1"] = launch_gap(lambda: runner.frame_step_async([0], [5], [22], [0]))
         print(f"frame_step_async b1: {out['frame_step_async_b1']}", flush=True)
-        fns = _stage_fns(runner, 1, 22)
+        fns = stage_fns(runner, 1, 22)
         for stage in ("talker_step", "code_predictor_frame", "frame_step"):
             out[f"{stage}_b1"] = launch_gap(graph_of(fns[stage]))
             print(f"{stage} b1: {out[f'{stage}_b1']}", flush=True)

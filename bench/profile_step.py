@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                         "the GEMV ones on the tensor-core kernel (`<stage>_b<b>_mma`; kernels/gemv_mma.py)")
     args = p.parse_args(argv)
     from bench.cuda_timing import graph_of
-    from bench.latency import _stage_fns, prefill_every_slot
     from bench.sample_kernel import set_draw
+    from bench.stages import prefill_every_slot, stage_fns
     from tts_engine.checkpoint import random_model
     from tts_engine.kernels.backend import pdl_supported
     from tts_engine.runtime.options import MAX_PREFILL_MMA_ROWS
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     cp = runner.code_predictor
     with torch.inference_mode():
         for b in batches:
-            fns = _stage_fns(runner, b, t_len)
+            fns = stage_fns(runner, b, t_len)
             for stage in ("code_predictor_frame", "talker_step", "frame_step"):
                 out[f"{stage}_b{b}"] = s = summary(_kernels(graph_of(fns[stage])))
                 _print(f"{stage} b{b}", s)

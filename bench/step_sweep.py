@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import tts_engine.runtime.code_predictor as cp_module
     from bench.cuda_timing import cuda_time_ms, graph_of
-    from bench.latency import _stage_fns, prefill_every_slot
+    from bench.stages import prefill_every_slot, stage_fns
     from tts_engine.checkpoint import random_model
     from tts_engine.runtime.runner import ModelRunner
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                  "candidates": {stage: keys(candidates(stage)) for stage in args.stages.split(",")}}
     with torch.inference_mode():
-        fns = _stage_fns(runner, 1, t_len)
+        fns = stage_fns(runner, 1, t_len)
         stages = {"talker": ("talker_step", lambda table: setattr(runner, "talker_pdl_launch", table),
                              dict(runner.talker_pdl_launch), PRODUCTS["talker"]),
                   "cp": ("code_predictor_frame", lambda table: cp_module.PDL_LAUNCH.update(table),

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from bench import latency
+from bench import latency, stages
 from bench import latency_experiments as experiments
 
 
@@ -37,8 +37,9 @@ class _Runner:
 
 
 def _timed(monkeypatch):
-    monkeypatch.setattr(latency, "graph_of", lambda fn: fn)
-    monkeypatch.setattr(latency, "cuda_time_ms", lambda fn: fn() or 1.0)
+    for module in (latency, stages):  # the table's own timings, and the variants' (bench/stages.py)
+        monkeypatch.setattr(module, "graph_of", lambda fn: fn)
+        monkeypatch.setattr(module, "cuda_time_ms", lambda fn: fn() or 1.0)
 
 
 def test_batch_the_gemvs_serve_times_cublas_and_attention_v3_beside_the_default(monkeypatch):
@@ -113,7 +114,7 @@ def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
         splits.append(runner.talker_attention_splits)
 
     runner._talker_decode = decode
-    fns = latency._stage_fns(runner, 1, 11)
+    fns = stages.stage_fns(runner, 1, 11)
     out = latency.talker_pdl_times(runner, fns)
     assert (True, True) in early and (False, True) not in early and runner.talker_attention_early is False
     assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "talker_step_long", "frame_step")
@@ -226,10 +227,10 @@ def test_the_talker_stages_run_the_attention_a_step_at_their_position_would(monk
     runner = _Runner(gemv_rows=2, talker_gemv_rows=1)
     seen = []
     runner._talker_decode = lambda *a: seen.append((runner.talker_qk_attention, runner.talker_qk_attention_launch))
-    fns = latency._stage_fns(runner, 1, 11)
+    fns = stages.stage_fns(runner, 1, 11)
     fns["talker_step"]()
     fns["talker_step_long"]()
-    latency._stage_fns(runner, 8, 11)["talker_step"]()
+    stages.stage_fns(runner, 8, 11)["talker_step"]()
     assert [fused for fused, _ in seen] == [True, False, False]
     seen.clear()
     out = latency.talker_qk_attention_times(runner, fns, rounds=2)
