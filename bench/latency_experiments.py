@@ -192,6 +192,67 @@ def draw_ways_times(runner, t_len: int, rounds: int = 3, batches=(1, 8)) -> dict
                         rounds, batches, "the draws' top-k ways")
 
 
+def cp_down_splits_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
+    """The code predictor's frame (and the frame step) with its cuBLAS passes' down products as cuBLAS makes them
+    ("split0": a split-K product and a reduce launch at 8-64 rows) or as 2-8 fp32 split-K partials in one batched
+    launch that the next norm sums (`CodePredictorRunner.down_splits`: "split<S>"), at each of `batches`,
+    interleaved rounds -> {batch: {key: median ms}}."""
+    variants = {f"split{s}": {"down_splits": s} for s in (0, 2, 3, 4, 6, 8)}
+    return _frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
+                        "the code predictor's down in split-K partials")
+
+
+def talker_down_splits_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
+    """The talker's cuBLAS steps with their down products whole ("tsplit0") or as 2-8 split-K partials summed by the
+    next norm (`ModelRunner.talker_down_splits`: "tsplit<S>"), at each of `batches`, interleaved rounds -> {batch:
+    {key: median ms}}."""
+    out = {}
+    for b in (b for b in batches if b <= runner.max_slots):
+        stages = {"talker_step": stage_fns(runner, b, t_len)["talker_step"]}
+        out[b] = interleaved_times(runner, {f"tsplit{s}": {"talker_down_splits": s} for s in (0, 2, 3, 4, 6, 8)},
+                                   stages, rounds)
+        print(f"batch {b}, the talker's down in split-K partials: {out[b]}", flush=True)
+    return out
+
+
+class _Blas:
+    """torch's cuBLAS choices as attributes, for `interleaved_times`: `library` (torch.backends.cuda
+    .preferred_blas_library: "cublas", "cublaslt") and `reduced` (bf16 products' reductions in reduced precision
+    allowed: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction, True by default). A graph keeps the
+    kernels cuBLAS picked when it was captured."""
+
+    @property
+    def library(self):
+        return torch.backends.cuda.preferred_blas_library()
+
+    @library.setter
+    def library(self, value):
+        torch.backends.cuda.preferred_blas_library(value)
+
+    @property
+    def reduced(self):
+        return torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+
+    @reduced.setter
+    def reduced(self, value):
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = value
+
+
+def blas_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
+    """The talker step, the code predictor's frame and the frame step with cuBLAS' products picked as torch picks them
+    ("blasdefault"), through cuBLASLt ("cublaslt") or cuBLAS ("cublas") alone, or with bf16 reductions in fp32
+    ("fullreduce"), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
+    variants = {"blasdefault": {}, "cublaslt": {"library": "cublaslt"}, "cublas": {"library": "cublas"},
+                "fullreduce": {"reduced": False}}
+    out = {}
+    for b in (b for b in batches if b <= runner.max_slots):
+        fns = stage_fns(runner, b, t_len)
+        stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
+        out[b] = interleaved_times(_Blas(), variants, stages, rounds)
+        print(f"batch {b}, cuBLAS' choices: {out[b]}", flush=True)
+    return out
+
+
 # Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
 # function).
 AB_CALLS = (("runner", "talker_attention", "decode_qk_attention"), ("runner", "sample", "sample_rows"),
@@ -235,6 +296,7 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
                "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
                "cp_attention_o": cp_attention_o_times, "cp_mma": cp_mma_times,
-               "draw_ways": draw_ways_times,
+               "draw_ways": draw_ways_times, "cp_down_splits": cp_down_splits_times,
+               "talker_down_splits": talker_down_splits_times, "blas": blas_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

@@ -372,6 +372,52 @@ def test_draw_ways_times_each_way_count_and_restores_the_draws_launch(monkeypatc
     assert sample.DRAW_LAUNCH == {"num_warps": 8, "top_k_window": 12, "top_k_ways": 2}
 
 
+def test_down_splits_times_each_split_count_and_restore_the_runners_settings(monkeypatch):
+    """--experiments cp_down_splits / talker_down_splits: at each batch the runner holds, the code predictor's frame
+    (the talker's step) with its down products whole and in 2-8 split-K partials, interleaved; restored after."""
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2)
+    runner.max_slots = 32
+    cp = runner.code_predictor
+    cp.down_splits, runner.talker_down_splits = 0, 0
+    seen = []
+    cp.predict = lambda *a, **k: seen.append(("cp", cp.down_splits))
+    runner._talker_decode = lambda *a: seen.append(("talker", runner.talker_down_splits))
+    out = experiments.cp_down_splits_times(runner, 11, rounds=1)
+    assert set(out) == {8, 32}  # 64 is past the runner's slots
+    names = [f"split{s}" for s in (0, 2, 3, 4, 6, 8)]
+    assert set(out[8]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step") for name in names}
+    assert [s for who, s in seen if who == "cp"] == [0, 2, 3, 4, 6, 8] * 2  # the frame, at batches 8 and 32
+    seen.clear()
+    out = experiments.talker_down_splits_times(runner, 11, rounds=1)
+    assert set(out[32]) == {f"talker_step_tsplit{s}_ms" for s in (0, 2, 3, 4, 6, 8)}
+    assert seen == [("talker", s) for s in (0, 2, 3, 4, 6, 8)] * 2
+    assert cp.down_splits == 0 and runner.talker_down_splits == 0
+
+
+def test_blas_times_each_choice_and_restores_torchs(monkeypatch):
+    """--experiments blas: at each batch, the stages with torch's cuBLAS choices as they are, through cuBLASLt or
+    cuBLAS alone, and with bf16 reductions in fp32, interleaved; torch's settings restored after."""
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2)
+    runner.max_slots = 8
+    state = {"library": "default", "reduced": True}
+    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library",
+                        lambda value=None: state.update(library=value) if value else state["library"])
+    matmul = SimpleNamespace(allow_bf16_reduced_precision_reduction=True)
+    monkeypatch.setattr(torch.backends.cuda, "matmul", matmul)
+    seen = []
+    runner.code_predictor.predict = lambda *a, **k: seen.append(
+        (state["library"], matmul.allow_bf16_reduced_precision_reduction))
+    out = experiments.blas_times(runner, 11, rounds=1)
+    assert set(out) == {8}
+    names = ("blasdefault", "cublaslt", "cublas", "fullreduce")
+    assert set(out[8]) == {f"{stage}_{name}_ms" for stage in ("talker_step", "code_predictor_frame", "frame_step")
+                           for name in names}
+    assert seen == [("default", True), ("cublaslt", True), ("cublas", True), ("default", False)]  # the frame
+    assert state["library"] == "default" and matmul.allow_bf16_reduced_precision_reduction is True
+
+
 def test_an_unknown_experiment_is_refused_before_anything_loads(tmp_path, capsys):
     import pytest
 

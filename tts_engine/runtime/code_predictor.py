@@ -151,6 +151,10 @@ class CodePredictorRunner:
         self.attention_o_launch = ATTENTION_O_LAUNCH
         self.o_sum = torch.zeros(max(1, self.gemv_rows), c.layers[0].w_o.shape[0],
                                  dtype=torch.int64, device=self.device)
+        # The cuBLAS passes' down products as this many fp32 split-K partials that the next norm sums
+        # (`fused.decoder_step_triton`'s down_splits); 0: cuBLAS' own product and its split-K reduce launch. Read at
+        # every pass.
+        self.down_splits = 0
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
@@ -218,7 +222,8 @@ class CodePredictorRunner:
                     fused["attention_o"] = attention_o
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
                 return out.view(b, n, -1)[:, -1], False
-            return decoder_step_triton(*args, **fused).view(b, n, -1)[:, -1], True  # [b n, h] -> last position
+            out = decoder_step_triton(*args, **fused, down_splits=self.down_splits)
+            return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
             self.k[i, :b, :, start:start + n] = k.transpose(1, 2)

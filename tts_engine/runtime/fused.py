@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from ..kernels.gemv import gemv
 from ..kernels.qk_norm_rope import qk_norm_rope
-from ..kernels.rms_norm import add_rms_norm
+from ..kernels.rms_norm import add_rms_norm, split_k_partials
 from ..kernels.rms_norm import rms_norm as rms_norm_kernel
 from ..kernels.silu_mul import silu_mul
 from ..model.layers import DecoderStack
@@ -150,13 +150,15 @@ def decoder_step_torch(stack: FusedStack, x: torch.Tensor, cos: torch.Tensor, si
 def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                         positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                         attend: TritonAttend, qkv_attend: QkvAttend | None = None,
-                        first_qkv: torch.Tensor | None = None) -> torch.Tensor:
+                        first_qkv: torch.Tensor | None = None, down_splits: int = 0) -> torch.Tensor:
     """The same step through the Triton kernels, 9 launches a layer (10 with split attention, 8 with
     qkv_attend): the four cuBLAS products (qkv, o, gate/up, down), two norms, q/k norm + RoPE + cache
     store, attention, SiLU-mul. x [N, H] new tokens at `positions` [N] of cache rows `rows` [N];
     rope_cos/sin [P, D] tables; k_caches/v_caches [layers, R, Hkv, L, D] -> final-norm hidden [N, H].
     first_qkv [N, (Hq + 2 Hkv) D]: the first layer's qkv product of x, already made (the code predictor's
-    table, gathered by its draw): that layer's input norm and product are not launched.
+    table, gathered by its draw): that layer's input norm and product are not launched. down_splits: each down
+    product as that many fp32 split-K partials (`split_k_partials`, one batched cuBLAS launch) that the next norm
+    sums, in place of cuBLAS' own choice (at 8-64 rows a split-K product and a reduce launch of its own).
 
     The residual add after each MLP is fused with the next layer's input norm (the last with the
     final norm), the one after attention with the post-attention norm."""
@@ -174,7 +176,8 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
         attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend,
                           qkv_attend)
         res, h = add_rms_norm(res, F.linear(attn, layer.w_o), layer.ln_post, eps)
-        delta = F.linear(silu_mul(F.linear(h, layer.w_gate_up)), layer.w_down)
+        act = silu_mul(F.linear(h, layer.w_gate_up))
+        delta = split_k_partials(act, layer.w_down, down_splits) if down_splits else F.linear(act, layer.w_down)
     return add_rms_norm(res, delta, stack.norm, eps)[1]
 
 
