@@ -192,24 +192,27 @@ def draw_ways_times(runner, t_len: int, rounds: int = 3, batches=(1, 8)) -> dict
                         rounds, batches, "the draws' top-k ways")
 
 
+SPLITS = (0, 2, 3, 4, 6)  # the down products' split-K partials the experiments try (0: cuBLAS' own product)
+
+
 def cp_down_splits_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
     """The code predictor's frame (and the frame step) with its cuBLAS passes' down products as cuBLAS makes them
-    ("split0": a split-K product and a reduce launch at 8-64 rows) or as 2-8 fp32 split-K partials in one batched
-    launch that the next norm sums (`CodePredictorRunner.down_splits`: "split<S>"), at each of `batches`,
+    ("split0": a split-K product and a reduce launch at 8-64 rows) or as fp32 split-K partials in one batched
+    launch that the next norm sums (`CodePredictorRunner.down_splits`: "split<S>", S in SPLITS), at each of `batches`,
     interleaved rounds -> {batch: {key: median ms}}."""
-    variants = {f"split{s}": {"down_splits": s} for s in (0, 2, 3, 4, 6, 8)}
+    variants = {f"split{s}": {"down_splits": s} for s in SPLITS}
     return _frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
                         "the code predictor's down in split-K partials")
 
 
-def talker_down_splits_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
-    """The talker's cuBLAS steps with their down products whole ("tsplit0") or as 2-8 split-K partials summed by the
+def talker_down_splits_times(runner, t_len: int, rounds: int = 3, batches=(32, 64)) -> dict:
+    """The talker's cuBLAS steps with their down products whole ("tsplit0") or as SPLITS' split-K partials summed by the
     next norm (`ModelRunner.talker_down_splits`: "tsplit<S>"), at each of `batches`, interleaved rounds -> {batch:
     {key: median ms}}."""
     out = {}
     for b in (b for b in batches if b <= runner.max_slots):
         stages = {"talker_step": stage_fns(runner, b, t_len)["talker_step"]}
-        out[b] = interleaved_times(runner, {f"tsplit{s}": {"talker_down_splits": s} for s in (0, 2, 3, 4, 6, 8)},
+        out[b] = interleaved_times(runner, {f"tsplit{s}": {"talker_down_splits": s} for s in SPLITS},
                                    stages, rounds)
         print(f"batch {b}, the talker's down in split-K partials: {out[b]}", flush=True)
     return out

@@ -374,7 +374,7 @@ def test_draw_ways_times_each_way_count_and_restores_the_draws_launch(monkeypatc
 
 def test_down_splits_times_each_split_count_and_restore_the_runners_settings(monkeypatch):
     """--experiments cp_down_splits / talker_down_splits: at each batch the runner holds, the code predictor's frame
-    (the talker's step) with its down products whole and in 2-8 split-K partials, interleaved; restored after."""
+    (the talker's step) with its down products whole and in SPLITS' split-K partials, interleaved; restored after."""
     _timed(monkeypatch)
     runner = _Runner(gemv_rows=2)
     runner.max_slots = 32
@@ -385,13 +385,13 @@ def test_down_splits_times_each_split_count_and_restore_the_runners_settings(mon
     runner._talker_decode = lambda *a: seen.append(("talker", runner.talker_down_splits))
     out = experiments.cp_down_splits_times(runner, 11, rounds=1)
     assert set(out) == {8, 32}  # 64 is past the runner's slots
-    names = [f"split{s}" for s in (0, 2, 3, 4, 6, 8)]
+    names = [f"split{s}" for s in experiments.SPLITS]
     assert set(out[8]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step") for name in names}
-    assert [s for who, s in seen if who == "cp"] == [0, 2, 3, 4, 6, 8] * 2  # the frame, at batches 8 and 32
+    assert [s for who, s in seen if who == "cp"] == list(experiments.SPLITS) * 2  # the frame, at batches 8 and 32
     seen.clear()
     out = experiments.talker_down_splits_times(runner, 11, rounds=1)
-    assert set(out[32]) == {f"talker_step_tsplit{s}_ms" for s in (0, 2, 3, 4, 6, 8)}
-    assert seen == [("talker", s) for s in (0, 2, 3, 4, 6, 8)] * 2
+    assert set(out) == {32} and set(out[32]) == {f"talker_step_tsplit{s}_ms" for s in experiments.SPLITS}
+    assert seen == [("talker", s) for s in experiments.SPLITS]
     assert cp.down_splits == 0 and runner.talker_down_splits == 0
 
 

@@ -141,6 +141,26 @@ def test_code_predictor_steps_triton_equal_torch(runners, b, mma_rows, fused):
         fast_cp.mma_rows, (fast_cp.fused_attention, fast_cp.fused_attention_pdl) = 0, before
 
 
+@pytest.mark.parametrize("b,splits", [(4, 3), (6, 2), (8, 4), (8, 8)])
+def test_cublas_steps_with_down_in_split_k_partials_equal_torch(runners, b, splits):
+    """The code predictor's cuBLAS passes and a talker step with every down product as fp32 split-K partials that
+    the next norm sums (`down_splits`, `talker_down_splits`) against the torch path, as their cuBLAS versions
+    are."""
+    cfg, (fast, ref) = runners
+    fast_cp = fast.code_predictor
+    fast_cp.down_splits = fast.talker_down_splits = splits
+    try:
+        _compare_code_predictor_steps(fast_cp, ref.code_predictor, b, cfg.talker.code_predictor.hidden_size)
+        slots = torch.arange(8 - b, 8, device="cuda").flip(0)
+        positions = 20 + 9 * slots
+        x = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+        with torch.inference_mode():
+            got, want = fast._talker_decode(slots, x, positions), ref._talker_decode(slots, x, positions)
+        assert rel_err(got, want) < 2e-2
+    finally:
+        fast_cp.down_splits = fast.talker_down_splits = 0
+
+
 def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):
     def logits(cp, x, start):  # the layers' output through codebook 1's head (the final norm included)
         return cp.logits(*cp.layers(x, b, start), 0)
