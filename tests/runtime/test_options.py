@@ -21,6 +21,8 @@ def test_defaults_are_valid():
     (FastPathOptions(attention_version=1), "attention_version"),
     (FastPathOptions(prefill_mma_rows=65), "prefill_mma_rows"),
     (FastPathOptions(prefill_mma_rows=-1), "prefill_mma_rows"),
+    (FastPathOptions(cp_down_splits=17), "cp_down_splits"),
+    (FastPathOptions(talker_down_splits=-1), "talker_down_splits"),
 ])
 def test_each_bad_value_is_named(options, field):
     assert [name for name, _ in options.problems()] == [field]
@@ -39,3 +41,20 @@ def test_prefill_mma_rows_stop_at_one_tensor_core_tile():
 
     assert MAX_PREFILL_MMA_ROWS == MAX_MMA_ROWS
     assert FastPathOptions(prefill_mma_rows=MAX_MMA_ROWS).problems() == []
+
+
+def test_down_splits_must_cut_the_models_intermediate_size_evenly(tiny_checkpoint):
+    """Checked against the model when the runner is made (the options do not know it): a split count that does
+    not divide the intermediate size is refused with the option's name; 0 (cuBLAS' own product) always serves."""
+    from tts_engine.runtime.options import down_splits_for
+    from tts_engine.runtime.runner import ModelRunner
+    from tts_engine.synthesizer import Synthesizer
+
+    assert down_splits_for(4, 3072, "cp_down_splits") == 4 and down_splits_for(0, 3072, "x") == 0
+    with pytest.raises(ValueError, match="cp_down_splits 5 must divide the intermediate size 3072"):
+        down_splits_for(5, 3072, "cp_down_splits")
+    model = Synthesizer(tiny_checkpoint).model  # intermediate sizes: talker 128, code predictor 64
+    for field in ("cp_down_splits", "talker_down_splits"):
+        with pytest.raises(ValueError, match=f"^{field} 3 must divide"):
+            ModelRunner(model, max_slots=2, max_context=32, use_triton=True, use_graphs=False,
+                        options=FastPathOptions(**{field: 3}))

@@ -33,6 +33,7 @@ from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
 from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rms_norm, rope_table
+from .options import down_splits_for
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
@@ -106,9 +107,9 @@ def attention_warps(rows: int, pdl: bool) -> int:
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
-                 qkv_table: bool = False, attention_o: bool = False):
-        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o: `FastPathOptions`' cp_* (validated
-        there)."""
+                 qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0):
+        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits: `FastPathOptions`' cp_*
+        (validated there; down_splits also against the model's intermediate size here)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -154,7 +155,7 @@ class CodePredictorRunner:
         # The cuBLAS passes' down products as this many fp32 split-K partials that the next norm sums
         # (`fused.decoder_step_triton`'s down_splits); 0: cuBLAS' own product and its split-K reduce launch. Read at
         # every pass.
-        self.down_splits = 0
+        self.down_splits = down_splits_for(down_splits, c.intermediate, "cp_down_splits") if use_triton else 0
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when

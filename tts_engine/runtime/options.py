@@ -13,6 +13,7 @@ CP_GEMV_ROWS = 2
 # Rows of one tensor-core tile (kernels/gemv.py MAX_MMA_ROWS): code-predictor passes (cp_mma_rows) and prompts
 # (prefill_mma_rows) up to this long can run on it.
 MAX_CP_MMA_ROWS = MAX_PREFILL_MMA_ROWS = 64
+MAX_DOWN_SPLITS = 16  # split-K partials of a down product (each an fp32 [rows, H] the norm after it reads)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,15 @@ class FastPathOptions:
     # attention after a q/k norm launch; 0: never. Run 21 (talker_launch.TALKER_QK_ATTENTION_LAUNCH): talker step at
     # batch 1 1.220 -> 1.099 ms at 12 positions, 1.223 -> 1.181 at 256, 1.225 against 1.249 at 320.
     talker_qk_attention_context: int = 256
+    # The cuBLAS steps' down products (the code predictor's passes past cp_gemv_rows, the talker's steps past
+    # talker_gemv_rows) as this many fp32 split-K partials in one batched cuBLAS launch, summed by the norm after
+    # them (kernels/rms_norm.py `split_k_partials`), in place of cuBLAS' own product, which at 8-64 rows is split-K
+    # with a reduce launch of its own; 0: cuBLAS' product. Must divide the intermediate size. Run 25 (bench.latency
+    # --experiments cp_down_splits / talker_down_splits, interleaved rounds): code-predictor frame 2.804 / 2.960 /
+    # 3.094 -> 2.613 / 2.788 / 2.899 ms at batch 8 / 32 / 64 with 4 (2: 2.637 / 2.792 / 2.904, 3 and 6 between);
+    # talker step 1.697 / 1.779 -> 1.618 / 1.694 at batch 32 / 64 with 2 (4: 1.617 / 1.719).
+    cp_down_splits: int = 4
+    talker_down_splits: int = 2
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).
     attention_version: int = 3
@@ -85,6 +95,9 @@ class FastPathOptions:
             out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
         if self.talker_pdl and not self.talker_gemv_rows:
             out.append(("talker_pdl", "needs talker_gemv_rows > 0 (PDL launches the talker's GEMV steps)"))
+        for name in ("cp_down_splits", "talker_down_splits"):
+            if not 0 <= getattr(self, name) <= MAX_DOWN_SPLITS:
+                out.append((name, f"must be in 0..{MAX_DOWN_SPLITS}, got {getattr(self, name)}"))
         if self.attention_version not in (2, 3):
             out.append(("attention_version", f"must be 2 or 3, got {self.attention_version}"))
         return out
@@ -94,3 +107,11 @@ class FastPathOptions:
         if problems:
             raise ValueError("; ".join(f"{name} {msg}" for name, msg in problems))
         return self
+
+
+def down_splits_for(splits: int, intermediate: int, name: str) -> int:
+    """A down product's split-K partials (cp_down_splits, talker_down_splits), checked against the model's
+    intermediate size, which each slice must cut evenly."""
+    if intermediate % max(splits, 1):
+        raise ValueError(f"{name} {splits} must divide the intermediate size {intermediate}")
+    return splits

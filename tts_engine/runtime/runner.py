@@ -50,7 +50,7 @@ from .fused import (
     rope_table,
 )
 from .host import to_device
-from .options import FastPathOptions
+from .options import FastPathOptions, down_splits_for
 from .prefill import PromptPrefill
 from .sampler import (
     FAST,
@@ -143,7 +143,8 @@ class ModelRunner(PromptPrefill):
         self.talker_qk_attention_launch = TALKER_QK_ATTENTION_LAUNCH
         # Steps past the GEMV ones: each down product as this many fp32 split-K partials that the next norm sums
         # (`fused.decoder_step_triton`'s down_splits); 0: cuBLAS' own product (and its split-K reduce launch).
-        self.talker_down_splits = 0
+        self.talker_down_splits = down_splits_for(opts.talker_down_splits, talker.model.cfg.intermediate_size,
+                                                  "talker_down_splits") if self.use_triton else 0
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
@@ -163,7 +164,7 @@ class ModelRunner(PromptPrefill):
             talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
             gemv_rows=opts.cp_gemv_rows, pdl=cp_pdl, mma_rows=opts.cp_mma_rows,
             fused_attention=opts.cp_fused_attention, qkv_table=opts.cp_qkv_table,
-            attention_o=opts.cp_attention_o)
+            attention_o=opts.cp_attention_o, down_splits=opts.cp_down_splits)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
