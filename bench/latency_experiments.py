@@ -192,29 +192,39 @@ def draw_ways_times(runner, t_len: int, rounds: int = 3, batches=(1, 8)) -> dict
                         rounds, batches, "the draws' top-k ways")
 
 
-SPLITS = (0, 2, 3, 4, 6)  # the down products' split-K partials the experiments try (0: cuBLAS' own product)
+def split_k_candidates(down: int) -> dict:
+    """The cuBLAS steps' split-K choices the experiments try (`fused.SplitK`): cuBLAS' own products ("down0"), the
+    down products alone in `down` partials (today's default), and o and gate/up also split in 2 or 4."""
+    from tts_engine.runtime.fused import SplitK
+
+    return {"down0": SplitK(), f"down{down}": SplitK(down=down),
+            **{f"o{s}down{down}": SplitK(o=s, down=down) for s in (2, 4)},
+            **{f"gu{s}down{down}": SplitK(gate_up=s, down=down) for s in (2, 4)},
+            f"o2gu2down{down}": SplitK(o=2, gate_up=2, down=down)}
 
 
-def cp_down_splits_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
-    """The code predictor's frame (and the frame step) with its cuBLAS passes' down products as cuBLAS makes them
-    ("split0": a split-K product and a reduce launch at 8-64 rows) or as fp32 split-K partials in one batched
-    launch that the next norm sums (`CodePredictorRunner.down_splits`: "split<S>", S in SPLITS), at each of `batches`,
-    interleaved rounds -> {batch: {key: median ms}}."""
-    variants = {f"split{s}": {"down_splits": s} for s in SPLITS}
+def cp_split_k_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
+    """The code predictor's frame (and the frame step) with its cuBLAS passes' products as cuBLAS makes them or as
+    fp32 split-K partials summed by the launch after them (`CodePredictorRunner.split_k`, each of
+    `split_k_candidates(4)`), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}. Run 25 call 1
+    (down alone, 0 / 2 / 3 / 4 / 6 partials): frame 2.804 / 2.637 / 2.615 / 2.613 / 2.631 ms at batch 8, 2.960 /
+    2.792 / 2.790 / 2.788 / 2.795 at 32, 3.094 / 2.904 / 2.908 / 2.899 / 2.913 at 64."""
+    variants = {name: {"split_k": split} for name, split in split_k_candidates(4).items()}
     return _frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
-                        "the code predictor's down in split-K partials")
+                        "the code predictor's products in split-K partials")
 
 
-def talker_down_splits_times(runner, t_len: int, rounds: int = 3, batches=(32, 64)) -> dict:
-    """The talker's cuBLAS steps with their down products whole ("tsplit0") or as SPLITS' split-K partials summed by the
-    next norm (`ModelRunner.talker_down_splits`: "tsplit<S>"), at each of `batches`, interleaved rounds -> {batch:
-    {key: median ms}}."""
+def talker_split_k_times(runner, t_len: int, rounds: int = 3, batches=(32, 64)) -> dict:
+    """The talker's cuBLAS steps with their products as cuBLAS makes them or as split-K partials (`ModelRunner
+    .talker_split_k`, each of `split_k_candidates(2)`, "t<name>"), at each of `batches`, interleaved rounds ->
+    {batch: {key: median ms}}. Run 25 call 1 (down alone, 0 / 2 / 3 / 4 / 6 partials): step 1.697 / 1.618 / 1.627 /
+    1.617 / 1.644 ms at batch 32, 1.779 / 1.694 / 1.706 / 1.719 / 1.737 at 64."""
     out = {}
     for b in (b for b in batches if b <= runner.max_slots):
         stages = {"talker_step": stage_fns(runner, b, t_len)["talker_step"]}
-        out[b] = interleaved_times(runner, {f"tsplit{s}": {"talker_down_splits": s} for s in SPLITS},
-                                   stages, rounds)
-        print(f"batch {b}, the talker's down in split-K partials: {out[b]}", flush=True)
+        out[b] = interleaved_times(runner, {f"t{name}": {"talker_split_k": split}
+                                            for name, split in split_k_candidates(2).items()}, stages, rounds)
+        print(f"batch {b}, the talker's products in split-K partials: {out[b]}", flush=True)
     return out
 
 
@@ -299,7 +309,7 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
                "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
                "cp_attention_o": cp_attention_o_times, "cp_mma": cp_mma_times,
-               "draw_ways": draw_ways_times, "cp_down_splits": cp_down_splits_times,
-               "talker_down_splits": talker_down_splits_times, "blas": blas_times,
+               "draw_ways": draw_ways_times, "cp_split_k": cp_split_k_times,
+               "talker_split_k": talker_split_k_times, "blas": blas_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

@@ -372,27 +372,33 @@ def test_draw_ways_times_each_way_count_and_restores_the_draws_launch(monkeypatc
     assert sample.DRAW_LAUNCH == {"num_warps": 8, "top_k_window": 12, "top_k_ways": 2}
 
 
-def test_down_splits_times_each_split_count_and_restore_the_runners_settings(monkeypatch):
-    """--experiments cp_down_splits / talker_down_splits: at each batch the runner holds, the code predictor's frame
-    (the talker's step) with its down products whole and in SPLITS' split-K partials, interleaved; restored after."""
+def test_split_k_times_each_candidate_and_restore_the_runners_settings(monkeypatch):
+    """--experiments cp_split_k / talker_split_k: at each batch the runner holds, the code predictor's frame (the
+    talker's step) with each split-K candidate, interleaved; the runner's own settings restored after."""
+    from tts_engine.runtime.fused import SplitK
+
     _timed(monkeypatch)
     runner = _Runner(gemv_rows=2)
     runner.max_slots = 32
     cp = runner.code_predictor
-    cp.down_splits, runner.talker_down_splits = 0, 0
+    cp.split_k, runner.talker_split_k = "own", "talker's own"
     seen = []
-    cp.predict = lambda *a, **k: seen.append(("cp", cp.down_splits))
-    runner._talker_decode = lambda *a: seen.append(("talker", runner.talker_down_splits))
-    out = experiments.cp_down_splits_times(runner, 11, rounds=1)
+    cp.predict = lambda *a, **k: seen.append(("cp", cp.split_k))
+    runner._talker_decode = lambda *a: seen.append(("talker", runner.talker_split_k))
+    out = experiments.cp_split_k_times(runner, 11, rounds=1)
     assert set(out) == {8, 32}  # 64 is past the runner's slots
-    names = [f"split{s}" for s in experiments.SPLITS]
-    assert set(out[8]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step") for name in names}
-    assert [s for who, s in seen if who == "cp"] == list(experiments.SPLITS) * 2  # the frame, at batches 8 and 32
+    candidates = experiments.split_k_candidates(4)
+    assert candidates["down0"] == SplitK() and candidates["down4"] == SplitK(down=4)
+    assert candidates["o2gu2down4"] == SplitK(o=2, gate_up=2, down=4)
+    assert set(out[8]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step")
+                           for name in candidates}
+    assert [split for who, split in seen if who == "cp"] == list(candidates.values()) * 2  # the frame, batches 8, 32
     seen.clear()
-    out = experiments.talker_down_splits_times(runner, 11, rounds=1)
-    assert set(out) == {32} and set(out[32]) == {f"talker_step_tsplit{s}_ms" for s in experiments.SPLITS}
-    assert seen == [("talker", s) for s in experiments.SPLITS]
-    assert cp.down_splits == 0 and runner.talker_down_splits == 0
+    out = experiments.talker_split_k_times(runner, 11, rounds=1)
+    talker = experiments.split_k_candidates(2)
+    assert set(out) == {32} and set(out[32]) == {f"talker_step_t{name}_ms" for name in talker}
+    assert seen == [("talker", split) for split in talker.values()]
+    assert cp.split_k == "own" and runner.talker_split_k == "talker's own"
 
 
 def test_blas_times_each_choice_and_restores_torchs(monkeypatch):

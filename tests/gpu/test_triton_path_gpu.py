@@ -141,14 +141,18 @@ def test_code_predictor_steps_triton_equal_torch(runners, b, mma_rows, fused):
         fast_cp.mma_rows, (fast_cp.fused_attention, fast_cp.fused_attention_pdl) = 0, before
 
 
-@pytest.mark.parametrize("b,splits", [(4, 3), (6, 2), (8, 4), (8, 8)])
-def test_cublas_steps_with_down_in_split_k_partials_equal_torch(runners, b, splits):
-    """The code predictor's cuBLAS passes and a talker step with every down product as fp32 split-K partials that
-    the next norm sums (`down_splits`, `talker_down_splits`) against the torch path, as their cuBLAS versions
-    are."""
+@pytest.mark.parametrize("b,o,gate_up,down", [(4, 0, 0, 3), (6, 0, 0, 2), (8, 0, 0, 4), (8, 0, 0, 8), (4, 2, 2, 4),
+                                               (8, 4, 4, 2)])
+def test_cublas_steps_with_products_in_split_k_partials_equal_torch(runners, b, o, gate_up, down):
+    """The code predictor's cuBLAS passes and a talker step with their o, gate/up and down products as fp32 split-K
+    partials that the launch after them sums (`fused.SplitK`: `split_k`, `talker_split_k`) against the torch path,
+    as their cuBLAS versions are."""
+    from tts_engine.runtime.fused import SplitK
+
     cfg, (fast, ref) = runners
     fast_cp = fast.code_predictor
-    fast_cp.down_splits = fast.talker_down_splits = splits
+    before = fast_cp.split_k, fast.talker_split_k
+    fast_cp.split_k = fast.talker_split_k = SplitK(o=o, gate_up=gate_up, down=down)
     try:
         _compare_code_predictor_steps(fast_cp, ref.code_predictor, b, cfg.talker.code_predictor.hidden_size)
         slots = torch.arange(8 - b, 8, device="cuda").flip(0)
@@ -158,7 +162,7 @@ def test_cublas_steps_with_down_in_split_k_partials_equal_torch(runners, b, spli
             got, want = fast._talker_decode(slots, x, positions), ref._talker_decode(slots, x, positions)
         assert rel_err(got, want) < 2e-2
     finally:
-        fast_cp.down_splits = fast.talker_down_splits = 0
+        fast_cp.split_k, fast.talker_split_k = before
 
 
 def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):

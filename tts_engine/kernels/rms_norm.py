@@ -47,12 +47,17 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
 def add_rms_norm_ref(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     if _is_parts(x, delta):
-        total = delta[0]
-        for part in delta[1:]:  # in the kernel's order
-            total = total + part
-        delta = total.to(x.dtype).view(x.shape)
+        delta = partials_sum_ref(delta, x.dtype)
     s = x + delta
     return s, rms_norm_ref(s, weight, eps)
+
+
+def partials_sum_ref(parts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Split-K partials [S, ...] fp32 -> their sum in the kernels' order, rounded to dtype."""
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total.to(dtype)
 
 
 def split_k_partials(x: torch.Tensor, w: torch.Tensor, splits: int) -> torch.Tensor:

@@ -32,7 +32,15 @@ from ..kernels.cp_attention_o import cp_attention_o
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
-from .fused import FusedStack, decoder_step_gemv, decoder_step_torch, decoder_step_triton, rms_norm, rope_table
+from .fused import (
+    FusedStack,
+    SplitK,
+    decoder_step_gemv,
+    decoder_step_torch,
+    decoder_step_triton,
+    rms_norm,
+    rope_table,
+)
 from .options import down_splits_for
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
@@ -152,10 +160,9 @@ class CodePredictorRunner:
         self.attention_o_launch = ATTENTION_O_LAUNCH
         self.o_sum = torch.zeros(max(1, self.gemv_rows), c.layers[0].w_o.shape[0],
                                  dtype=torch.int64, device=self.device)
-        # The cuBLAS passes' down products as this many fp32 split-K partials that the next norm sums
-        # (`fused.decoder_step_triton`'s down_splits); 0: cuBLAS' own product and its split-K reduce launch. Read at
-        # every pass.
-        self.down_splits = down_splits_for(down_splits, c.intermediate, "cp_down_splits") if use_triton else 0
+        # The cuBLAS passes' products as fp32 split-K partials summed by the launch after them (`fused.SplitK`: the
+        # down products by default, cp_down_splits). Read at every pass.
+        self.split_k = SplitK(down=down_splits_for(down_splits, c.intermediate, "cp_down_splits") if use_triton else 0)
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
@@ -223,7 +230,7 @@ class CodePredictorRunner:
                     fused["attention_o"] = attention_o
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
                 return out.view(b, n, -1)[:, -1], False
-            out = decoder_step_triton(*args, **fused, down_splits=self.down_splits)
+            out = decoder_step_triton(*args, **fused, split_k=self.split_k)
             return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]

@@ -22,7 +22,7 @@ from ..kernels.gemv import gemv
 from ..kernels.qk_norm_rope import qk_norm_rope
 from ..kernels.rms_norm import add_rms_norm, split_k_partials
 from ..kernels.rms_norm import rms_norm as rms_norm_kernel
-from ..kernels.silu_mul import silu_mul
+from ..kernels.silu_mul import silu_mul, silu_mul_of_partials
 from ..model.layers import DecoderStack
 
 
@@ -113,6 +113,22 @@ def finish_layer(stack: FusedStack, layer: FusedLayer, x: torch.Tensor, attn: to
     return x + F.linear(F.silu(gate) * up, layer.w_down)
 
 
+@dataclass(frozen=True)
+class SplitK:
+    """The cuBLAS steps' products made as this many fp32 split-K partials (kernels/rms_norm.py `split_k_partials`,
+    one batched cuBLAS launch each) that the launch after them sums (o's and down's: the norm after them; gate/up's:
+    SiLU-mul), in place of cuBLAS' own product; 0: cuBLAS' (at 8-64 rows its down is a split-K product and a reduce
+    launch of its own). Each must divide its product's K."""
+    o: int = 0
+    gate_up: int = 0
+    down: int = 0
+
+
+def _product(x: torch.Tensor, w: torch.Tensor, splits: int) -> torch.Tensor:
+    """x @ w.T, or its split-K partials [S, rows, N] fp32 (splits > 0)."""
+    return split_k_partials(x, w, splits) if splits else F.linear(x, w)
+
+
 # (layer index, q [..., T, Hq, D], k/v [..., T, Hkv, D]) -> attention output [..., T, Hq D];
 # stores k/v in that layer's cache first.
 TorchAttend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -150,15 +166,14 @@ def decoder_step_torch(stack: FusedStack, x: torch.Tensor, cos: torch.Tensor, si
 def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
                         positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                         attend: TritonAttend, qkv_attend: QkvAttend | None = None,
-                        first_qkv: torch.Tensor | None = None, down_splits: int = 0) -> torch.Tensor:
+                        first_qkv: torch.Tensor | None = None, split_k: SplitK = SplitK()) -> torch.Tensor:
     """The same step through the Triton kernels, 9 launches a layer (10 with split attention, 8 with
     qkv_attend): the four cuBLAS products (qkv, o, gate/up, down), two norms, q/k norm + RoPE + cache
     store, attention, SiLU-mul. x [N, H] new tokens at `positions` [N] of cache rows `rows` [N];
     rope_cos/sin [P, D] tables; k_caches/v_caches [layers, R, Hkv, L, D] -> final-norm hidden [N, H].
     first_qkv [N, (Hq + 2 Hkv) D]: the first layer's qkv product of x, already made (the code predictor's
-    table, gathered by its draw): that layer's input norm and product are not launched. down_splits: each down
-    product as that many fp32 split-K partials (`split_k_partials`, one batched cuBLAS launch) that the next norm
-    sums, in place of cuBLAS' own choice (at 8-64 rows a split-K product and a reduce launch of its own).
+    table, gathered by its draw): that layer's input norm and product are not launched. split_k: the o, gate/up and
+    down products as split-K partials summed by the launch after them (`SplitK`).
 
     The residual add after each MLP is fused with the next layer's input norm (the last with the
     final norm), the one after attention with the post-attention norm."""
@@ -175,9 +190,10 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
             qkv_out = F.linear(h, layer.w_qkv)
         attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend,
                           qkv_attend)
-        res, h = add_rms_norm(res, F.linear(attn, layer.w_o), layer.ln_post, eps)
-        act = silu_mul(F.linear(h, layer.w_gate_up))
-        delta = split_k_partials(act, layer.w_down, down_splits) if down_splits else F.linear(act, layer.w_down)
+        res, h = add_rms_norm(res, _product(attn, layer.w_o, split_k.o), layer.ln_post, eps)
+        gate_up = _product(h, layer.w_gate_up, split_k.gate_up)
+        act = silu_mul_of_partials(gate_up, h.dtype) if split_k.gate_up else silu_mul(gate_up)
+        delta = _product(act, layer.w_down, split_k.down)
     return add_rms_norm(res, delta, stack.norm, eps)[1]
 
 

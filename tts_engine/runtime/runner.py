@@ -44,6 +44,7 @@ from ..sampling import SamplingParams, suppress_mask
 from .code_predictor import CodePredictorRunner
 from .fused import (
     FusedStack,
+    SplitK,
     decoder_step_gemv,
     decoder_step_torch,
     decoder_step_triton,
@@ -141,10 +142,10 @@ class ModelRunner(PromptPrefill):
         self.qk_attention_context = opts.talker_qk_attention_context if self.use_triton else 0
         self.talker_qk_attention = False
         self.talker_qk_attention_launch = TALKER_QK_ATTENTION_LAUNCH
-        # Steps past the GEMV ones: each down product as this many fp32 split-K partials that the next norm sums
-        # (`fused.decoder_step_triton`'s down_splits); 0: cuBLAS' own product (and its split-K reduce launch).
-        self.talker_down_splits = down_splits_for(opts.talker_down_splits, talker.model.cfg.intermediate_size,
-                                                  "talker_down_splits") if self.use_triton else 0
+        # Steps past the GEMV ones: products as fp32 split-K partials summed by the launch after them (`fused.SplitK`:
+        # the down products by default, talker_down_splits).
+        down = down_splits_for(opts.talker_down_splits, talker.model.cfg.intermediate_size, "talker_down_splits")
+        self.talker_split_k = SplitK(down=down if self.use_triton else 0)
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
@@ -241,7 +242,7 @@ class ModelRunner(PromptPrefill):
                 fused = qkv_attend if self.talker_qk_attention else None
                 return rms_norm_kernel(decoder_step_gemv(*args, launch, pdl=pdl, qkv_attend=fused), st.norm, st.eps,
                                        pdl=pdl)
-            return decoder_step_triton(*args, down_splits=self.talker_down_splits)
+            return decoder_step_triton(*args, split_k=self.talker_split_k)
 
         def attend_torch(i, q, k, v):  # q [B, 1, Hq, D], k/v [B, 1, Hkv, D]
             self.k_cache[i][slots, :, positions] = k[:, 0]

@@ -1,0 +1,77 @@
+"""The cuBLAS steps' products as split-K partials summed by the launch after them (`fused.SplitK`: the talker's
+`talker_split_k`, the code predictor's `split_k`) against cuBLAS' own products, on CPU through Triton's interpreter
+(in a subprocess: tests/runtime/test_fast_path.py says why)."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.runtime.test_fast_path import (
+    GREEDY,
+    SAMPLED,
+    Driver,
+    _assert_interpreted,
+    _run_interpreted,
+    assert_codes_equal,
+    make_input,
+)
+from tts_engine.prompt import Layout
+from tts_engine.runtime.options import FastPathOptions
+from tts_engine.runtime.runner import ModelRunner
+from tts_engine.synthesizer import Synthesizer
+
+
+def check_split_k_interpreted(checkpoint: str) -> None:
+    """Runs in the subprocess: two frames of two streams on the cuBLAS steps give the same codes, hidden states and
+    logits with the down products in 2 split-K partials, and with o, gate/up and down in 2, 4 and 4, as with cuBLAS'
+    whole products; the split products are the ones that ran (talker and code predictor, every layer of every step
+    and pass)."""
+    torch.set_num_threads(1)
+    _assert_interpreted()
+    from tts_engine.runtime import fused
+    from tts_engine.runtime.fused import SplitK
+
+    split_products = []  # (rows, splits, weight shape) of each split-K product
+
+    def counted(x, w, splits):
+        split_products.append((x.shape[0], splits, tuple(w.shape)))
+        return split_k_partials(x, w, splits)
+    split_k_partials, fused.split_k_partials = fused.split_k_partials, counted
+    synth = Synthesizer(checkpoint)
+    inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
+              make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
+    options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=0, attention_version=2)
+
+    def expected(stack, rows: int, split: SplitK) -> list:  # a pass of `rows` rows through `stack`'s layers
+        return [(rows, s, tuple(w.shape)) for layer in stack.layers
+                for s, w in ((split.o, layer.w_o), (split.gate_up, layer.w_gate_up), (split.down, layer.w_down)) if s]
+
+    splits = (SplitK(), SplitK(down=2), SplitK(o=2, gate_up=4, down=4))
+    results = []
+    for split in splits:
+        d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=True, use_graphs=False,
+                               options=options))
+        r = d.runner
+        r.talker_split_k = r.code_predictor.split_k = split
+        d.start(2, inputs[0])
+        d.start(0, inputs[1])
+        split_products.clear()
+        for _ in range(2):
+            d.step([2, 0])
+        cp = r.code_predictor.stack
+        # a step: the code predictor's frame (its prefill pass of 4 rows, 14 passes of 2), then the talker's 2 rows
+        frame = expected(cp, 4, split) + expected(cp, 2, split) * 14 + expected(r.talker, 2, split)
+        assert split_products == frame * 2, f"{split}: {split_products}"
+        results.append((d.codes(2), d.codes(0), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone()))
+    (a2, a0, ah, al) = results[0]
+    for split, (b2, b0, bh, bl) in zip(splits[1:], results[1:], strict=True):
+        assert_codes_equal(b2, a2, f"slot 2 with {split}")
+        assert_codes_equal(b0, a0, f"slot 0 with {split}")
+        torch.testing.assert_close(bh, ah, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(bl, al, atol=1e-4, rtol=1e-4)
+    print("OK")
+
+
+def test_split_k_products_give_the_codes_of_the_whole_products(tiny_checkpoint):
+    _run_interpreted(f"check_split_k_interpreted({str(tiny_checkpoint)!r})", timeout=600,
+                     module="tests.runtime.test_split_k")
