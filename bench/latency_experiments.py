@@ -192,38 +192,39 @@ def draw_ways_times(runner, t_len: int, rounds: int = 3, batches=(1, 8)) -> dict
                         rounds, batches, "the draws' top-k ways")
 
 
-def split_k_candidates(down: int) -> dict:
-    """The cuBLAS steps' split-K choices the experiments try (`fused.SplitK`): cuBLAS' own products ("down0"), the
-    down products alone in `down` partials (today's default), and o and gate/up also split in 2 or 4."""
+def split_k_candidates(down: int, o: int) -> dict:
+    """The cuBLAS steps' split-K choices the experiments try (`fused.SplitK`) around a default of `down` and `o`
+    partials: cuBLAS' own products ("cublas"), down alone, the default ("o<o>down<down>"), o in half and twice as many,
+    down in twice as many, and gate/up in 2 besides (summed by SiLU-mul)."""
     from tts_engine.runtime.fused import SplitK
 
-    return {"down0": SplitK(), f"down{down}": SplitK(down=down),
-            **{f"o{s}down{down}": SplitK(o=s, down=down) for s in (2, 4)},
-            **{f"gu{s}down{down}": SplitK(gate_up=s, down=down) for s in (2, 4)},
-            f"o2gu2down{down}": SplitK(o=2, gate_up=2, down=down)}
+    return {"cublas": SplitK(), f"down{down}": SplitK(down=down),
+            **{f"o{n}down{down}": SplitK(o=n, down=down) for n in (o // 2, o, 2 * o)},
+            f"o{o}down{2 * down}": SplitK(o=o, down=2 * down),
+            f"o{o}gu2down{down}": SplitK(o=o, gate_up=2, down=down)}
 
 
 def cp_split_k_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict:
     """The code predictor's frame (and the frame step) with its cuBLAS passes' products as cuBLAS makes them or as
     fp32 split-K partials summed by the launch after them (`CodePredictorRunner.split_k`, each of
-    `split_k_candidates(4)`), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}. Run 25 call 1
-    (down alone, 0 / 2 / 3 / 4 / 6 partials): frame 2.804 / 2.637 / 2.615 / 2.613 / 2.631 ms at batch 8, 2.960 /
-    2.792 / 2.790 / 2.788 / 2.795 at 32, 3.094 / 2.904 / 2.908 / 2.899 / 2.913 at 64."""
-    variants = {name: {"split_k": split} for name, split in split_k_candidates(4).items()}
+    `split_k_candidates(4, 4)`), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}. Run 25
+    (calls 1 and 2; FastPathOptions.cp_down_splits has the figures): down in 4 and o in 4 partials the best of those
+    tried, gate/up's partials slower."""
+    variants = {name: {"split_k": split} for name, split in split_k_candidates(4, 4).items()}
     return _frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
                         "the code predictor's products in split-K partials")
 
 
 def talker_split_k_times(runner, t_len: int, rounds: int = 3, batches=(32, 64)) -> dict:
     """The talker's cuBLAS steps with their products as cuBLAS makes them or as split-K partials (`ModelRunner
-    .talker_split_k`, each of `split_k_candidates(2)`, "t<name>"), at each of `batches`, interleaved rounds ->
-    {batch: {key: median ms}}. Run 25 call 1 (down alone, 0 / 2 / 3 / 4 / 6 partials): step 1.697 / 1.618 / 1.627 /
-    1.617 / 1.644 ms at batch 32, 1.779 / 1.694 / 1.706 / 1.719 / 1.737 at 64."""
+    .talker_split_k`, each of `split_k_candidates(2, 2)`, "t<name>"), at each of `batches`, interleaved rounds ->
+    {batch: {key: median ms}}. Run 25 (calls 1 and 2; FastPathOptions.talker_down_splits has the figures): down and o
+    in 2 partials the best of those tried."""
     out = {}
     for b in (b for b in batches if b <= runner.max_slots):
         stages = {"talker_step": stage_fns(runner, b, t_len)["talker_step"]}
         out[b] = interleaved_times(runner, {f"t{name}": {"talker_split_k": split}
-                                            for name, split in split_k_candidates(2).items()}, stages, rounds)
+                                            for name, split in split_k_candidates(2, 2).items()}, stages, rounds)
         print(f"batch {b}, the talker's products in split-K partials: {out[b]}", flush=True)
     return out
 

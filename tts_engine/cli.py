@@ -150,8 +150,12 @@ def _add_serve(sub) -> None:
                    help="the code predictor's cuBLAS passes (past --cp-gemv-rows) make each down product as this "
                         "many fp32 split-K partials that the next norm sums, not cuBLAS' own split-K product and its "
                         "reduce launch (default 4; 0: cuBLAS'; at most 16, dividing the intermediate size; CUDA)")
+    p.add_argument("--cp-o-splits", type=int, default=None,
+                   help="the same for the code predictor's o products (default 4; dividing heads x head dim)")
     p.add_argument("--talker-down-splits", type=int, default=None,
                    help="the same for the talker's cuBLAS steps (past --talker-gemv-rows; default 2)")
+    p.add_argument("--talker-o-splits", type=int, default=None,
+                   help="the same for the talker's o products (default 2)")
     p.add_argument("--talker-qk-attention-context", type=int, default=None,
                    help="the talker's GEMV steps whose rows all attend to at most this many positions run the q/k "
                         "norm, RoPE, K/V store and attention as one launch a layer (default 256; 0: never; CUDA)")

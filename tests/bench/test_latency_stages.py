@@ -387,15 +387,17 @@ def test_split_k_times_each_candidate_and_restore_the_runners_settings(monkeypat
     runner._talker_decode = lambda *a: seen.append(("talker", runner.talker_split_k))
     out = experiments.cp_split_k_times(runner, 11, rounds=1)
     assert set(out) == {8, 32}  # 64 is past the runner's slots
-    candidates = experiments.split_k_candidates(4)
-    assert candidates["down0"] == SplitK() and candidates["down4"] == SplitK(down=4)
-    assert candidates["o2gu2down4"] == SplitK(o=2, gate_up=2, down=4)
+    candidates = experiments.split_k_candidates(4, 4)
+    assert candidates["cublas"] == SplitK() and candidates["down4"] == SplitK(down=4)
+    assert candidates["o4down4"] == SplitK(o=4, down=4) and candidates["o8down4"] == SplitK(o=8, down=4)
+    assert candidates["o4gu2down4"] == SplitK(o=4, gate_up=2, down=4) and len(candidates) == 7
     assert set(out[8]) == {f"{stage}_{name}_ms" for stage in ("code_predictor_frame", "frame_step")
                            for name in candidates}
     assert [split for who, split in seen if who == "cp"] == list(candidates.values()) * 2  # the frame, batches 8, 32
     seen.clear()
     out = experiments.talker_split_k_times(runner, 11, rounds=1)
-    talker = experiments.split_k_candidates(2)
+    talker = experiments.split_k_candidates(2, 2)
+    assert set(talker) == {"cublas", "down2", "o1down2", "o2down2", "o4down2", "o2down4", "o2gu2down2"}
     assert set(out) == {32} and set(out[32]) == {f"talker_step_t{name}_ms" for name in talker}
     assert seen == [("talker", split) for split in talker.values()]
     assert cp.split_k == "own" and runner.talker_split_k == "talker's own"

@@ -23,6 +23,8 @@ def test_defaults_are_valid():
     (FastPathOptions(prefill_mma_rows=-1), "prefill_mma_rows"),
     (FastPathOptions(cp_down_splits=17), "cp_down_splits"),
     (FastPathOptions(talker_down_splits=-1), "talker_down_splits"),
+    (FastPathOptions(cp_o_splits=17), "cp_o_splits"),
+    (FastPathOptions(talker_o_splits=-1), "talker_o_splits"),
 ])
 def test_each_bad_value_is_named(options, field):
     assert [name for name, _ in options.problems()] == [field]
@@ -43,18 +45,26 @@ def test_prefill_mma_rows_stop_at_one_tensor_core_tile():
     assert FastPathOptions(prefill_mma_rows=MAX_MMA_ROWS).problems() == []
 
 
-def test_down_splits_must_cut_the_models_intermediate_size_evenly(tiny_checkpoint):
+def test_split_k_must_cut_the_models_products_evenly(tiny_checkpoint):
     """Checked against the model when the runner is made (the options do not know it): a split count that does
-    not divide the intermediate size is refused with the option's name; 0 (cuBLAS' own product) always serves."""
-    from tts_engine.runtime.options import down_splits_for
+    not divide its product's K (down: the intermediate size, o: heads x head dim) is refused with the option's
+    name; 0 (cuBLAS' own product) always serves."""
+    from types import SimpleNamespace
+
+    from tts_engine.runtime.fused import SplitK
+    from tts_engine.runtime.options import split_k_for
     from tts_engine.runtime.runner import ModelRunner
     from tts_engine.synthesizer import Synthesizer
 
-    assert down_splits_for(4, 3072, "cp_down_splits") == 4 and down_splits_for(0, 3072, "x") == 0
+    stack = SimpleNamespace(intermediate=3072, q_size=2048)
+    assert split_k_for(stack, 4, 2, ("d", "o")) == SplitK(o=2, down=4)
+    assert split_k_for(stack, 0, 0, ("d", "o")) == SplitK()
     with pytest.raises(ValueError, match="cp_down_splits 5 must divide the intermediate size 3072"):
-        down_splits_for(5, 3072, "cp_down_splits")
+        split_k_for(stack, 5, 0, ("cp_down_splits", "cp_o_splits"))
+    with pytest.raises(ValueError, match=r"cp_o_splits 3 must divide the attention width \(heads x head dim\) 2048"):
+        split_k_for(stack, 4, 3, ("cp_down_splits", "cp_o_splits"))
     model = Synthesizer(tiny_checkpoint).model  # intermediate sizes: talker 128, code predictor 64
-    for field in ("cp_down_splits", "talker_down_splits"):
+    for field in ("cp_down_splits", "talker_down_splits", "cp_o_splits", "talker_o_splits"):
         with pytest.raises(ValueError, match=f"^{field} 3 must divide"):
             ModelRunner(model, max_slots=2, max_context=32, use_triton=True, use_graphs=False,
                         options=FastPathOptions(**{field: 3}))

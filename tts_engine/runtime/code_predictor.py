@@ -41,7 +41,7 @@ from .fused import (
     rms_norm,
     rope_table,
 )
-from .options import down_splits_for
+from .options import split_k_for
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
@@ -115,9 +115,9 @@ def attention_warps(rows: int, pdl: bool) -> int:
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
-                 qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0):
-        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits: `FastPathOptions`' cp_*
-        (validated there; down_splits also against the model's intermediate size here)."""
+                 qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0):
+        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits:
+        `FastPathOptions`' cp_* (validated there; the splits also against the model's shapes here)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -161,8 +161,9 @@ class CodePredictorRunner:
         self.o_sum = torch.zeros(max(1, self.gemv_rows), c.layers[0].w_o.shape[0],
                                  dtype=torch.int64, device=self.device)
         # The cuBLAS passes' products as fp32 split-K partials summed by the launch after them (`fused.SplitK`: the
-        # down products by default, cp_down_splits). Read at every pass.
-        self.split_k = SplitK(down=down_splits_for(down_splits, c.intermediate, "cp_down_splits") if use_triton else 0)
+        # down and o products by default, cp_down_splits and cp_o_splits). Read at every pass.
+        split_k = split_k_for(c, down_splits, o_splits, ("cp_down_splits", "cp_o_splits"))
+        self.split_k = split_k if use_triton else SplitK()
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when

@@ -65,15 +65,21 @@ class FastPathOptions:
     # attention after a q/k norm launch; 0: never. Run 21 (talker_launch.TALKER_QK_ATTENTION_LAUNCH): talker step at
     # batch 1 1.220 -> 1.099 ms at 12 positions, 1.223 -> 1.181 at 256, 1.225 against 1.249 at 320.
     talker_qk_attention_context: int = 256
-    # The cuBLAS steps' down products (the code predictor's passes past cp_gemv_rows, the talker's steps past
-    # talker_gemv_rows) as this many fp32 split-K partials in one batched cuBLAS launch, summed by the norm after
-    # them (kernels/rms_norm.py `split_k_partials`), in place of cuBLAS' own product, which at 8-64 rows is split-K
-    # with a reduce launch of its own; 0: cuBLAS' product. Must divide the intermediate size. Run 25 (bench.latency
-    # --experiments cp_down_splits / talker_down_splits, interleaved rounds): code-predictor frame 2.804 / 2.960 /
-    # 3.094 -> 2.613 / 2.788 / 2.899 ms at batch 8 / 32 / 64 with 4 (2: 2.637 / 2.792 / 2.904, 3 and 6 between);
-    # talker step 1.697 / 1.779 -> 1.618 / 1.694 at batch 32 / 64 with 2 (4: 1.617 / 1.719).
+    # The cuBLAS steps' down and o products (the code predictor's passes past cp_gemv_rows, the talker's steps past
+    # talker_gemv_rows) as this many fp32 split-K partials in one batched cuBLAS launch each, summed by the norm
+    # after them (kernels/rms_norm.py `split_k_partials`, runtime/fused.py `SplitK`), in place of cuBLAS' own
+    # product (at 8-64 rows its down is split-K with a reduce launch of its own); 0: cuBLAS' product. Each must
+    # divide its product's K (down: the intermediate size; o: heads x head dim). Run 25 (bench.latency --experiments
+    # cp_split_k / talker_split_k, interleaved rounds), code-predictor frame at batch 8 / 32 / 64, call 1: cuBLAS
+    # 2.804 / 2.960 / 3.094 ms, down in 2 / 3 / 4 / 6 partials 2.637 / 2.792 / 2.904, 2.615 / 2.790 / 2.908,
+    # 2.613 / 2.788 / 2.899, 2.631 / 2.795 / 2.913; call 2: cuBLAS 2.821 / 2.995 / 3.102, down 4 2.628 / 2.829 /
+    # 2.911, with o in 2 / 4 2.568 / 2.773 / 2.841, 2.538 / 2.743 / 2.818 (gate/up in 2 or 4, summed by SiLU-mul:
+    # slower, 2.675-2.942). Talker step at batch 32 / 64: cuBLAS 1.697 / 1.779, down 2 1.618 / 1.694 (4: 1.617 /
+    # 1.719); call 2: down 2 1.633 / 1.701, with o in 2 1.628 / 1.683 (4: 1.635 / 1.707).
     cp_down_splits: int = 4
+    cp_o_splits: int = 4
     talker_down_splits: int = 2
+    talker_o_splits: int = 2
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).
     # Run 10: version 3 faster at every batch (talker step at batch 64, 448 positions: 2.56 ms against 4.76).
     attention_version: int = 3
@@ -95,7 +101,7 @@ class FastPathOptions:
             out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
         if self.talker_pdl and not self.talker_gemv_rows:
             out.append(("talker_pdl", "needs talker_gemv_rows > 0 (PDL launches the talker's GEMV steps)"))
-        for name in ("cp_down_splits", "talker_down_splits"):
+        for name in ("cp_down_splits", "cp_o_splits", "talker_down_splits", "talker_o_splits"):
             if not 0 <= getattr(self, name) <= MAX_DOWN_SPLITS:
                 out.append((name, f"must be in 0..{MAX_DOWN_SPLITS}, got {getattr(self, name)}"))
         if self.attention_version not in (2, 3):
@@ -109,9 +115,14 @@ class FastPathOptions:
         return self
 
 
-def down_splits_for(splits: int, intermediate: int, name: str) -> int:
-    """A down product's split-K partials (cp_down_splits, talker_down_splits), checked against the model's
-    intermediate size, which each slice must cut evenly."""
-    if intermediate % max(splits, 1):
-        raise ValueError(f"{name} {splits} must divide the intermediate size {intermediate}")
-    return splits
+def split_k_for(stack, down: int, o: int, names: tuple[str, str]):
+    """The split-K partials of a decoder stack's down and o products (`fused.SplitK`; cp_* or talker_* options,
+    named by `names`), checked against its intermediate size and attention width, which each slice must cut
+    evenly."""
+    from .fused import SplitK
+
+    for splits, k, name, what in ((down, stack.intermediate, names[0], "intermediate size"),
+                                  (o, stack.q_size, names[1], "attention width (heads x head dim)")):
+        if k % max(splits, 1):
+            raise ValueError(f"{name} {splits} must divide the {what} {k}")
+    return SplitK(o=o, down=down)

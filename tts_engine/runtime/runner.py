@@ -51,7 +51,7 @@ from .fused import (
     rope_table,
 )
 from .host import to_device
-from .options import FastPathOptions, down_splits_for
+from .options import FastPathOptions, split_k_for
 from .prefill import PromptPrefill
 from .sampler import (
     FAST,
@@ -142,10 +142,6 @@ class ModelRunner(PromptPrefill):
         self.qk_attention_context = opts.talker_qk_attention_context if self.use_triton else 0
         self.talker_qk_attention = False
         self.talker_qk_attention_launch = TALKER_QK_ATTENTION_LAUNCH
-        # Steps past the GEMV ones: products as fp32 split-K partials summed by the launch after them (`fused.SplitK`:
-        # the down products by default, talker_down_splits).
-        down = down_splits_for(opts.talker_down_splits, talker.model.cfg.intermediate_size, "talker_down_splits")
-        self.talker_split_k = SplitK(down=down if self.use_triton else 0)
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
@@ -157,6 +153,11 @@ class ModelRunner(PromptPrefill):
         self.buckets = tuple(b for b in buckets if b <= max_slots) or (max_slots,)
 
         self.talker = FusedStack.from_stack(talker.model)
+        # Steps past the GEMV ones: products as fp32 split-K partials summed by the launch after them (`fused.SplitK`:
+        # the down and o products by default, talker_down_splits and talker_o_splits).
+        split_k = split_k_for(self.talker, opts.talker_down_splits, opts.talker_o_splits,
+                              ("talker_down_splits", "talker_o_splits"))
+        self.talker_split_k = split_k if self.use_triton else SplitK()
         self.codec_head = talker.codec_head.weight
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
         self.text_embedding = talker.model.text_embedding.weight
@@ -165,7 +166,7 @@ class ModelRunner(PromptPrefill):
             talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
             gemv_rows=opts.cp_gemv_rows, pdl=cp_pdl, mma_rows=opts.cp_mma_rows,
             fused_attention=opts.cp_fused_attention, qkv_table=opts.cp_qkv_table,
-            attention_o=opts.cp_attention_o, down_splits=opts.cp_down_splits)
+            attention_o=opts.cp_attention_o, down_splits=opts.cp_down_splits, o_splits=opts.cp_o_splits)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
