@@ -103,8 +103,6 @@ if HAVE_TRITON:
         tl.store(out_ptr + off, y.to(dt), mask=ok)
 
 
-
-
 def _launch(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float, pdl: bool = False):
     parts = _is_parts(x, delta)
     if x.dtype != weight.dtype or (delta is not None and not parts and delta.dtype != x.dtype):

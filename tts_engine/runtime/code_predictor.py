@@ -12,7 +12,8 @@ kernel (which also gathers the next input row); otherwise plain torch and the to
 With `use_triton`, a pass over at most `gemv_rows` token rows (b for a one-position step, 2 b for the
 prefill) runs its products through the fused small-batch GEMV (`fused.decoder_step_gemv`: 5 launches
 a layer instead of 9, the final norm in the head's prologue), with `pdl` (the default on sm90+) the
-smallest of them with programmatic dependent launch; larger ones through cuBLAS. Every pass (with
+smallest of them with programmatic dependent launch; larger ones through cuBLAS, their down and o products as
+fp32 split-K partials that the norm after them sums (`split_k`: no reduce launch of cuBLAS'). Every pass (with
 `fused_attention`, the default) takes its q/k norm + RoPE + K/V store inside the attention kernel
 (`cp_qk_attention`); on the GEMV passes (with `attention_o`, the default) that attention and the o product are one
 launch (`cp_attention_o`: 4 a layer), and passes 1-14 gather their first layer's qkv product from a table made at

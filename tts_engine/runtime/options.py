@@ -13,7 +13,7 @@ CP_GEMV_ROWS = 2
 # Rows of one tensor-core tile (kernels/gemv.py MAX_MMA_ROWS): code-predictor passes (cp_mma_rows) and prompts
 # (prefill_mma_rows) up to this long can run on it.
 MAX_CP_MMA_ROWS = MAX_PREFILL_MMA_ROWS = 64
-MAX_DOWN_SPLITS = 16  # split-K partials of a down product (each an fp32 [rows, H] the norm after it reads)
+MAX_SPLIT_K = 16  # split-K partials of a product (each an fp32 [rows, N] that the launch after it reads)
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,8 @@ class FastPathOptions:
         if self.talker_pdl and not self.talker_gemv_rows:
             out.append(("talker_pdl", "needs talker_gemv_rows > 0 (PDL launches the talker's GEMV steps)"))
         for name in ("cp_down_splits", "cp_o_splits", "talker_down_splits", "talker_o_splits"):
-            if not 0 <= getattr(self, name) <= MAX_DOWN_SPLITS:
-                out.append((name, f"must be in 0..{MAX_DOWN_SPLITS}, got {getattr(self, name)}"))
+            if not 0 <= getattr(self, name) <= MAX_SPLIT_K:
+                out.append((name, f"must be in 0..{MAX_SPLIT_K}, got {getattr(self, name)}"))
         if self.attention_version not in (2, 3):
             out.append(("attention_version", f"must be 2 or 3, got {self.attention_version}"))
         return out
