@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from bench import latency
-from bench.stages import interleaved_times, medians, stage_fns, variant_times
+from bench.stages import interleaved_times, medians, prompt_ids, stage_fns, variant_times
 
 # The fused attention's launches timed against the split one by context (`talker_context_times`).
 CONTEXT_LAUNCHES = {"w8b64": dict(num_warps=8), "w8b128": dict(num_warps=8, block_n=128),
@@ -229,6 +229,32 @@ def talker_split_k_times(runner, t_len: int, rounds: int = 3, batches=(32, 64)) 
     return out
 
 
+def prefill_split_k_times(runner, t_len: int, rounds: int = 3, lengths=(12, 40, 120)) -> dict:
+    """A prompt's prefill through its captured bucket graph (`prefill_prompt`, slot 0) with the talker's cuBLAS
+    products as cuBLAS makes them ("cublas") or as split-K partials (`ModelRunner.prefill_split_k`: down 2, o and down
+    2, o and down 4), at each of `lengths`, interleaved rounds -> {"prefill_<len>_<name>_ms": median}; the runner's
+    setting and graphs restored. (t_len: the experiments' common signature; the lengths set the prompts here.)"""
+    from tts_engine.runtime.fused import SplitK
+
+    variants = {"cublas": SplitK(), "down2": SplitK(down=2), "o2down2": SplitK(o=2, down=2),
+                "o4down4": SplitK(o=4, down=4)}
+    configured, runs = runner.prefill_split_k, {}
+    try:
+        for _ in range(rounds):
+            for name, split in variants.items():
+                runner.prefill_split_k = split
+                runner.capture_prefill_graphs()  # captured with this setting
+                for n in lengths:
+                    prefill = partial(runner.prefill_prompt, 0, *prompt_ids(n))
+                    runs.setdefault(f"prefill_{n}_{name}_ms", []).append(latency.cuda_time_ms(prefill))
+    finally:
+        runner.prefill_split_k = configured
+        runner.capture_prefill_graphs()
+    out = medians(runs)
+    print(f"prefill, the talker's products in split-K partials: {out}", flush=True)
+    return out
+
+
 class _Blas:
     """torch's cuBLAS choices as attributes, for `interleaved_times`: `library` (torch.backends.cuda
     .preferred_blas_library: "cublas", "cublaslt") and `reduced` (bf16 products' reductions in reduced precision
@@ -313,5 +339,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "cp_attention_o": cp_attention_o_times, "cp_mma": cp_mma_times,
                "draw_ways": draw_ways_times, "cp_split_k": cp_split_k_times,
                "talker_split_k": talker_split_k_times, "blas": blas_times,
+               "prefill_split_k": prefill_split_k_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

@@ -403,6 +403,23 @@ def test_split_k_times_each_candidate_and_restore_the_runners_settings(monkeypat
     assert cp.split_k == "own" and runner.talker_split_k == "talker's own"
 
 
+def test_prefill_split_k_times_each_choice_through_recaptured_graphs_and_restores_them(monkeypatch):
+    """--experiments prefill_split_k: each split-K choice's prefill graphs captured in turn and each length timed
+    through them, interleaved; the runner's setting restored and its graphs captured with it again."""
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2)
+    runner.prefill_split_k = "own"
+    captured, timed = [], []
+    runner.capture_prefill_graphs = lambda: captured.append(runner.prefill_split_k)
+    runner.prefill_prompt = lambda slot, text, codec: timed.append((runner.prefill_split_k, len(text)))
+    out = experiments.prefill_split_k_times(runner, 11, rounds=2, lengths=(12, 40))
+    names = ("cublas", "down2", "o2down2", "o4down4")
+    assert set(out) == {f"prefill_{n}_{name}_ms" for n in (12, 40) for name in names}
+    assert [str(s) for s in captured[:4]] == [str(s) for s in captured[4:8]] and captured[-1] == "own"
+    assert len(captured) == 9 and [n for _, n in timed] == [12, 40] * 8
+    assert runner.prefill_split_k == "own"
+
+
 def test_blas_times_each_choice_and_restores_torchs(monkeypatch):
     """--experiments blas: at each batch, the stages with torch's cuBLAS choices as they are, through cuBLASLt or
     cuBLAS alone, and with bf16 reductions in fp32, interleaved; torch's settings restored after."""

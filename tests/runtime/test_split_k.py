@@ -24,8 +24,8 @@ from tts_engine.synthesizer import Synthesizer
 def check_split_k_interpreted(checkpoint: str) -> None:
     """Runs in the subprocess: two frames of two streams on the cuBLAS steps give the same codes, hidden states and
     logits with the down products in 2 split-K partials, and with o, gate/up and down in 2, 4 and 4, as with cuBLAS'
-    whole products; the split products are the ones that ran (talker and code predictor, every layer of every step
-    and pass)."""
+    whole products, and so do the prompts' prefills; the split products are the ones that ran (the prefills', then
+    the talker's and the code predictor's, every layer of every step and pass)."""
     torch.set_num_threads(1)
     _assert_interpreted()
     from tts_engine.runtime import fused
@@ -52,9 +52,14 @@ def check_split_k_interpreted(checkpoint: str) -> None:
         d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=True, use_graphs=False,
                                options=options))
         r = d.runner
-        r.talker_split_k = r.code_predictor.split_k = split
+        r.talker_split_k = r.code_predictor.split_k = r.prefill_split_k = split
+        split_products.clear()
         d.start(2, inputs[0])
         d.start(0, inputs[1])
+        # the prompts' prefills (eager here): every layer's products of each prompt's rows
+        prompts = [len(inputs[0].prompt), len(inputs[1].prompt)]
+        assert split_products == [p for n in prompts for p in expected(r.talker, n, split)], f"prefill {split}"
+        prefilled = (r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), r.k_cache[:, [2, 0]].clone())
         split_products.clear()
         for _ in range(2):
             d.step([2, 0])
@@ -62,9 +67,11 @@ def check_split_k_interpreted(checkpoint: str) -> None:
         # a step: the code predictor's frame (its prefill pass of 4 rows, 14 passes of 2), then the talker's 2 rows
         frame = expected(cp, 4, split) + expected(cp, 2, split) * 14 + expected(r.talker, 2, split)
         assert split_products == frame * 2, f"{split}: {split_products}"
-        results.append((d.codes(2), d.codes(0), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone()))
-    (a2, a0, ah, al) = results[0]
-    for split, (b2, b0, bh, bl) in zip(splits[1:], results[1:], strict=True):
+        results.append((d.codes(2), d.codes(0), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), prefilled))
+    (a2, a0, ah, al, a_prefilled) = results[0]
+    for split, (b2, b0, bh, bl, b_prefilled) in zip(splits[1:], results[1:], strict=True):
+        for name, got, want in zip(("hidden", "logits", "keys"), b_prefilled, a_prefilled, strict=True):
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=lambda m, n=name: f"prefill {n}: {m}")
         assert_codes_equal(b2, a2, f"slot 2 with {split}")
         assert_codes_equal(b0, a0, f"slot 0 with {split}")
         torch.testing.assert_close(bh, ah, atol=1e-4, rtol=1e-4)

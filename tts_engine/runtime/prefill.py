@@ -115,7 +115,7 @@ class PromptPrefill:
                 out = rms_norm_kernel(decoder_step_gemv(*args, self.prefill_launch).index_select(0, last),
                                       st.norm, st.eps)
             else:
-                out = decoder_step_triton(*args).index_select(0, last)  # [1, H], final norm applied
+                out = decoder_step_triton(*args, split_k=self.prefill_split_k).index_select(0, last)  # [1, H], normed
         else:
             cos, sin = (t[:t_len] for t in self.rope)  # [T, D]
             rep = st.num_heads // st.num_kv_heads

@@ -143,6 +143,9 @@ class ModelRunner(PromptPrefill):
         self.talker_qk_attention = False
         self.talker_qk_attention_launch = TALKER_QK_ATTENTION_LAUNCH
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
+        # The prefill's cuBLAS products as split-K partials (`fused.SplitK`), read when a prefill runs or is captured:
+        # none by default, untimed (bench.latency --experiments prefill_split_k times them).
+        self.prefill_split_k = SplitK()
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
         # distribution as the torch sampler, every setting served), so it needs one variant.
