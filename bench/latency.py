@@ -272,9 +272,8 @@ def reference_loop_ms_per_frame(model, cfg, frames: int = 8) -> float:
     return (time.perf_counter() - t0) * 1e3 / frames
 
 
-def main(argv: list[str] | None = None) -> int:
-    from bench.latency_experiments import EXPERIMENTS  # it times through this module's stages
-
+def build_parser(experiments) -> argparse.ArgumentParser:
+    """bench.latency's arguments; `experiments`: the names --experiments takes."""
     p = argparse.ArgumentParser(prog="bench.latency")
     p.add_argument("--model", type=Path, help="the checkpoint (required unless --socket-port)")
     p.add_argument("--socket-port", type=int,
@@ -305,8 +304,56 @@ def main(argv: list[str] | None = None) -> int:
                    help="a `bench.step_sweep` JSON: the batch-1 PDL steps run with its best tables (the talker's "
                         "runner.talker_pdl_launch, the code predictor's code_predictor.PDL_LAUNCH) instead of the "
                         "defaults")
-    p.add_argument("--experiments", help=f"comma-separated batch-1 experiments ({', '.join(EXPERIMENTS)}) to run "
+    p.add_argument("--experiments", help=f"comma-separated batch-1 experiments ({', '.join(experiments)}) to run "
                                          "instead of the stage and prefill times")
+    return p
+
+
+def weight_floors(model, bandwidth_tbs: float) -> dict:
+    """The batch-1 floors of issue 3's table: the bytes of weights a talker step and a code-predictor frame must read
+    (bf16), at the measured copy bandwidth -> {"floor_talker_step_ms", "floor_code_predictor_frame_ms"}."""
+    state = model.state_dict()
+    talker_bytes = sum(t.numel() * 2 for n, t in state.items()
+                       if n.startswith("talker.model.layers") or n in ("talker.codec_head.weight",
+                                                                      "talker.model.norm.weight"))
+    cp_layer_bytes = sum(t.numel() * 2 for n, t in state.items() if n.startswith("talker.code_predictor.model.layers"))
+    cp_head_bytes = sum(t.numel() * 2 for n, t in state.items() if "lm_head" in n)
+    bw = bandwidth_tbs * 1e12
+    # 15 passes through the predictor's layers per frame, and each of the 15 heads once.
+    return {"floor_talker_step_ms": talker_bytes / bw * 1e3,
+            "floor_code_predictor_frame_ms": (15 * cp_layer_bytes + cp_head_bytes) / bw * 1e3}
+
+
+def codec_part(args) -> dict:
+    """The codec's share of the table: its graph times per precision (and eager ones unless --skip-codec-eager) and
+    profiles of the calls a loaded server makes, on the checkpoint's speech tokenizer."""
+    from tts_engine.config import CodecConfig
+    from tts_engine.model.codec import CodecDecoder
+    from tts_engine.weights import load_into, safetensors_files
+
+    result = {}
+    with torch.device("meta"):
+        codec = CodecDecoder(CodecConfig.from_file(args.model / "speech_tokenizer" / "config.json").decoder)
+    codec = load_into(codec, safetensors_files(args.model / "speech_tokenizer"), prefix="decoder.",
+                      ignore_prefixes=("encoder.",), device="cuda").eval()
+    if not args.skip_codec_eager:
+        result["codec"] = codec_times(codec, (1, 8, 32))
+    variants = tuple(args.codec_variants.split(",")) if args.codec_variants else None
+    result["codec_precision"] = codec_precision_times(codec, names=variants)
+    # The calls a loaded server makes: the codec tick's 2-frame chunks of many streams, and first
+    # chunks of one frame; 12 frames as run 7 profiled them.
+    for window in ("cudnn-window", "window-convs") if variants else ("",):
+        for b, t in ((8, 2), (1, 1)) if variants else ((8, 2), (1, 1), (8, 12)):
+            key = f"codec_profile_b{b}_{t}f_bf16_fused" + ("_" + window.replace("-", "_") if window else "")
+            result[key] = codec_profile(codec, b, t, **window_of(window))
+            print(key, json.dumps(result[key][:12], indent=1), flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.latency_experiments import EXPERIMENTS  # it times through this module's stages
+
+    p = build_parser(EXPERIMENTS)
     args = p.parse_args(argv)
     unknown = set(filter(None, (args.experiments or "").split(","))) - set(EXPERIMENTS)
     if unknown:
@@ -322,8 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model is None:
         p.error("--model is required (or --socket-port)")
     from tts_engine.checkpoint import make_checkpoint
-    from tts_engine.config import CodecConfig, ModelConfig
-    from tts_engine.model.codec import CodecDecoder
+    from tts_engine.config import ModelConfig
     from tts_engine.model.qwen3_tts import Qwen3TTS
     from tts_engine.runtime.runner import ModelRunner
     from tts_engine.weights import load_into, safetensors_files
@@ -342,16 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.device("meta"):
         model = Qwen3TTS(cfg)
     model = load_into(model, safetensors_files(args.model), dtype=torch.bfloat16, device="cuda").eval()
-    talker_bytes = sum(t.numel() * 2 for n, t in model.state_dict().items()
-                       if n.startswith("talker.model.layers") or n in ("talker.codec_head.weight",
-                                                                      "talker.model.norm.weight"))
-    state = model.state_dict()
-    cp_layer_bytes = sum(t.numel() * 2 for n, t in state.items() if n.startswith("talker.code_predictor.model.layers"))
-    cp_head_bytes = sum(t.numel() * 2 for n, t in state.items() if "lm_head" in n)
-    bw = result["copy_bandwidth_tbs"] * 1e12
-    result["floor_talker_step_ms"] = talker_bytes / bw * 1e3
-    # 15 passes through the predictor's layers per frame, and each of the 15 heads once.
-    result["floor_code_predictor_frame_ms"] = (15 * cp_layer_bytes + cp_head_bytes) / bw * 1e3
+    result.update(weight_floors(model, result["copy_bandwidth_tbs"]))
     batches = tuple(int(b) for b in args.batches.split(","))
     if not (args.skip_stages or args.skip_reference):
         result["reference_loop_ms_per_frame"] = reference_loop_ms_per_frame(model, cfg)
@@ -390,22 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             del runner
         torch.cuda.empty_cache()
     if not args.skip_codec:
-        with torch.device("meta"):
-            codec = CodecDecoder(CodecConfig.from_file(args.model / "speech_tokenizer" / "config.json").decoder)
-        codec = load_into(codec, safetensors_files(args.model / "speech_tokenizer"), prefix="decoder.",
-                          ignore_prefixes=("encoder.",), device="cuda").eval()
-        if not args.skip_codec_eager:
-            result["codec"] = codec_times(codec, (1, 8, 32))
-        variants = tuple(args.codec_variants.split(",")) if args.codec_variants else None
-        result["codec_precision"] = codec_precision_times(codec, names=variants)
-        # The calls a loaded server makes: the codec tick's 2-frame chunks of many streams, and first
-        # chunks of one frame; 12 frames as run 7 profiled them.
-        for window in ("cudnn-window", "window-convs") if variants else ("",):
-            for b, t in ((8, 2), (1, 1)) if variants else ((8, 2), (1, 1), (8, 12)):
-                key = f"codec_profile_b{b}_{t}f_bf16_fused" + ("_" + window.replace("-", "_") if window else "")
-                result[key] = codec_profile(codec, b, t, **window_of(window))
-                print(key, json.dumps(result[key][:12], indent=1), flush=True)
-        del codec
+        result.update(codec_part(args))
     del model
     torch.cuda.empty_cache()
     if not args.skip_socket:

@@ -450,3 +450,23 @@ def test_an_unknown_experiment_is_refused_before_anything_loads(tmp_path, capsys
         latency.main(["--model", str(tmp_path), "--out", str(tmp_path / "out.json"), "--experiments",
                       "row_chunks,nope"])
     assert exit_info.value.code == 2 and "unknown nope" in capsys.readouterr().err
+
+
+def test_weight_floors_of_the_real_configs_are_the_bytes_their_steps_read():
+    """Issue 3's floors from the model's own weights (built on the meta device: no memory): the 1.7B talker step
+    reads 2.83 GB and the code-predictor frame 15 x 157 MB + 63 MB (docs/perf-notes.md), the 0.6B's less."""
+    from pathlib import Path
+
+    import tts_engine
+    from tts_engine.config import ModelConfig
+    from tts_engine.model.qwen3_tts import Qwen3TTS
+
+    configs = Path(tts_engine.__file__).parent / "configs"
+    floors = {}
+    for size in ("1.7b", "0.6b"):
+        with torch.device("meta"):
+            model = Qwen3TTS(ModelConfig.from_file(configs / f"{size}-customvoice.config.json"))
+        floors[size] = latency.weight_floors(model, 1.0)  # at 1 TB/s: ms = GB
+    talker, frame = floors["1.7b"]["floor_talker_step_ms"], floors["1.7b"]["floor_code_predictor_frame_ms"]
+    assert 2.80 < talker < 2.86 and 2.40 < frame < 2.44, floors
+    assert floors["0.6b"]["floor_talker_step_ms"] < talker / 2
