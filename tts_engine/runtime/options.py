@@ -74,8 +74,9 @@ class FastPathOptions:
     # 2.804 / 2.960 / 3.094 ms, down in 2 / 3 / 4 / 6 partials 2.637 / 2.792 / 2.904, 2.615 / 2.790 / 2.908,
     # 2.613 / 2.788 / 2.899, 2.631 / 2.795 / 2.913; call 2: cuBLAS 2.821 / 2.995 / 3.102, down 4 2.628 / 2.829 /
     # 2.911, with o in 2 / 4 2.568 / 2.773 / 2.841, 2.538 / 2.743 / 2.818 (gate/up in 2 or 4, summed by SiLU-mul:
-    # slower, 2.675-2.942). Talker step at batch 32 / 64: cuBLAS 1.697 / 1.779, down 2 1.618 / 1.694 (4: 1.617 /
-    # 1.719); call 2: down 2 1.633 / 1.701, with o in 2 1.628 / 1.683 (4: 1.635 / 1.707).
+    # 0.05-0.19 ms slower); call 4 (around these defaults): the same order, o or down in 8 slower. Talker step at
+    # batch 32 / 64: cuBLAS 1.697 / 1.779, down 2 1.618 / 1.694 (4: 1.617 / 1.719); call 2: down 2 1.633 / 1.701,
+    # with o in 2 1.628 / 1.683 (4: 1.635 / 1.707).
     cp_down_splits: int = 4
     cp_o_splits: int = 4
     talker_down_splits: int = 2
