@@ -68,3 +68,26 @@ def test_split_k_must_cut_the_models_products_evenly(tiny_checkpoint):
         with pytest.raises(ValueError, match=f"^{field} 3 must divide"):
             ModelRunner(model, max_slots=2, max_context=32, use_triton=True, use_graphs=False,
                         options=FastPathOptions(**{field: 3}))
+
+
+def test_split_k_stays_off_on_a_gpu_whose_torch_has_no_fp32_output_bmm(monkeypatch, caplog):
+    """`split_k_partials` needs torch.bmm's fp32 output on a GPU: where this torch has none, the splits asked for
+    (the defaults among them) fall back to cuBLAS' products with a warning, rather than failing at the first step;
+    on CPU (which widens the operands itself) and where the torch has it, they stay."""
+    import logging
+    from types import SimpleNamespace
+
+    from tts_engine.kernels import rms_norm
+    from tts_engine.runtime.fused import SplitK
+    from tts_engine.runtime.options import split_k_for
+
+    stack = SimpleNamespace(intermediate=3072, q_size=2048)
+    names = ("cp_down_splits", "cp_o_splits")
+    assert rms_norm.bmm_has_fp32_out()  # this machine's torch
+    assert split_k_for(stack, 4, 4, names, "cuda") == SplitK(o=4, down=4)
+    monkeypatch.setattr(rms_norm, "bmm_has_fp32_out", lambda: False)
+    with caplog.at_level(logging.WARNING):
+        assert split_k_for(stack, 4, 4, names, "cuda") == SplitK()
+    assert "no fp32-output bmm" in caplog.text and "cp_down_splits" in caplog.text
+    assert split_k_for(stack, 4, 4, names, "cpu") == SplitK(o=4, down=4)
+    assert split_k_for(stack, 0, 0, names, "cuda") == SplitK()

@@ -60,6 +60,12 @@ def partials_sum_ref(parts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return total.to(dtype)
 
 
+def bmm_has_fp32_out() -> bool:
+    """Does this torch have bmm with an fp32 output for bf16 / fp16 operands (`torch.bmm(..., out_dtype=)`, which
+    `split_k_partials` needs on a GPU; newer torch releases only)?"""
+    return "dtype" in torch.ops.aten.bmm.overloads()
+
+
 def split_k_partials(x: torch.Tensor, w: torch.Tensor, splits: int) -> torch.Tensor:
     """x [M, K] @ w [N, K].T as `splits` partial products over consecutive K slices, in fp32 -> [S, M, N]
     (one batched cuBLAS launch on a GPU, the operands read in place through strided views; fp32 products of

@@ -163,7 +163,7 @@ class CodePredictorRunner:
                                  dtype=torch.int64, device=self.device)
         # The cuBLAS passes' products as fp32 split-K partials summed by the launch after them (`fused.SplitK`: the
         # down and o products by default, cp_down_splits and cp_o_splits). Read at every pass.
-        split_k = split_k_for(c, down_splits, o_splits, ("cp_down_splits", "cp_o_splits"))
+        split_k = split_k_for(c, down_splits, o_splits, ("cp_down_splits", "cp_o_splits"), self.device.type)
         self.split_k = split_k if use_triton else SplitK()
 
     def first_layer_qkv_table(self) -> torch.Tensor:

@@ -116,14 +116,22 @@ class FastPathOptions:
         return self
 
 
-def split_k_for(stack, down: int, o: int, names: tuple[str, str]):
+def split_k_for(stack, down: int, o: int, names: tuple[str, str], device_type: str = "cpu"):
     """The split-K partials of a decoder stack's down and o products (`fused.SplitK`; cp_* or talker_* options,
     named by `names`), checked against its intermediate size and attention width, which each slice must cut
-    evenly."""
+    evenly. On a GPU whose torch has no fp32-output bmm (`rms_norm.bmm_has_fp32_out`) none, with a warning: the
+    products stay cuBLAS'."""
+    import logging
+
+    from ..kernels.rms_norm import bmm_has_fp32_out
     from .fused import SplitK
 
     for splits, k, name, what in ((down, stack.intermediate, names[0], "intermediate size"),
                                   (o, stack.q_size, names[1], "attention width (heads x head dim)")):
         if k % max(splits, 1):
             raise ValueError(f"{name} {splits} must divide the {what} {k}")
+    if (down or o) and device_type == "cuda" and not bmm_has_fp32_out():
+        logging.getLogger(__name__).warning("%s / %s: this torch has no fp32-output bmm (torch.bmm out_dtype); the "
+                                            "products stay cuBLAS'", *names)
+        return SplitK()
     return SplitK(o=o, down=down)

@@ -159,7 +159,7 @@ class ModelRunner(PromptPrefill):
         # Steps past the GEMV ones: products as fp32 split-K partials summed by the launch after them (`fused.SplitK`:
         # the down and o products by default, talker_down_splits and talker_o_splits).
         split_k = split_k_for(self.talker, opts.talker_down_splits, opts.talker_o_splits,
-                              ("talker_down_splits", "talker_o_splits"))
+                              ("talker_down_splits", "talker_o_splits"), self.device.type)
         self.talker_split_k = split_k if self.use_triton else SplitK()
         self.codec_head = talker.codec_head.weight
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
