@@ -255,6 +255,15 @@ def prefill_split_k_times(runner, t_len: int, rounds: int = 3, lengths=(12, 40, 
     return out
 
 
+def draw_prefetch_times(runner, t_len: int, rounds: int = 3, batches=(1, 2, 8)) -> dict:
+    """The code predictor's frame (and the frame step) with each draw bringing none ("pf0") or the first 1, 2 or 3
+    of the next pass's first weights into L2 while it runs (`CodePredictorRunner.draw_prefetch`: "pf<n>"; its
+    `prefetch_weights`), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
+    variants = {f"pf{n}": {"draw_prefetch": n} for n in range(4)}
+    return _frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
+                        "the draws' prefetch of the next pass's weights")
+
+
 class _Blas:
     """torch's cuBLAS choices as attributes, for `interleaved_times`: `library` (torch.backends.cuda
     .preferred_blas_library: "cublas", "cublaslt") and `reduced` (bf16 products' reductions in reduced precision
@@ -339,6 +348,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "cp_attention_o": cp_attention_o_times, "cp_mma": cp_mma_times,
                "draw_ways": draw_ways_times, "cp_split_k": cp_split_k_times,
                "talker_split_k": talker_split_k_times, "blas": blas_times,
-               "prefill_split_k": prefill_split_k_times,
+               "prefill_split_k": prefill_split_k_times, "draw_prefetch": draw_prefetch_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

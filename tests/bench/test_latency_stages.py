@@ -420,6 +420,22 @@ def test_prefill_split_k_times_each_choice_through_recaptured_graphs_and_restore
     assert runner.prefill_split_k == "own"
 
 
+def test_draw_prefetch_times_each_count_and_restores_the_runners_setting(monkeypatch):
+    """--experiments draw_prefetch: the frame with the draws prefetching 0-3 of the next pass's weights, interleaved,
+    at each batch the runner holds; the runner's own setting restored."""
+    _timed(monkeypatch)
+    runner = _Runner(gemv_rows=2)
+    runner.max_slots = 4
+    cp = runner.code_predictor
+    cp.draw_prefetch = 0
+    seen = []
+    cp.predict = lambda *a, **k: seen.append(cp.draw_prefetch)
+    out = experiments.draw_prefetch_times(runner, 11, rounds=1)
+    assert set(out) == {1, 2}  # 8 is past the runner's slots
+    assert set(out[1]) == {f"{stage}_pf{n}_ms" for stage in ("code_predictor_frame", "frame_step") for n in range(4)}
+    assert seen == [0, 1, 2, 3] * 2 and cp.draw_prefetch == 0
+
+
 def test_blas_times_each_choice_and_restores_torchs(monkeypatch):
     """--experiments blas: at each batch, the stages with torch's cuBLAS choices as they are, through cuBLASLt or
     cuBLAS alone, and with bf16 reductions in fp32, interleaved; torch's settings restored after."""

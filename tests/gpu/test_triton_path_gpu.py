@@ -286,6 +286,31 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
 
 
+@pytest.mark.parametrize("b", [1, 2, 8])
+def test_code_predictor_draws_that_prefetch_give_the_codes_without(runners, b):
+    """Each draw bringing the next pass's first weights into L2 (`draw_prefetch` 3: programs beside the row's that
+    issue `prefetch.global.L2`) changes nothing the frame computes: graph replays give the codes of the draws
+    without it, the engine's PDL passes (batches 1, 2) and cuBLAS ones (8)."""
+    from tts_engine.runtime.sampler import GENERAL
+
+    cfg, (fast, _) = runners
+    cp = fast.code_predictor
+    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    c0 = torch.arange(b, device="cuda") * 97 + 5
+    frames = torch.arange(b, device="cuda") + 3
+    rows = fast.rows.gather(torch.arange(b, device="cuda"))
+    codes = {}
+    with torch.inference_mode():
+        for n in (0, 3):
+            cp.draw_prefetch = n
+            try:
+                codes[n] = _graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL), n=4)
+            finally:
+                cp.draw_prefetch = 0
+    assert all(torch.equal(got, want) for got, want in zip(codes[3], codes[0])), \
+        f"codes {codes[3][0].tolist()} with the prefetch, {codes[0][0].tolist()} without"
+
+
 @pytest.fixture(scope="module")
 def wide_code_predictors(model, runners):
     """(fast, reference) code predictors over the fixture's weights for batches up to 32 (the fixture's runners hold

@@ -38,7 +38,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import pdl_start
+    from .backend import pdl_start, prefetch_l2, prefetch_window
 
 _MASK64 = (1 << 64) - 1
 
@@ -52,6 +52,9 @@ _MASK64 = (1 << 64) - 1
 # warp's 64 scores a thread are summed serially). In the frame: 1.699 ms against 1.762. Ways 3 and 4
 # (one packed count a pass) are untimed.
 DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 12, "top_k_ways": 2}
+# sample_rows' prefetch: bytes a prefetch brings into L2 (a line), lines a prefetching program issues.
+PREFETCH_LINE = 128
+PREFETCH_LINES = 1024
 
 
 if HAVE_TRITON:
@@ -120,10 +123,40 @@ if HAVE_TRITON:
                        do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seed_ptr, frame_ptr, codebook,
                        penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr, eos_id,
                        out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride, emb2_ptr, emb2_dim, x2_ptr, x2_stride,
+                       n_rows, pf0_ptr, pf0_lines, pf1_ptr, pf1_lines, pf2_ptr, pf2_lines,
                        CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, GATHER2: tl.constexpr, BLOCK: tl.constexpr,
-                       EMB_BLOCK: tl.constexpr, EMB2_BLOCK: tl.constexpr, PDL: tl.constexpr,
-                       TOPK_WINDOW: tl.constexpr, TOPK_WAYS: tl.constexpr):
+                       EMB_BLOCK: tl.constexpr, EMB2_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr,
+                       TOPK_WAYS: tl.constexpr, PF_LINES: tl.constexpr, PF_MODE: tl.constexpr):
+        """Programs 0 .. n_rows - 1 draw a row each (`_draw`); the rest, if any, prefetch PF_LINES 128-byte lines each
+        of the (up to three) tensors pf*_ptr, in turn, into L2 (`sample_rows`' prefetch). PF_LINES 0: no prefetch,
+        and the kernel is the draw's code alone (the branch is decided when it compiles)."""
         row = tl.program_id(0).to(tl.int64)
+        if (PF_LINES == 0) or (row < n_rows):  # PF_LINES 0: no prefetching programs, the draw's code alone
+            _draw(row, logits_ptr, logits_stride, n_vocab, do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr,
+                  seed_ptr, frame_ptr, codebook, penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr,
+                  eos_id, out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride, emb2_ptr, emb2_dim, x2_ptr,
+                  x2_stride, CODEBOOK0, GATHER, GATHER2, BLOCK, EMB_BLOCK, EMB2_BLOCK, PDL, TOPK_WINDOW, TOPK_WAYS)
+        else:
+            first = (row - n_rows) * PF_LINES  # of the three ranges' lines, end to end
+            _prefetch_range(pf0_ptr, pf0_lines, first, PF_LINES, PF_MODE)
+            _prefetch_range(pf1_ptr, pf1_lines, first - pf0_lines, PF_LINES, PF_MODE)
+            _prefetch_range(pf2_ptr, pf2_lines, first - pf0_lines - pf1_lines, PF_LINES, PF_MODE)
+
+    @triton.jit
+    def _prefetch_range(ptr, n_lines, first, LINES: tl.constexpr, MODE: tl.constexpr):
+        """A program's window, lines first .. first + LINES - 1, of a range of n_lines lines: what of it falls in
+        (`backend.prefetch_l2`'s MODE)."""
+        if (first < n_lines) & (first + LINES > 0):
+            lines, ok = prefetch_window(first, n_lines, LINES)
+            prefetch_l2(ptr, lines, ok, MODE)
+
+    @triton.jit
+    def _draw(row, logits_ptr, logits_stride, n_vocab, do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seed_ptr,
+              frame_ptr, codebook, penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr, eos_id,
+              out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride, emb2_ptr, emb2_dim, x2_ptr, x2_stride,
+              CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, GATHER2: tl.constexpr, BLOCK: tl.constexpr,
+              EMB_BLOCK: tl.constexpr, EMB2_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr,
+              TOPK_WAYS: tl.constexpr):
         ids = tl.arange(0, BLOCK)
         valid = ids < n_vocab
         neg_inf = float("-inf")
@@ -218,7 +251,8 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
                 top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor, frame: torch.Tensor, codebook: int,
                 codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None,
                 pdl: bool = False, num_warps: int | None = None, top_k_window: int | None = None,
-                top_k_ways: int | None = None, gather2: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+                top_k_ways: int | None = None, gather2: tuple[torch.Tensor, torch.Tensor] | None = None,
+                prefetch: tuple[torch.Tensor, ...] = (), _prefetch_mode: int | None = None) -> None:
     """logits [B, V] (any float dtype, last dim contiguous); settings [B] tensors (do_sample bool,
     temperature/top_p f32, top_k/seed/frame i64); out: i64 [B] view (any stride) for the ids.
 
@@ -231,7 +265,11 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
     top_k_window: 0, top-k's threshold by the 33-pass key bisection; n > 0, by n halvings of the value
     range and a walk down the window left (`_top_k_window`; the same kept set). top_k_ways: 2, 3 or 4 parts
     a pass of the window search cuts the range into (one packed count a pass; 3 and 4 untimed on the GPU).
-    None: DRAW_LAUNCH's."""
+    None: DRAW_LAUNCH's. prefetch: up to three contiguous tensors (the code predictor's next products' weights) that
+    programs of their own, beside the rows' (PREFETCH_LINES lines each), bring into L2 while the draw runs, without
+    waiting for the logits' kernel: a draw keeps one SM busy for ~8 µs while the memory carries nothing.
+    _prefetch_mode: tests only (`backend.prefetch_l2`'s MODE; None: the prefetch where compiled, a read where
+    interpreted)."""
     num_warps = DRAW_LAUNCH["num_warps"] if num_warps is None else num_warps
     top_k_window = DRAW_LAUNCH["top_k_window"] if top_k_window is None else top_k_window
     top_k_ways = DRAW_LAUNCH["top_k_ways"] if top_k_ways is None else top_k_ways
@@ -254,16 +292,25 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
                                  or tuple(pair[1].shape) != (b, pair[0].shape[1])):
             raise ValueError(f"sample_rows: {name} takes a contiguous table [V, W] and an out view [B, W] with "
                              f"contiguous rows, got {tuple(pair[0].shape)} / {tuple(pair[1].shape)}")
-    _sample_kernel[(b,)](
+    if len(prefetch) > 3:
+        raise ValueError(f"sample_rows prefetches at most 3 tensors, got {len(prefetch)}")
+    if not all(t.is_contiguous() for t in prefetch):
+        raise ValueError("sample_rows prefetches contiguous tensors only")
+    ranges = [(t.view(torch.uint8), t.numel() * t.element_size() // PREFETCH_LINE) for t in prefetch]
+    ranges += [(logits, 0)] * (3 - len(ranges))
+    total = sum(n for _, n in ranges)
+    _sample_kernel[(b + triton.cdiv(total, PREFETCH_LINES),)](
         logits, logits.stride(0), v, do_sample, temperature, top_k, top_p, seed, frame, codebook,
         c0.get("penalty", dummy), c0.get("min_new", dummy), c0.get("eos_ok", dummy), c0.get("slots", dummy),
         seen if seen is not None else dummy, c0.get("suppress", dummy), c0.get("eos_id", 0),
         out, out.stride(0), table, emb_dim, x_out, x_out.stride(0) if gather is not None else 0,
         table2, emb2_dim, x2_out, x2_out.stride(0) if gather2 is not None else 0,
+        b, *(x for pair in ranges for x in pair),
         CODEBOOK0=codebook0 is not None, GATHER=gather is not None, GATHER2=gather2 is not None, BLOCK=next_pow2(v),
         EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), EMB2_BLOCK=min(1024, next_pow2(max(emb2_dim, 1))),
-        num_warps=num_warps,
-        PDL=pdl, TOPK_WINDOW=top_k_window, TOPK_WAYS=top_k_ways, **pdl_launch(pdl))
+        num_warps=num_warps, PDL=pdl, TOPK_WINDOW=top_k_window, TOPK_WAYS=top_k_ways,
+        PF_LINES=PREFETCH_LINES if total else 0,
+        PF_MODE=int(logits.is_cuda) if _prefetch_mode is None else _prefetch_mode, **pdl_launch(pdl))
 
 
 def sample_rows_ref(logits: torch.Tensor, *, do_sample, temperature, top_k, top_p, seed, frame, codebook: int,

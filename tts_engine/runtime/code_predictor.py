@@ -165,6 +165,14 @@ class CodePredictorRunner:
         # down and o products by default, cp_down_splits and cp_o_splits). Read at every pass.
         split_k = split_k_for(c, down_splits, o_splits, ("cp_down_splits", "cp_o_splits"), self.device.type)
         self.split_k = split_k if use_triton else SplitK()
+        # Each draw but the last brings the first this many of `prefetch_weights` into L2 while it runs (`sample_rows`'
+        # prefetch: programs of their own beside the row's); 0: none. Untimed, so off (bench.latency --experiments
+        # draw_prefetch). Read at every pass.
+        self.draw_prefetch = 0
+        first, second = c.layers[0], c.layers[min(1, len(c.layers) - 1)]
+        # The weights the next pass reads first after its first launch (attention + o, whose w_o block its programs
+        # load before their wait; the qkv product from the table): 12.6 + 6.3 + 8.4 MB at 1.7B, 27 of the L2's 50.
+        self.prefetch_weights = (first.w_gate_up, first.w_down, second.w_qkv)
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
@@ -295,7 +303,8 @@ class CodePredictorRunner:
             last = j == 14
             sample_rows(self.logits(out, normed, j), codes[:, j], codebook=j + 1,
                         gather=None if last else (self.inputs[j], x[:, 0]),
-                        gather2=None if last or table is None else (table[j], first_qkv), **settings)
+                        gather2=None if last or table is None else (table[j], first_qkv),
+                        prefetch=() if last else self.prefetch_weights[:self.draw_prefetch], **settings)
             if not last:
                 out, normed = self.layers(x, b, j + 2, first_qkv)
         return codes
