@@ -23,7 +23,9 @@ Exactness: the kept set and the uniform are exactly the reference's; the CDF is 
 order and `exp` is another implementation, so an id can differ from the torch sampler's only when
 the uniform falls within float rounding of a CDF boundary (same distribution; tests check the
 picked id against a float64 CDF). Greedy rows take the argmax of the processed logits: exact.
-Optionally the picked id's embedding row is gathered into `x_out` (the code predictor's next input).
+Optionally the picked id's embedding row is gathered into `x_out` (the code predictor's next input), and programs
+beside the rows' bring up to three tensors into L2 while the draw runs (`prefetch`: the code predictor's next
+weights; off unless asked for).
 """
 
 from __future__ import annotations
