@@ -9,7 +9,8 @@ t0=$SECONDS
 python3 -m tts_engine.cli make-checkpoint --size 1.7b --out /tmp/ckpt --device cuda > "$OUT/make.log" 2>&1
 echo "checkpoint rc=$? $((SECONDS - t0)) s"
 timeout 200 python3 -m pytest -q -m gpu tests/gpu/test_fast_path_gpu.py tests/gpu/test_codec_graphs.py \
-  tests/gpu/test_triton_path_gpu.py tests/gpu/test_engine_gpu.py -p no:cacheprovider > "$OUT/gpu-tests.log" 2>&1
+  tests/gpu/test_triton_path_gpu.py tests/gpu/test_code_predictor_gpu.py tests/gpu/test_engine_gpu.py -p no:cacheprovider \
+  > "$OUT/gpu-tests.log" 2>&1
 echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -4 "$OUT/gpu-tests.log"
 timeout 60 python3 -m pytest -q tests/kernels/test_sample.py -p no:cacheprovider > "$OUT/kernel-tests.log" 2>&1
 echo "kernel tests rc=$? $((SECONDS - t0)) s"; tail -2 "$OUT/kernel-tests.log"

@@ -92,7 +92,8 @@ part_latency() {  # SOCKET_ARGS: the serve arguments of a second socket run (def
   # shellcheck disable=SC2086  # LATENCY_TESTS splits into test paths
   if [ "${LATENCY_TESTS:-}" != none ]; then  # LATENCY_TESTS=none: the benchmarks alone
     timeout ${TEST_LIMIT:-400} python3 -m pytest -q -m gpu ${LATENCY_TESTS:-tests/gpu/test_fast_path_gpu.py \
-      tests/gpu/test_codec_graphs.py tests/gpu/test_triton_path_gpu.py tests/gpu/test_engine_gpu.py} -p no:cacheprovider \
+      tests/gpu/test_codec_graphs.py tests/gpu/test_triton_path_gpu.py tests/gpu/test_code_predictor_gpu.py \
+      tests/gpu/test_engine_gpu.py} -p no:cacheprovider \
       > $W/latency-tests.log 2>&1
     echo "gpu tests rc=$? $((SECONDS - t0)) s"; tail -6 $W/latency-tests.log | cut -c1-300
   fi

@@ -76,7 +76,7 @@ MMA_LAUNCH = {"qkv": dict(block_k=128, **_MMA), "o": dict(block_k=256, residual_
 # of at most PDL_ROWS rows run every kernel with PDL and the GEMVs with whole rows of w per program,
 # read before the wait for the previous kernel (kernels/gemv.py `_gemv_rows_kernel`): the weights of
 # the next product stream in while the current one finishes, as a persistent kernel would overlap
-# them. Run 10: code-predictor frame 1.82 ms against 2.42; its GPU test (tests/gpu/test_triton_path_gpu.py)
+# them. Run 10: code-predictor frame 1.82 ms against 2.42; its GPU test (tests/gpu/test_code_predictor_gpu.py)
 # gives the codes of the same kernels launched without PDL.
 # The table: run 20's `bench.step_sweep` (each product's candidates timed as the whole batch-1 frame, the
 # others at their best; bench/results/run20-h200/call1): 1.705 ms a frame with run 10's table
