@@ -6,17 +6,15 @@ from __future__ import annotations
 import torch
 
 from tests.runtime.test_fast_path import (
-    GREEDY,
-    SAMPLED,
-    Driver,
     _assert_interpreted,
     _run_interpreted,
-    assert_codes_equal,
-    make_input,
+    assert_streams_equal,
+    small_driver,
+    start_streams,
+    stream_codes,
+    two_streams,
 )
-from tts_engine.prompt import Layout
 from tts_engine.runtime.options import FastPathOptions
-from tts_engine.runtime.runner import ModelRunner
 from tts_engine.synthesizer import Synthesizer
 
 
@@ -42,30 +40,24 @@ def check_cp_attention_o_interpreted(checkpoint: str) -> None:
     fused.gemv = counted
     code_predictor.ATTENTION_O_LAUNCH = {1: dict(block_r=16, num_warps=4), 2: dict(block_r=8, num_warps=2)}
     synth = Synthesizer(checkpoint)
-    inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
-              make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
+    inputs = two_streams(synth)
     for launch, table in ((k_loop, False), (whole_rows, True)):
         code_predictor.GEMV_LAUNCH = launch
         codes = []
         for fused_o in (False, True):
             options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=4, attention_version=2, cp_qkv_table=table,
                                       cp_attention_o=fused_o)
-            d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=True, use_graphs=False,
-                                   options=options))
+            d = small_driver(synth, options)
             cp = d.runner.code_predictor
-            d.start(2, inputs[0])
-            d.start(0, inputs[1])
+            start_streams(d, inputs)
             o_products.clear()
             for _ in range(2):
                 d.step([2, 0])
                 assert not cp.o_sum.any(), "the o sum is not zero after a frame"
             # 2 frames x 15 passes x 2 layers
             assert len(o_products) == (0 if fused_o else 60), f"{len(o_products)} o products, fused {fused_o}"
-            codes.append((d.codes(2), d.codes(0)))
-        (a2, a0), (b2, b0) = codes
-        what = f"with attention + o, {'whole-row' if table else 'K-loop'} GEMVs"
-        assert_codes_equal(b2, a2, f"slot 2 {what}")
-        assert_codes_equal(b0, a0, f"slot 0 {what}")
+            codes.append(stream_codes(d))
+        assert_streams_equal(codes[1], codes[0], f"with attention + o, {'whole-row' if table else 'K-loop'} GEMVs")
     print("OK")
 
 

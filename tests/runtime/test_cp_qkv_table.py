@@ -6,17 +6,15 @@ from __future__ import annotations
 import torch
 
 from tests.runtime.test_fast_path import (
-    GREEDY,
-    SAMPLED,
-    Driver,
     _assert_interpreted,
     _run_interpreted,
-    assert_codes_equal,
-    make_input,
+    assert_streams_equal,
+    small_driver,
+    start_streams,
+    stream_codes,
+    two_streams,
 )
-from tts_engine.prompt import Layout
 from tts_engine.runtime.options import FastPathOptions
-from tts_engine.runtime.runner import ModelRunner
 from tts_engine.synthesizer import Synthesizer
 
 
@@ -47,30 +45,25 @@ def check_cp_qkv_table_interpreted(checkpoint: str) -> None:
     fused.gemv = counted(gemv_kernel)
     fused.F = SimpleNamespace(**{n: getattr(F, n) for n in ("silu",)}, linear=counted(F.linear))
     synth = Synthesizer(checkpoint)
-    inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
-              make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
+    inputs = two_streams(synth)
     first_w = None
     for cp_rows in (4, 0):  # the code predictor's GEMV passes (decoder_step_gemv), its cuBLAS ones
         codes = []
         for table in (False, True):
             options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=cp_rows, attention_version=2,
                                       cp_qkv_table=table)
-            d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=True, use_graphs=False,
-                                   options=options))
+            d = small_driver(synth, options)
             cp = d.runner.code_predictor
             first_w = cp.stack.layers[0].w_qkv
             assert (cp.qkv_table is not None) == table
-            d.start(2, inputs[0])
-            d.start(0, inputs[1])
+            start_streams(d, inputs)
             products.clear()
             for _ in range(2):
                 d.step([2, 0])
             # 2 frames of 2 rows: pass 0 prefills 2 positions a row (4 rows), passes 1-14 one (2 rows)
             assert products == ([4] * 2 if table else [4, *[2] * 14] * 2), f"products {products}, table {table}"
-            codes.append((d.codes(2), d.codes(0)))
-        (a2, a0), (b2, b0) = codes
-        assert_codes_equal(b2, a2, f"slot 2 with the qkv table, cp_gemv_rows {cp_rows}")
-        assert_codes_equal(b0, a0, f"slot 0 with the qkv table, cp_gemv_rows {cp_rows}")
+            codes.append(stream_codes(d))
+        assert_streams_equal(codes[1], codes[0], f"with the qkv table, cp_gemv_rows {cp_rows}")
     layer = cp.stack.layers[0]
     for j, c in ((0, 5), (13, 2047)):
         want = gemv_kernel(cp.inputs[j][c][None], layer.w_qkv, norm=(layer.ln_in, cp.stack.eps), **wide["qkv"])[0]

@@ -7,17 +7,15 @@ from __future__ import annotations
 import torch
 
 from tests.runtime.test_fast_path import (
-    GREEDY,
-    SAMPLED,
-    Driver,
     _assert_interpreted,
     _run_interpreted,
-    assert_codes_equal,
-    make_input,
+    assert_streams_equal,
+    small_driver,
+    start_streams,
+    stream_codes,
+    two_streams,
 )
-from tts_engine.prompt import Layout
 from tts_engine.runtime.options import FastPathOptions
-from tts_engine.runtime.runner import ModelRunner
 from tts_engine.synthesizer import Synthesizer
 
 
@@ -39,18 +37,15 @@ def check_draw_prefetch_interpreted(checkpoint: str) -> None:
     code_predictor.GEMV_LAUNCH = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down",
                                                                                    "head")}
     synth = Synthesizer(checkpoint)
-    inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
-              make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
+    inputs = two_streams(synth)
     for cp_rows in (4, 0):  # the GEMV passes, the cuBLAS ones
         codes = []
         for n in (0, 3):
             options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=cp_rows, attention_version=2)
-            d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=True, use_graphs=False,
-                                   options=options))
+            d = small_driver(synth, options)
             cp = d.runner.code_predictor
             cp.draw_prefetch = n
-            d.start(2, inputs[0])
-            d.start(0, inputs[1])
+            start_streams(d, inputs)
             asked.clear()
             for _ in range(2):
                 d.step([2, 0])
@@ -58,10 +53,8 @@ def check_draw_prefetch_interpreted(checkpoint: str) -> None:
             assert len(asked) == 30 and all(p == () for p in asked[14::15]), "the last draw of a frame prefetches"
             assert all(len(p) == n and all(a is b for a, b in zip(p, want)) for i, p in enumerate(asked)
                        if i % 15 != 14), f"draw_prefetch {n}: {[len(p) for p in asked]}"
-            codes.append((d.codes(2), d.codes(0)))
-        (a2, a0), (b2, b0) = codes
-        assert_codes_equal(b2, a2, f"slot 2 with the draws prefetching, cp_gemv_rows {cp_rows}")
-        assert_codes_equal(b0, a0, f"slot 0 with the draws prefetching, cp_gemv_rows {cp_rows}")
+            codes.append(stream_codes(d))
+        assert_streams_equal(codes[1], codes[0], f"with the draws prefetching, cp_gemv_rows {cp_rows}")
     print("OK")
 
 

@@ -97,6 +97,36 @@ def assert_codes_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None
                              f"want {want[bad[0]].tolist()}")
 
 
+# The interpreted checks of one kernel path against another (here and tests/runtime/test_cp_*.py, test_split_k.py,
+# test_draw_prefetch.py): two streams of two frames on a small runner without graphs, their codes compared.
+STREAM_SLOTS = (2, 0)
+
+
+def two_streams(synth: Synthesizer) -> list[GenerationInput]:
+    """A sampled streaming request (for slot 2) and a greedy non-streaming one (slot 0), two frames each."""
+    return [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
+            make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
+
+
+def small_driver(synth: Synthesizer, options: FastPathOptions, use_triton: bool = True) -> Driver:
+    return Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=use_triton, use_graphs=False,
+                              options=options))
+
+
+def start_streams(d: Driver, inputs: list[GenerationInput]) -> None:
+    for slot, inp in zip(STREAM_SLOTS, inputs, strict=True):
+        d.start(slot, inp)
+
+
+def stream_codes(d: Driver) -> tuple[torch.Tensor, ...]:
+    return tuple(d.codes(slot) for slot in STREAM_SLOTS)
+
+
+def assert_streams_equal(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...], what: str) -> None:
+    for slot, g, w in zip(STREAM_SLOTS, got, want, strict=True):
+        assert_codes_equal(g, w, f"slot {slot} {what}")
+
+
 # -- runner vs reference loop ------------------------------------------------------------------
 
 BATCH_PARAMS = {
@@ -378,8 +408,7 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     qk_attention = runner_module.decode_qk_attention
     runner_module.decode_qk_attention = lambda *a, **k: fused_attention.append(a[5].tolist()) or qk_attention(*a, **k)
     synth = Synthesizer(checkpoint)
-    inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
-              make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
+    inputs = two_streams(synth)
     results = []
     # torch; Triton with the products on cuBLAS; with the talker's and code predictor's fused GEMVs and
     # the talker's tensor-core attention (version 3; one runner for all keeps this test's time down), its
@@ -393,16 +422,14 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
                                                 talker_qk_attention_context=max(first_step) + 1),
                 replace(cublas, cp_mma_rows=4, cp_fused_attention=False, prefill_mma_rows=64))
     for i, options in enumerate(variants):
-        d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=i > 0, use_graphs=False,
-                               options=options))
-        d.start(2, inputs[0])
-        d.start(0, inputs[1])
+        d = small_driver(synth, options, use_triton=i > 0)
+        start_streams(d, inputs)
         r = d.runner
         prefilled = (r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), r.k_cache[:, [2, 0]].clone(),
                      r.v_cache[:, [2, 0]].clone())
         for _ in range(2):
             d.step([2, 0])
-        results.append((d.codes(2), d.codes(0), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), prefilled))
+        results.append((stream_codes(d), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), prefilled))
         assert prefill_rows == ([len(inputs[0].prompt), len(inputs[1].prompt)] if options.prefill_mma_rows else [])
         prefill_rows.clear()
         layers = len(r.talker.layers)
@@ -410,15 +437,14 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
         assert fused_attention == ([first_step] * layers if fuses else []), \
             "the fused attention ran at other steps than the first"
         fused_attention.clear()
-    (a2, a0, ah, al, a_prefilled) = results[0]
+    (a_codes, ah, al, a_prefilled) = results[0]
     names = ("Triton", "Triton + GEMVs + attention v3 (the first step's fused with its q/k norm)",
              "Triton + tensor-core kernel (code predictor, prefill), CP attention unfused")
-    for what, (b2, b0, bh, bl, b_prefilled) in zip(names, results[1:], strict=True):
+    for what, (b_codes, bh, bl, b_prefilled) in zip(names, results[1:], strict=True):
         for name, b, a in zip(("hidden", "logits", "keys", "values"), b_prefilled, a_prefilled, strict=True):
             torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4,
                                        msg=lambda m, n=f"{what}, prefill {name}": f"{n}: {m}")
-        assert_codes_equal(b2, a2, f"slot 2 with {what}")
-        assert_codes_equal(b0, a0, f"slot 0 with {what}")
+        assert_streams_equal(b_codes, a_codes, f"with {what}")
         torch.testing.assert_close(bh, ah, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(bl, al, atol=1e-4, rtol=1e-4)
     print("OK")

@@ -7,17 +7,15 @@ from __future__ import annotations
 import torch
 
 from tests.runtime.test_fast_path import (
-    GREEDY,
-    SAMPLED,
-    Driver,
     _assert_interpreted,
     _run_interpreted,
-    assert_codes_equal,
-    make_input,
+    assert_streams_equal,
+    small_driver,
+    start_streams,
+    stream_codes,
+    two_streams,
 )
-from tts_engine.prompt import Layout
 from tts_engine.runtime.options import FastPathOptions
-from tts_engine.runtime.runner import ModelRunner
 from tts_engine.synthesizer import Synthesizer
 
 
@@ -38,8 +36,7 @@ def check_split_k_interpreted(checkpoint: str) -> None:
         return split_k_partials(x, w, splits)
     split_k_partials, fused.split_k_partials = fused.split_k_partials, counted
     synth = Synthesizer(checkpoint)
-    inputs = [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
-              make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
+    inputs = two_streams(synth)
     options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=0, attention_version=2)
 
     def expected(stack, rows: int, split: SplitK) -> list:  # a pass of `rows` rows through `stack`'s layers
@@ -49,13 +46,11 @@ def check_split_k_interpreted(checkpoint: str) -> None:
     splits = (SplitK(), SplitK(down=2), SplitK(o=2, gate_up=4, down=4))
     results = []
     for split in splits:
-        d = Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=True, use_graphs=False,
-                               options=options))
+        d = small_driver(synth, options)
         r = d.runner
         r.talker_split_k = r.code_predictor.split_k = r.prefill_split_k = split
         split_products.clear()
-        d.start(2, inputs[0])
-        d.start(0, inputs[1])
+        start_streams(d, inputs)
         # the prompts' prefills (eager here): every layer's products of each prompt's rows
         prompts = [len(inputs[0].prompt), len(inputs[1].prompt)]
         assert split_products == [p for n in prompts for p in expected(r.talker, n, split)], f"prefill {split}"
@@ -67,13 +62,12 @@ def check_split_k_interpreted(checkpoint: str) -> None:
         # a step: the code predictor's frame (its prefill pass of 4 rows, 14 passes of 2), then the talker's 2 rows
         frame = expected(cp, 4, split) + expected(cp, 2, split) * 14 + expected(r.talker, 2, split)
         assert split_products == frame * 2, f"{split}: {split_products}"
-        results.append((d.codes(2), d.codes(0), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), prefilled))
-    (a2, a0, ah, al, a_prefilled) = results[0]
-    for split, (b2, b0, bh, bl, b_prefilled) in zip(splits[1:], results[1:], strict=True):
+        results.append((stream_codes(d), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), prefilled))
+    (a_codes, ah, al, a_prefilled) = results[0]
+    for split, (b_codes, bh, bl, b_prefilled) in zip(splits[1:], results[1:], strict=True):
         for name, got, want in zip(("hidden", "logits", "keys"), b_prefilled, a_prefilled, strict=True):
             torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=lambda m, n=name: f"prefill {n}: {m}")
-        assert_codes_equal(b2, a2, f"slot 2 with {split}")
-        assert_codes_equal(b0, a0, f"slot 0 with {split}")
+        assert_streams_equal(b_codes, a_codes, f"with {split}")
         torch.testing.assert_close(bh, ah, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(bl, al, atol=1e-4, rtol=1e-4)
     print("OK")
