@@ -94,13 +94,14 @@ def row_chunks_times(runner, t_len: int, rounds: int = 3) -> dict:
     return out
 
 
-def _frame_times(runner, t_len: int, obj, variants: dict[str, dict], rounds: int, batches, what: str) -> dict:
-    """The code predictor's frame and the frame step with each of `variants` (obj's settings) at each of `batches`
-    the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
+def _frame_times(runner, t_len: int, obj, variants: dict[str, dict], rounds: int, batches, what: str,
+                 stage_names: tuple[str, ...] = ("code_predictor_frame", "frame_step")) -> dict:
+    """`stage_names` (by default the code predictor's frame and the frame step) with each of `variants` (obj's settings)
+    at each of `batches` the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
     out = {}
     for b in (b for b in batches if b <= runner.max_slots):
         fns = stage_fns(runner, b, t_len)
-        stages = {k: fns[k] for k in ("code_predictor_frame", "frame_step")}
+        stages = {k: fns[k] for k in stage_names}
         out[b] = interleaved_times(obj, variants, stages, rounds)
         print(f"batch {b}, {what}: {out[b]}", flush=True)
     return out
@@ -220,13 +221,9 @@ def talker_split_k_times(runner, t_len: int, rounds: int = 3, batches=(32, 64)) 
     .talker_split_k`, each of `split_k_candidates(2, 2)`, "t<name>"), at each of `batches`, interleaved rounds ->
     {batch: {key: median ms}}. Run 25 (calls 1 and 2; FastPathOptions.talker_down_splits has the figures): down and o
     in 2 partials the best of those tried."""
-    out = {}
-    for b in (b for b in batches if b <= runner.max_slots):
-        stages = {"talker_step": stage_fns(runner, b, t_len)["talker_step"]}
-        out[b] = interleaved_times(runner, {f"t{name}": {"talker_split_k": split}
-                                            for name, split in split_k_candidates(2, 2).items()}, stages, rounds)
-        print(f"batch {b}, the talker's products in split-K partials: {out[b]}", flush=True)
-    return out
+    variants = {f"t{name}": {"talker_split_k": split} for name, split in split_k_candidates(2, 2).items()}
+    return _frame_times(runner, t_len, runner, variants, rounds, batches, "the talker's products in split-K partials",
+                        ("talker_step",))
 
 
 def prefill_split_k_times(runner, t_len: int, rounds: int = 3, lengths=(12, 40, 120)) -> dict:
@@ -294,13 +291,8 @@ def blas_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict
     within 0.005 ms of the default at batches 8 and 32, within 0.04 at 64."""
     variants = {"blasdefault": {}, "cublaslt": {"library": "cublaslt"}, "cublas": {"library": "cublas"},
                 "fullreduce": {"reduced": False}}
-    out = {}
-    for b in (b for b in batches if b <= runner.max_slots):
-        fns = stage_fns(runner, b, t_len)
-        stages = {k: fns[k] for k in ("talker_step", "code_predictor_frame", "frame_step")}
-        out[b] = interleaved_times(_Blas(), variants, stages, rounds)
-        print(f"batch {b}, cuBLAS' choices: {out[b]}", flush=True)
-    return out
+    return _frame_times(runner, t_len, _Blas(), variants, rounds, batches, "cuBLAS' choices",
+                        ("talker_step", "code_predictor_frame", "frame_step"))
 
 
 # Where the runtime calls the kernels whose versions `kernels_ab_times` swaps: (runtime module, kernel module,
