@@ -23,16 +23,15 @@ import triton
 import triton.language as tl
 
 from bench.cuda_timing import cuda_time_ms, graph_of
+from tts_engine.kernels.backend import prefetch_l2, prefetch_window
 
 LINE = 128  # bytes an L2 prefetch brings in
 
 
 @triton.jit
 def _prefetch_kernel(base, n_lines, LINES: tl.constexpr):
-    lines = tl.minimum(tl.program_id(0) * LINES + tl.arange(0, LINES), n_lines - 1)
-    addr = base + lines.to(tl.int64) * 128
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [addr], dtype=tl.int32,
-                              is_pure=False, pack=1)
+    lines, ok = prefetch_window(tl.program_id(0) * LINES, n_lines, LINES)
+    prefetch_l2(base, lines, ok, 1)  # the PTX prefetch: this experiment runs on a GPU only
 
 
 def l2_prefetch(tensors: list[torch.Tensor], budget: int, lines_a_program: int = 1024) -> None:
