@@ -4,6 +4,7 @@ chose; the rest stays selectable so that it can be timed against them."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 # Past a few token rows cuBLAS is faster than the CUDA-core GEMVs (it takes ~the same time for
@@ -14,6 +15,9 @@ CP_GEMV_ROWS = 2
 # (prefill_mma_rows) up to this long can run on it.
 MAX_CP_MMA_ROWS = MAX_PREFILL_MMA_ROWS = 64
 MAX_SPLIT_K = 16  # split-K partials of a product (each an fp32 [rows, N] that the launch after it reads)
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -121,8 +125,6 @@ def split_k_for(stack, down: int, o: int, names: tuple[str, str], device_type: s
     named by `names`), checked against its intermediate size and attention width, which each slice must cut
     evenly. On a GPU whose torch has no fp32-output bmm (`rms_norm.bmm_has_fp32_out`) none, with a warning: the
     products stay cuBLAS'."""
-    import logging
-
     from ..kernels.rms_norm import bmm_has_fp32_out
     from .fused import SplitK
 
@@ -131,7 +133,7 @@ def split_k_for(stack, down: int, o: int, names: tuple[str, str], device_type: s
         if k % max(splits, 1):
             raise ValueError(f"{name} {splits} must divide the {what} {k}")
     if (down or o) and device_type == "cuda" and not bmm_has_fp32_out():
-        logging.getLogger(__name__).warning("%s / %s: this torch has no fp32-output bmm (torch.bmm out_dtype); the "
+        log.warning("%s / %s: this torch has no fp32-output bmm (torch.bmm out_dtype); the "
                                             "products stay cuBLAS'", *names)
         return SplitK()
     return SplitK(o=o, down=down)
