@@ -43,6 +43,14 @@ def _with_occupancy(line: str, num_warps: int) -> str:
 def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
               residual_early: bool = False, row_blocks: int = 1, delta: int = 0) -> str:
     """cuobjdump's resource line of one whole-row launch (bf16, one row of x, PDL; mode as in SHAPES)."""
+    return _resource_line(whole_row_kernel(k, mode, norm, block_n, num_warps, row_chunks, residual_early, row_blocks,
+                                           delta))
+
+
+def whole_row_kernel(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
+                     residual_early: bool = False, row_blocks: int = 1, delta: int = 0, pdl: int = 1):
+    """One whole-row launch (as `resources`') compiled for sm90: Triton's compiled kernel (its `asm` holds the PTX
+    and the cubin). pdl: its PDL (1, or backend.PDL_EARLY)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -56,7 +64,7 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
     pointers = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "ln_ptr", "y_ptr"), "*bf16")
     scalars = dict.fromkeys(("m", "n_out", "k", "s_x", "s_w", "s_r", "s_y"), "i32")
     signature = {**pointers, **scalars, "eps": "fp32", **dict.fromkeys(fn.arg_names[13:], "constexpr")}
-    consts = dict(MODE=mode, NORM=norm, M_P=1, BLOCK_N=block_n, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=True,
+    consts = dict(MODE=mode, NORM=norm, M_P=1, BLOCK_N=block_n, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=pdl,
                   RES_EARLY=residual_early and mode == 1)
     if "d_ptr" in signature:  # the kernels that take gemv's x_delta / residual_delta
         signature.update(d_ptr="*i64", s_d="i32")
@@ -66,8 +74,7 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
     if row_blocks > 1:
         consts["BLOCKS"] = row_blocks
     src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
-    return _resource_line(kernel)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
 
 
 def _resource_line(kernel) -> str:

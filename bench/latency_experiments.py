@@ -261,6 +261,21 @@ def draw_prefetch_times(runner, t_len: int, rounds: int = 3, batches=(1, 2, 8)) 
                         "the draws' prefetch of the next pass's weights")
 
 
+# `early_trigger_times`' variants: which of the code predictor's PDL launches let the next start before their wait.
+EARLY_TRIGGERS = {"trig0": (), "trigao": ("attention_o",), "trigdown": ("down",), "trighd": ("head", "draw"),
+                  "trigall": ("attention_o", "down", "head", "draw")}
+
+
+def early_trigger_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
+    """The code predictor's frame (and the frame step) with each of EARLY_TRIGGERS (`CodePredictorRunner
+    .early_trigger`), and all four with the draws' prefetch of 3 ("trigallpf3"), at each of `batches` (the PDL
+    passes), interleaved rounds -> {batch: {key: median ms}}."""
+    variants = {name: {"early_trigger": names} for name, names in EARLY_TRIGGERS.items()}
+    variants["trigallpf3"] = {"early_trigger": EARLY_TRIGGERS["trigall"], "draw_prefetch": 3}
+    return _frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
+                        "the code predictor's early triggers")
+
+
 class _Blas:
     """torch's cuBLAS choices as attributes, for `interleaved_times`: `library` (torch.backends.cuda
     .preferred_blas_library: "cublas", "cublaslt") and `reduced` (bf16 products' reductions in reduced precision
@@ -341,5 +356,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "draw_ways": draw_ways_times, "cp_split_k": cp_split_k_times,
                "talker_split_k": talker_split_k_times, "blas": blas_times,
                "prefill_split_k": prefill_split_k_times, "draw_prefetch": draw_prefetch_times,
+               "early_trigger": early_trigger_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

@@ -33,3 +33,20 @@ def test_programs_an_sm_holds_by_registers_warps_and_its_program_limit():
     assert programs_per_sm(31, 8) == 8  # warps bind: 64 / 8
     assert programs_per_sm(16, 1) == 32  # the program limit binds
     assert programs_per_sm(255, 8) == 1
+
+
+def test_an_early_trigger_lets_the_next_launch_start_before_the_wait_a_late_one_after():
+    """backend.pdl_start: with PDL 1 the compiled kernel waits for the launch before it (`griddepcontrol.wait`) and
+    then lets the next start (`griddepcontrol.launch_dependents`); with PDL_EARLY the other way round; without PDL
+    neither."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("from bench.kernel_resources import whole_row_kernel\n"
+            "for pdl in (0, 1, 2):\n"
+            "    ptx = whole_row_kernel(96, 1, False, 4, 4, residual_early=True, pdl=pdl).asm['ptx']\n"
+            "    print([ln.split()[0].rstrip(';') for ln in ptx.splitlines()\n"
+            "           if ln.strip().startswith('griddepcontrol')])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[:3] == [
+        "[]", "['griddepcontrol.wait', 'griddepcontrol.launch_dependents']",
+        "['griddepcontrol.launch_dependents', 'griddepcontrol.wait']"], out.stdout

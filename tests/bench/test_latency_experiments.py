@@ -205,6 +205,24 @@ def test_draw_prefetch_times_each_count_and_restores_the_runners_setting(monkeyp
     assert seen == [0, 1, 2, 3] * 2 and cp.draw_prefetch == 0
 
 
+def test_early_trigger_times_each_set_and_the_prefetch_with_all_and_restores_the_runner(monkeypatch):
+    """--experiments early_trigger: the frame with each set of early-triggering launches, and all four with the draws'
+    prefetch, interleaved, at the PDL batches the runner holds; the runner's own settings restored."""
+    fake_timing(monkeypatch)
+    runner = StandInRunner(gemv_rows=2)
+    runner.max_slots = 1
+    cp = runner.code_predictor
+    cp.early_trigger, cp.draw_prefetch = ("own",), 0
+    seen = []
+    cp.predict = lambda *a, **k: seen.append((cp.early_trigger, cp.draw_prefetch))
+    out = experiments.early_trigger_times(runner, 11, rounds=2)
+    names = [*experiments.EARLY_TRIGGERS, "trigallpf3"]
+    assert set(out) == {1} and set(out[1]) == {f"{stage}_{n}_ms" for stage in ("code_predictor_frame", "frame_step")
+                                              for n in names}
+    want = [(t, 0) for t in experiments.EARLY_TRIGGERS.values()] + [(experiments.EARLY_TRIGGERS["trigall"], 3)]
+    assert seen == want * 2 and (cp.early_trigger, cp.draw_prefetch) == (("own",), 0)
+
+
 def test_blas_times_each_choice_and_restores_torchs(monkeypatch):
     """--experiments blas: at each batch, the stages with torch's cuBLAS choices as they are, through cuBLASLt or
     cuBLAS alone, and with bf16 reductions in fp32, interleaved; torch's settings restored after."""

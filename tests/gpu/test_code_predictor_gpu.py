@@ -1,7 +1,8 @@
 """The code predictor's Triton path equals its torch path at the real 1.7B shapes in bf16: its prefill and decode
 passes from the same state give the same logits (to bf16 rounding) and write the same K/V, on the GEMV, cuBLAS and
 tensor-core passes and with the products as split-K partials; with PDL, the first-layer qkv table, attention + o or
-the draws' prefetch, graph replays give the codes of the same kernels without. The runners: tests/gpu/conftest.py."""
+the draws' prefetch or early triggers, graph replays give the codes of the same kernels without. The runners:
+tests/gpu/conftest.py."""
 
 from __future__ import annotations
 
@@ -160,6 +161,47 @@ def test_code_predictor_draws_that_prefetch_give_the_codes_without(runners, b):
                 cp.draw_prefetch = 0
     assert all(torch.equal(got, want) for got, want in zip(codes[3], codes[0])), \
         f"codes {codes[3][0].tolist()} with the prefetch, {codes[0][0].tolist()} without"
+
+
+@pytest.mark.parametrize("b", [1, 2])
+@pytest.mark.parametrize("early", [("attention_o",), ("down",), ("head", "draw"),
+                                   ("attention_o", "down", "head", "draw")])
+def test_code_predictor_with_early_triggers_gives_the_codes_of_late_ones(runners, b, early):
+    """The PDL passes (batches 1, 2; every default: the qkv table, attention + o, residuals read before the wait)
+    with `early_trigger` (those launches let the next one start before their own wait, so two launches ahead run
+    their early reads while the one before finishes) give, replay after replay with inputs alternating, the codes
+    of the same launches triggering after their wait: a launch that read early what was not yet written would
+    show as a replay that differs."""
+    from tts_engine.runtime.sampler import GENERAL
+
+    cfg, (fast, _) = runners
+    cp = fast.code_predictor
+    assert cp.uses_pdl(b) and cp.attention_o and cp.qkv_table is not None
+    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    inputs = (hidden.clone(), torch.randn_like(hidden))
+
+    def alternate(i):
+        hidden.copy_(inputs[i % 2])
+
+    c0 = torch.tensor([17, 1500][:b], device="cuda")
+    frames = torch.tensor([3, 9][:b], device="cuda")
+    rows = fast.rows.gather(torch.arange(b, device="cuda"))
+    codes = {}
+    with torch.inference_mode():
+        for trigger in ((), early):
+            cp.early_trigger = trigger
+            try:
+                codes[trigger] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
+                                               before=alternate)
+                assert not cp.o_sum.any(), "the attention + o sum is not zero after the frames"
+            finally:
+                cp.early_trigger = ()
+    assert len(torch.cat(codes[()]).unique()) > 1
+    for trigger, outs in codes.items():
+        differ = [i for i, got in enumerate(outs) if not torch.equal(got, outs[i % 2])]
+        assert not differ, f"early triggers {trigger}: replays {differ} differ from their input's first"
+    assert all(torch.equal(codes[early][i], codes[()][i]) for i in (0, 1)), \
+        f"codes {codes[early][0].tolist()} with early triggers {early}, {codes[()][0].tolist()} without"
 
 
 @pytest.fixture(scope="module")

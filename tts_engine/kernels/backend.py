@@ -44,10 +44,19 @@ def pdl_supported(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
-def pdl_launch(pdl: bool) -> dict:
+def pdl_launch(pdl: bool | int) -> dict:
     """Launch keywords of a kernel that takes programmatic dependent launch (with `PDL=pdl` for its
     `pdl_start`)."""
     return {"launch_pdl": True} if pdl else {}
+
+
+# A kernel's `PDL` (and its wrapper's `pdl`) may also be PDL_EARLY: it lets the next kernel's programs start before
+# its own wait rather than after it (`pdl_start`), so that two launches ahead load their weights while the one before
+# them finishes. What that allows the next kernel: a launch whose programs start before a wait may read before its
+# own wait only what was written before the last kernel ahead of it that triggers after its wait (there, the one
+# before that had finished). The code predictor's passes (`CodePredictorRunner.early_trigger`) say which of theirs
+# may.
+PDL_EARLY = 2
 
 
 # A sum across programs that must not depend on the order they finish in is kept as int64 multiples of 2^-32
@@ -70,8 +79,12 @@ if HAVE_TRITON:
     @triton.jit
     def pdl_start(PDL: tl.constexpr):
         """In a kernel launched with PDL, before it reads anything the previous kernel wrote: wait
-        until those writes are visible, then let the next kernel's programs start (they wait in turn)."""
-        if PDL:
+        until those writes are visible, then let the next kernel's programs start (they wait in turn).
+        PDL_EARLY (2): let them start first, then wait."""
+        if PDL == 2:
+            gdc_launch_dependents()
+            gdc_wait()
+        elif PDL:
             gdc_wait()
             gdc_launch_dependents()
 

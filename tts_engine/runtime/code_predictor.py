@@ -28,6 +28,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
+from ..kernels.backend import PDL_EARLY
 from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
 from ..kernels.cp_attention_o import cp_attention_o
 from ..kernels.gemv import LATE_SUM, gemv
@@ -92,6 +93,18 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
               "gate_up": dict(block_n=4, num_warps=2, **_PDL),
               "down": dict(block_n=4, num_warps=4, residual_early=True, **_PDL),
               "head": dict(block_n=2, num_warps=8, **_PDL)}
+
+
+# The PDL passes' launches that may let the next launch's programs start before their own wait (`backend.PDL_EARLY`;
+# `CodePredictorRunner.early_trigger` names those that do): each one's next launch reads before its wait only weights,
+# settings and what was written before the last launch ahead of it that triggers after its wait (qkv and gate/up always
+# do). attention + o -> gate/up (its weights; x and o's sum after the wait); down -> the next layer's qkv or the head
+# (weights); head -> draw (settings, written at the step's start); a draw but the frame's last -> the next pass's
+# attention + o (w_o, and cache positions of earlier passes: a gate/up triggers between). Not qkv: attention + o after
+# it reads nothing early that qkv's predecessor wrote, but down, two launches on, reads early the residual and o's
+# sum, which an early gate/up would not have waited for; not gate/up, for that reason; not the frame's last draw:
+# what follows the code predictor is not these launches.
+EARLY_TRIGGER_LAUNCHES = ("attention_o", "down", "head", "draw")
 
 
 # The attention + o launch (`attention_o`, kernels/cp_attention_o.py) by the positions a row of the pass holds
@@ -173,6 +186,10 @@ class CodePredictorRunner:
         # The weights the next pass reads first after its first launch (attention + o, whose w_o block its programs
         # load before their wait; the qkv product from the table): 12.6 + 6.3 + 8.4 MB at 1.7B, 27 of the L2's 50.
         self.prefetch_weights = (first.w_gate_up, first.w_down, second.w_qkv)
+        # The PDL passes' launches (of EARLY_TRIGGER_LAUNCHES) that let the next one start before their own wait, so
+        # that two launches ahead load their weights at once. Untimed, so none (bench.latency --experiments
+        # early_trigger). Read at every pass.
+        self.early_trigger: tuple[str, ...] = ()
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
@@ -228,8 +245,8 @@ class CodePredictorRunner:
 
             def attention_o(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> o_sum [>= b n, H]
                 cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], layer.w_o,
-                               self.o_sum, start, n, c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
-                               **self.attention_o_launch[n])
+                               self.o_sum, start, n, c.eps, c.num_heads, c.num_kv_heads,
+                               pdl=self.trigger("attention_o", pdl), **self.attention_o_launch[n])
                 return self.o_sum
 
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
@@ -256,10 +273,21 @@ class CodePredictorRunner:
         the tensor-core ones (mma_rows)."""
         return self.pdl and (rows <= min(PDL_ROWS, self.gemv_rows) or self.gemv_rows < rows <= self.mma_rows)
 
+    def trigger(self, name: str, pdl: bool) -> bool | int:
+        """A launch's `pdl`: PDL_EARLY where it is a PDL launch that `early_trigger` names."""
+        if not pdl or not self.early_trigger:
+            return pdl
+        unknown = set(self.early_trigger) - set(EARLY_TRIGGER_LAUNCHES)
+        if unknown:
+            raise ValueError(f"early_trigger names launches of {EARLY_TRIGGER_LAUNCHES} only, got {sorted(unknown)}")
+        return PDL_EARLY if name in self.early_trigger else pdl
+
     def launch(self, rows: int) -> dict[str, dict]:
         """The GEMVs' launch configurations for a pass of `rows` token rows."""
         if rows <= self.gemv_rows:
-            return PDL_LAUNCH if self.uses_pdl(rows) else self.gemv_launch
+            if not self.uses_pdl(rows):
+                return self.gemv_launch
+            return {name: {**cfg, "pdl": self.trigger(name, True)} for name, cfg in PDL_LAUNCH.items()}
         pdl = self.uses_pdl(rows)
         return {name: {**cfg, "pdl": pdl} for name, cfg in self.mma_launch.items()}
 
@@ -304,7 +332,9 @@ class CodePredictorRunner:
             sample_rows(self.logits(out, normed, j), codes[:, j], codebook=j + 1,
                         gather=None if last else (self.inputs[j], x[:, 0]),
                         gather2=None if last or table is None else (table[j], first_qkv),
-                        prefetch=() if last else self.prefetch_weights[:self.draw_prefetch], **settings)
+                        prefetch=() if last else self.prefetch_weights[:self.draw_prefetch],
+                        pdl=settings["pdl"] if last else self.trigger("draw", settings["pdl"]),
+                        **{k: v for k, v in settings.items() if k != "pdl"})
             if not last:
                 out, normed = self.layers(x, b, j + 2, first_qkv)
         return codes
