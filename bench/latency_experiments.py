@@ -276,6 +276,22 @@ def early_trigger_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> 
                         "the code predictor's early triggers")
 
 
+def talker_trigger_times(runner, t_len: int, rounds: int = 3) -> dict:
+    """The talker's batch-1 step (short context: its fused attention; long: the split one) and the frame step with its
+    PDL table as it is ("ttrig0") and with each of talker_launch.TALKER_EARLY_TRIGGERS' products triggering early
+    ("ttrig<set>"), interleaved rounds -> {key: median ms}."""
+    from tts_engine.kernels.backend import PDL_EARLY
+    from tts_engine.runtime.talker_launch import TALKER_EARLY_TRIGGERS
+
+    table = runner.talker_pdl_launch
+    variants = {"ttrig0": {"talker_pdl_launch": table}}
+    for key, names in TALKER_EARLY_TRIGGERS.items():
+        variants[f"ttrig{key}"] = {"talker_pdl_launch": {name: {**cfg, "pdl": PDL_EARLY} if name in names else cfg
+                                                         for name, cfg in table.items()}}
+    return _frame_times(runner, t_len, runner, variants, rounds, (1,), "the talker's early triggers",
+                        ("talker_step", "talker_step_long", "frame_step"))[1]
+
+
 class _Blas:
     """torch's cuBLAS choices as attributes, for `interleaved_times`: `library` (torch.backends.cuda
     .preferred_blas_library: "cublas", "cublaslt") and `reduced` (bf16 products' reductions in reduced precision
@@ -356,6 +372,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "draw_ways": draw_ways_times, "cp_split_k": cp_split_k_times,
                "talker_split_k": talker_split_k_times, "blas": blas_times,
                "prefill_split_k": prefill_split_k_times, "draw_prefetch": draw_prefetch_times,
-               "early_trigger": early_trigger_times,
+               "early_trigger": early_trigger_times, "talker_trigger": talker_trigger_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

@@ -223,6 +223,27 @@ def test_early_trigger_times_each_set_and_the_prefetch_with_all_and_restores_the
     assert seen == want * 2 and (cp.early_trigger, cp.draw_prefetch) == (("own",), 0)
 
 
+def test_talker_trigger_times_each_set_on_the_runners_table_and_restores_it(monkeypatch):
+    """--experiments talker_trigger: the talker's steps with its PDL table as it is and with each set of products
+    triggering early (those products' pdl PDL_EARLY, the rest as they were), interleaved; the table restored."""
+    from tts_engine.kernels.backend import PDL_EARLY
+    from tts_engine.runtime.talker_launch import TALKER_EARLY_TRIGGERS
+
+    runner, _, _ = _pdl_tables(monkeypatch)
+    runner.max_slots = 1
+    own = runner.talker_pdl_launch
+    seen = []
+    runner._talker_decode = lambda *a: seen.append({n: c["pdl"] for n, c in runner.talker_pdl_launch.items()})
+    out = experiments.talker_trigger_times(runner, 11, rounds=1)
+    assert set(out) == {f"{stage}_ttrig{k}_ms" for stage in ("talker_step", "talker_step_long", "frame_step")
+                        for k in ("0", *TALKER_EARLY_TRIGGERS)}
+    plain = dict.fromkeys(("qkv", "o", "gate_up", "down"), True)
+    assert seen[0] == seen[1] == plain  # the short and the long step, the table as it is
+    assert seen[2] == {**plain, "o": PDL_EARLY, "down": PDL_EARLY}
+    assert seen[4] == {**plain, "qkv": PDL_EARLY, "o": PDL_EARLY, "down": PDL_EARLY}
+    assert runner.talker_pdl_launch is own and {n: c["pdl"] for n, c in own.items()} == plain
+
+
 def test_blas_times_each_choice_and_restores_torchs(monkeypatch):
     """--experiments blas: at each batch, the stages with torch's cuBLAS choices as they are, through cuBLASLt or
     cuBLAS alone, and with bf16 reductions in fp32, interleaved; torch's settings restored after."""

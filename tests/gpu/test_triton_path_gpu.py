@@ -102,7 +102,10 @@ def test_talker_step_with_fused_qk_attention_equals_torch(runners, batch, pdl, l
                                                      (2, 3, "qk_attention+residual_early", False),
                                                      (1, 3, "qk_attention+row_chunks", False),
                                                      (1, 3, "qk_attention+row_blocks", False),
-                                                     (2, 3, "row_blocks+row_chunks+residual_early", False)])
+                                                     (2, 3, "row_blocks+row_chunks+residual_early", False),
+                                                     (1, 3, "qk_attention+residual_early+early_od", False),
+                                                     (1, 3, "qk_attention+residual_early+early_qod", False),
+                                                     (2, 3, "residual_early+early_qod", True)])
 def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table, early):
     """The talker's GEMV step with programmatic dependent launch (talker_launch.TALKER_PDL_LAUNCH: whole-row
     products reading their weights before the wait, and every other kernel of the step launched early;
@@ -113,8 +116,11 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
     one before, so reading them early would not show otherwise. table residual_early: o's and down's
     residual read before their wait too; qk_attention: kernels/talker_attention.py's one launch for the
     q/k norm, RoPE, K/V store and attention (8 warps a program); row_chunks: down's rows in three slices;
-    row_blocks: every product's row blocks streamed four a program."""
-    from tts_engine.runtime.talker_launch import TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
+    row_blocks: every product's row blocks streamed four a program; early_od / early_qod: o and down (and qkv) let the
+    next launch start before their own wait (`backend.PDL_EARLY`: two launches ahead run their early reads while the
+    one before finishes; talker_launch.TALKER_EARLY_TRIGGERS says why these may)."""
+    from tts_engine.kernels.backend import PDL_EARLY
+    from tts_engine.runtime.talker_launch import TALKER_EARLY_TRIGGERS, TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
 
     launch = TALKER_PDL_MIXED if table == "mixed" else TALKER_PDL_LAUNCH
     # o's and down's residual read before their wait: the default table's setting, here on where the case
@@ -125,6 +131,9 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
         launch = {name: {**cfg, "row_chunks": 3} if name == "down" else cfg for name, cfg in launch.items()}
     if "row_blocks" in table:
         launch = {name: {**cfg, **ROW_BLOCKS} for name, cfg in launch.items()}
+    if "early_" in table:
+        early_names = TALKER_EARLY_TRIGGERS["qod" if "early_qod" in table else "od"]
+        launch = {name: {**cfg, "pdl": PDL_EARLY} if name in early_names else cfg for name, cfg in launch.items()}
     qk_attention = "qk_attention" in table
     cfg, (fast, _) = runners
     slots = torch.arange(b, device="cuda")

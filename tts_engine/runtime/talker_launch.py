@@ -47,6 +47,14 @@ TALKER_PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, row_blocks=2),
                      "gate_up": dict(block_n=1, num_warps=4, row_blocks=6),
                      "down": dict(block_n=2, num_warps=8, row_blocks=4, residual_early=True)}
 TALKER_PDL_LAUNCH = {name: dict(cfg, whole_rows=True, pdl=True) for name, cfg in TALKER_PDL_LAUNCH.items()}
+# Products of the talker's PDL steps that may let the next launch start before their own wait (`backend.PDL_EARLY`),
+# as sets a benchmark tries (bench.latency --experiments talker_trigger; untimed, so the table above has none): o ->
+# gate/up (weights before its wait) and down -> the next qkv or the final norm (weights) read early nothing the launch
+# before them writes; o's residual (the layer's input, down's) is complete once the attention has passed its wait, and
+# down's (o's output) once gate/up has, so attention and gate/up stay late. qkv may too (-> the attention: cache
+# positions of earlier steps, the step's rows and lengths; or q/k norm + RoPE: the RoPE rows), but then not the
+# attention, or o's residual would not be waited for.
+TALKER_EARLY_TRIGGERS = {"od": ("o", "down"), "qod": ("qkv", "o", "down")}
 TALKER_PDL_MIXED = {**TALKER_PDL_LAUNCH, "qkv": dict(block_n=8, block_k=512, pdl=True, **LATE_SUM),
                     "down": dict(block_n=4, block_k=512, pdl=True, **LATE_SUM)}
 
