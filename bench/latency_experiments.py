@@ -263,12 +263,13 @@ def draw_prefetch_times(runner, t_len: int, rounds: int = 3, batches=(1, 2, 8)) 
 
 # `early_trigger_times`' variants: which of the code predictor's PDL launches let the next start before their wait.
 EARLY_TRIGGERS = {"trig0": (), "trigao": ("attention_o",), "trigdown": ("down",), "trighd": ("head", "draw"),
-                  "trigall": ("attention_o", "down", "head", "draw")}
+                  "trigall": ("attention_o", "down", "head", "draw"),
+                  "trigallq": ("qkv", "attention_o", "down", "head", "draw")}
 
 
 def early_trigger_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
     """The code predictor's frame (and the frame step) with each of EARLY_TRIGGERS (`CodePredictorRunner
-    .early_trigger`), and all four with the draws' prefetch of 3 ("trigallpf3"), at each of `batches` (the PDL
+    .early_trigger`), and "trigall" with the draws' prefetch of 3 ("trigallpf3"), at each of `batches` (the PDL
     passes), interleaved rounds -> {batch: {key: median ms}}."""
     variants = {name: {"early_trigger": names} for name, names in EARLY_TRIGGERS.items()}
     variants["trigallpf3"] = {"early_trigger": EARLY_TRIGGERS["trigall"], "draw_prefetch": 3}

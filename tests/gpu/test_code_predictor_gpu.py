@@ -165,7 +165,7 @@ def test_code_predictor_draws_that_prefetch_give_the_codes_without(runners, b):
 
 @pytest.mark.parametrize("b", [1, 2])
 @pytest.mark.parametrize("early", [("attention_o",), ("down",), ("head", "draw"),
-                                   ("attention_o", "down", "head", "draw")])
+                                   ("qkv", "attention_o", "down", "head", "draw")])
 def test_code_predictor_with_early_triggers_gives_the_codes_of_late_ones(runners, b, early):
     """The PDL passes (batches 1, 2; every default: the qkv table, attention + o, residuals read before the wait)
     with `early_trigger` (those launches let the next one start before their own wait, so two launches ahead run

@@ -74,8 +74,8 @@ def test_early_triggers_are_the_named_launches_but_the_frames_last_draw(runner, 
     seen = launches(runner, monkeypatch, EARLY_TRIGGER_LAUNCHES)
     draws = [pdl for n, pdl in seen if n == "draw"]
     assert draws == [PDL_EARLY] * 14 + [True], "the frame's last draw is followed by what is not the code predictor's"
-    assert {pdl for n, pdl in seen if n in ("attention_o", "down", "head")} == {PDL_EARLY}
-    assert {pdl for n, pdl in seen if n in ("qkv", "gate_up")} == {True}
+    assert {pdl for n, pdl in seen if n in ("qkv", "attention_o", "down", "head")} == {PDL_EARLY}
+    assert {pdl for n, pdl in seen if n == "gate_up"} == {True}
     only_down = launches(runner, monkeypatch, ("down",))
     assert [(n, pdl == PDL_EARLY) for n, pdl in only_down] == [(n, n == "down") for n, _ in only_down]
 
@@ -87,7 +87,7 @@ def test_an_unknown_or_unsafe_launch_is_refused_and_non_pdl_launches_are_left_al
             runner.trigger("down", True)
         runner.early_trigger = ("down",)
         assert runner.trigger("down", False) is False
-        assert runner.trigger("down", True) == PDL_EARLY and runner.trigger("qkv", True) is True
+        assert runner.trigger("down", True) == PDL_EARLY and runner.trigger("head", True) is True
         assert runner.launch(2)["down"]["pdl"] == PDL_EARLY and runner.launch(2)["gate_up"]["pdl"] is True
     finally:
         runner.early_trigger = ()

@@ -96,15 +96,13 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
 
 
 # The PDL passes' launches that may let the next launch's programs start before their own wait (`backend.PDL_EARLY`;
-# `CodePredictorRunner.early_trigger` names those that do): each one's next launch reads before its wait only weights,
-# settings and what was written before the last launch ahead of it that triggers after its wait (qkv and gate/up always
-# do). attention + o -> gate/up (its weights; x and o's sum after the wait); down -> the next layer's qkv or the head
-# (weights); head -> draw (settings, written at the step's start); a draw but the frame's last -> the next pass's
-# attention + o (w_o, and cache positions of earlier passes: a gate/up triggers between). Not qkv: attention + o after
-# it reads nothing early that qkv's predecessor wrote, but down, two launches on, reads early the residual and o's
-# sum, which an early gate/up would not have waited for; not gate/up, for that reason; not the frame's last draw:
-# what follows the code predictor is not these launches.
-EARLY_TRIGGER_LAUNCHES = ("attention_o", "down", "head", "draw")
+# `CodePredictorRunner.early_trigger` names those that do). A launch may read before its wait only what was written
+# before the last launch ahead of it that triggers after its wait; gate/up always does, so: qkv -> attention + o (w_o;
+# cache positions of earlier passes, written before the last gate/up), attention + o -> gate/up (weights), down -> the
+# next layer's qkv or the head (weights), head -> draw (settings, written at the step's start), a draw but the frame's
+# last -> the next pass's attention + o. Not gate/up: down after it reads early the residual and o's sum, complete only
+# once gate/up has passed its wait; not the frame's last draw: what follows the code predictor is not these launches.
+EARLY_TRIGGER_LAUNCHES = ("qkv", "attention_o", "down", "head", "draw")
 
 
 # The attention + o launch (`attention_o`, kernels/cp_attention_o.py) by the positions a row of the pass holds
