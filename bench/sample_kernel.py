@@ -53,9 +53,44 @@ def set_draw(spec: str | None) -> dict:
     return dict(DRAW_LAUNCH)
 
 
+# `--parts`: a code predictor's batch-1 draw with less and less of its work, so that the differences say what each
+# part costs (name -> what it drops): the first-layer qkv row's gather (from a table as large as the code predictor's,
+# out of L2: each input set reads another codebook's slice), the embedding row's, the top-k search, the weighted pick.
+PARTS = ("full", "no_qkv_row", "no_gathers", "no_top_k", "greedy")
+
+
+def draw_parts(launch: dict) -> dict:
+    """PARTS' µs a draw (as the sweep's: 20 calls in a graph, no PDL), at `launch` (DRAW_LAUNCH's keys)."""
+    from bench.kernels import SETS, graph_ms
+    from tts_engine.kernels.sample import sample_rows
+
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(14, 2048, 4096, device="cuda", dtype=torch.bfloat16)  # 235 MB, as the code predictor's
+    qkv_rows = torch.empty(1, 4096, device="cuda", dtype=torch.bfloat16)
+    sets = [_draw_args(1, 2048, g, talker=False) for _ in range(SETS)]
+    out = {}
+    for part in PARTS:
+        fns = []
+        for i, (logits, kw) in enumerate(sets):
+            kw = dict(kw)
+            if part == "full":
+                kw["gather2"] = (table[3 * i], qkv_rows)
+            if part in ("no_gathers", "no_top_k", "greedy"):
+                del kw["gather"]
+            if part == "no_top_k":
+                kw["top_k"] = torch.zeros_like(kw["top_k"])
+            if part == "greedy":
+                kw["do_sample"] = torch.zeros_like(kw["do_sample"])
+            fns.append(partial(sample_rows, logits, torch.empty(1, dtype=torch.long, device="cuda"), **launch, **kw))
+        out[part] = round(graph_ms(fns) * 1e3, 2)
+        print(f"code predictor b1 draw, {part}: {out[part]:6.2f} us", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.sample_kernel")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--parts", action="store_true", help="only the batch-1 draw's parts (PARTS) at DRAW_LAUNCH")
     p.add_argument("--warps", default="8,4", help="warps a row (run 17: 2 and 1 were 1.4-3x slower)")
     p.add_argument("--windows", default="0,12,8/3,6/4",
                    help="top-k searches: top_k_window values (0: the key bisection), N/W for N passes of W ways")
@@ -66,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         p.error("bench.sample_kernel needs a CUDA device")
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "us": {}}
+    if args.parts:
+        from tts_engine.kernels.sample import DRAW_LAUNCH
+
+        out["launch"], out["parts_us"] = dict(DRAW_LAUNCH), draw_parts(dict(DRAW_LAUNCH))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=2))
+        return 0
     g = torch.Generator().manual_seed(0)
     for name, v, talker in (("code_predictor", 2048, False), ("talker", 3072, True)):
         for b in (1, 64):

@@ -146,6 +146,10 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-attention-o", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's GEMV passes run each layer's attention and o product as one launch, "
                         "o summed across kv heads in int64 fixed point (default: on; Triton paths)")
+    p.add_argument("--cp-early-trigger", action=argparse.BooleanOptionalAction, default=None,
+                   help="the code predictor's PDL passes let the next launch start before the wait of each launch "
+                        "that may (all but gate/up), so two launches ahead load their weights at once (default: on; "
+                        "sm90+ with --cp-pdl)")
     p.add_argument("--cp-down-splits", type=int, default=None,
                    help="the code predictor's cuBLAS passes (past --cp-gemv-rows) make each down product as this "
                         "many fp32 split-K partials that the next norm sums, not cuBLAS' own split-K product and its "

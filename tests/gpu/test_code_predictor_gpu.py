@@ -186,7 +186,7 @@ def test_code_predictor_with_early_triggers_gives_the_codes_of_late_ones(runners
     c0 = torch.tensor([17, 1500][:b], device="cuda")
     frames = torch.tensor([3, 9][:b], device="cuda")
     rows = fast.rows.gather(torch.arange(b, device="cuda"))
-    codes = {}
+    codes, own = {}, cp.early_trigger
     with torch.inference_mode():
         for trigger in ((), early):
             cp.early_trigger = trigger
@@ -195,7 +195,7 @@ def test_code_predictor_with_early_triggers_gives_the_codes_of_late_ones(runners
                                                before=alternate)
                 assert not cp.o_sum.any(), "the attention + o sum is not zero after the frames"
             finally:
-                cp.early_trigger = ()
+                cp.early_trigger = own
     assert len(torch.cat(codes[()]).unique()) > 1
     for trigger, outs in codes.items():
         differ = [i for i, got in enumerate(outs) if not torch.equal(got, outs[i % 2])]

@@ -127,8 +127,9 @@ def attention_warps(rows: int, pdl: bool) -> int:
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
-                 qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0):
-        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits:
+                 qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0,
+                 early_trigger: bool = False):
+        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits, early_trigger:
         `FastPathOptions`' cp_* (validated there; the splits also against the model's shapes here)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
@@ -185,9 +186,9 @@ class CodePredictorRunner:
         # load before their wait; the qkv product from the table): 12.6 + 6.3 + 8.4 MB at 1.7B, 27 of the L2's 50.
         self.prefetch_weights = (first.w_gate_up, first.w_down, second.w_qkv)
         # The PDL passes' launches (of EARLY_TRIGGER_LAUNCHES) that let the next one start before their own wait, so
-        # that two launches ahead load their weights at once. Untimed, so none (bench.latency --experiments
-        # early_trigger). Read at every pass.
-        self.early_trigger: tuple[str, ...] = ()
+        # that two launches ahead load their weights at once: all of them with `early_trigger` (bench.latency
+        # --experiments early_trigger times subsets). Read at every pass.
+        self.early_trigger: tuple[str, ...] = EARLY_TRIGGER_LAUNCHES if early_trigger else ()
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when

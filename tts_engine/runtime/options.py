@@ -56,6 +56,12 @@ class FastPathOptions:
     # layer instead of 5. Run 23 (interleaved pairs): frame 1.510 -> 1.449 ms at batch 1, 1.864 -> 1.817 at 2
     # (code_predictor.ATTENTION_O_LAUNCH).
     cp_attention_o: bool = True
+    # The code predictor's PDL passes let the next launch start before the wait of each launch that may
+    # (code_predictor.EARLY_TRIGGER_LAUNCHES: qkv, attention + o, down, the head, the draws but a frame's last;
+    # `backend.PDL_EARLY`), so that two launches ahead load their weights while the one before them finishes; gate/up
+    # still waits first. Run 26 (bench.latency --experiments early_trigger, three interleaved rounds): frame 1.449 ->
+    # 1.402 ms at batch 1, 1.785 -> 1.769 at 2.
+    cp_early_trigger: bool = True
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
