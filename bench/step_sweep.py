@@ -51,7 +51,9 @@ TALKER_FINE_CANDIDATES = {
     + tuple(dict(block_n=1, num_warps=8, row_chunks=1, row_blocks=b) for b in (6, 8, 12)),
 }
 # The whole-row products of each batch-1 step, in the order the sweep visits them.
-PRODUCTS = {"talker": ("qkv", "o", "gate_up", "down"), "cp": ("qkv", "o", "gate_up", "down", "head")}
+# The code predictor's o product is its attention + o launch's (FastPathOptions.cp_attention_o, the default; its
+# launches: bench.latency --experiments cp_attention_o), so its PDL_LAUNCH entry is not swept.
+PRODUCTS = {"talker": ("qkv", "o", "gate_up", "down"), "cp": ("qkv", "gate_up", "down", "head")}
 # Stage "draw": every draw's launch (kernels/sample.py DRAW_LAUNCH: warps of a row's program, halvings of
 # the top-k search, parts a halving cuts), timed as the code predictor's frame (15 of its draws).
 DRAW_CANDIDATES = tuple(dict(num_warps=w, top_k_window=n, top_k_ways=ways)

@@ -23,6 +23,7 @@
 #   PART=profile ... bash bench/gpu/run3.sh                     bench.profile_step (batch-1 graphs kernel by kernel,
 #                                                               with and without PDL; the prefill on both paths;
 #                                                               PROFILE_BATCHES, PROFILE_ARGS e.g. --cp-mma-rows 64)
+#   PART=drawparts ... bash bench/gpu/run3.sh                   bench.sample_kernel --parts (what a batch-1 draw's parts cost)
 #   PART=draw ... bash bench/gpu/run3.sh                        bench.sample_kernel (warps x top-k search), then the
 #                                                               kernel's tests, bench.profile_step and bench.latency's
 #                                                               stages with its `best` and with DRAWS (default 8,12,2)
@@ -189,6 +190,11 @@ part_profile() {  # bench.profile_step: where the batch-1 critical path's device
   timeout $limit python3 -m bench.profile_step --batches ${PROFILE_BATCHES:-1} --out $W/profile.json ${PROFILE_ARGS:-} \
     > $W/profile.log 2>&1
   echo "profile rc=$? $((SECONDS - t0)) s"; grep -vE "^ +x" $W/profile.log | cut -c1-300 | tail -20
+}
+
+part_drawparts() {  # the batch-1 code-predictor draw with less and less of its work (bench.sample_kernel --parts)
+  timeout $(left 5) python3 -m bench.sample_kernel --parts --out $W/draw-parts.json > $W/draw-parts.log 2>&1
+  echo "draw parts rc=$? $((SECONDS - t0)) s"; cut -c1-200 $W/draw-parts.log | tail -6
 }
 
 part_draw() {  # the sampling kernel's launch: timed alone, then in the engine's graphs

@@ -89,7 +89,7 @@ def test_the_stream_stages_candidates_each_name_their_row_blocks_and_compute_the
     from tts_engine.kernels.gemv import gemv, gemv_ref
 
     per_product = stream_candidates(PRODUCTS["cp"])
-    assert per_product["down"] == STREAM_DOWN_CANDIDATES and per_product["o"] == STREAM_CANDIDATES
+    assert per_product["down"] == STREAM_DOWN_CANDIDATES and per_product["gate_up"] == STREAM_CANDIDATES
     keys = [_key(c) for c in STREAM_DOWN_CANDIDATES]
     assert len(set(keys)) == len(keys) and {c.get("row_chunks") for c in STREAM_DOWN_CANDIDATES} == {1, 3}
     assert all(f"b{c['row_blocks']}" in k for k, c in zip(keys, STREAM_DOWN_CANDIDATES))
