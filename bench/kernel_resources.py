@@ -104,6 +104,29 @@ def attention_o_resources(block_r: int, num_warps: int, t: int = 1) -> str:
     return _resource_line(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}))
 
 
+def draw_kernel(window: int, ways: int, codebook0: bool, num_warps: int = 8):
+    """The draw (kernels/sample.py `_sample_kernel`) compiled for sm90 at a top-k search (`sample_rows`' top_k_window,
+    top_k_ways): the talker's codebook-0 draw (vocabulary 3072, its processors) or the code predictor's (2048, both
+    gathers), with PDL. Triton's interpreter runs no compiler, so a kernel whose branches disagree on a variable's
+    type passes there and fails here."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from tts_engine.kernels import sample
+
+    fn = sample._sample_kernel
+    kinds = {"logits_ptr": "*bf16", "do_sample_ptr": "*i1", "temperature_ptr": "*fp32", "top_k_ptr": "*i64",
+             "top_p_ptr": "*fp32", "seed_ptr": "*i64", "frame_ptr": "*i64", "penalty_ptr": "*fp32",
+             "min_new_ptr": "*i64", "eos_ok_ptr": "*i1", "slot_ptr": "*i64", "seen_ptr": "*i1", "suppress_ptr": "*i1",
+             "out_ptr": "*i64", "emb_ptr": "*bf16", "x_ptr": "*bf16", "emb2_ptr": "*bf16", "x2_ptr": "*bf16",
+             **dict.fromkeys(("pf0_ptr", "pf1_ptr", "pf2_ptr"), "*u8")}
+    consts = dict(CODEBOOK0=codebook0, GATHER=not codebook0, GATHER2=not codebook0, BLOCK=4096 if codebook0 else 2048,
+                  EMB_BLOCK=1024, EMB2_BLOCK=1024, PDL=1, TOPK_WINDOW=window, TOPK_WAYS=ways, PF_LINES=0, PF_MODE=1)
+    signature = {n: "constexpr" if n in consts else kinds.get(n, "i32") for n in fn.arg_names}
+    src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stream", action="store_true",

@@ -50,3 +50,15 @@ def test_an_early_trigger_lets_the_next_launch_start_before_the_wait_a_late_one_
     assert out.stdout.split("\n")[:3] == [
         "[]", "['griddepcontrol.wait', 'griddepcontrol.launch_dependents']",
         "['griddepcontrol.launch_dependents', 'griddepcontrol.wait']"], out.stdout
+
+
+def test_the_draw_compiles_for_sm90_with_each_top_k_search():
+    """The draw's branches (the key bisection, the window search of 2-4 ways, top-p) must agree on their variables'
+    types, which only a compiler checks: the code predictor's and the talker's draws, compiled for sm90."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("from bench.kernel_resources import draw_kernel\n"
+            "for window, ways, cb0 in ((0, 2, False), (12, 2, False), (8, 3, True), (6, 4, False)):\n"
+            "    print('bar.sync' in draw_kernel(window, ways, cb0).asm['ptx'])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["True"] * 4, out.stdout
