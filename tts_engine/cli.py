@@ -157,7 +157,8 @@ def _add_serve(sub) -> None:
     p.add_argument("--cp-o-splits", type=int, default=None,
                    help="the same for the code predictor's o products (default 4; dividing heads x head dim)")
     p.add_argument("--talker-down-splits", type=int, default=None,
-                   help="the same for the talker's cuBLAS steps (past --talker-gemv-rows; default 2)")
+                   help="the same for the talker's cuBLAS steps (past --talker-gemv-rows) and its prompts' prefills "
+                        "(default 2)")
     p.add_argument("--talker-o-splits", type=int, default=None,
                    help="the same for the talker's o products (default 2)")
     p.add_argument("--talker-qk-attention-context", type=int, default=None,

@@ -143,9 +143,6 @@ class ModelRunner(PromptPrefill):
         self.talker_qk_attention = False
         self.talker_qk_attention_launch = TALKER_QK_ATTENTION_LAUNCH
         self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
-        # The prefill's cuBLAS products as split-K partials (`fused.SplitK`), read when a prefill runs or is captured:
-        # none by default, untimed (bench.latency --experiments prefill_split_k times them).
-        self.prefill_split_k = SplitK()
         self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
         # distribution as the torch sampler, every setting served), so it needs one variant.
@@ -161,6 +158,11 @@ class ModelRunner(PromptPrefill):
         split_k = split_k_for(self.talker, opts.talker_down_splits, opts.talker_o_splits,
                               ("talker_down_splits", "talker_o_splits"), self.device.type)
         self.talker_split_k = split_k if self.use_triton else SplitK()
+        # The prefill's cuBLAS products as split-K partials too (`fused.SplitK`), read when a prefill runs or is
+        # captured: the talker steps' splits. Run 26 (bench.latency --experiments prefill_split_k, three interleaved
+        # rounds, a prompt's prefill graph at 12 / 40 / 120 rows): cuBLAS 1.703 / 1.861 / 2.136 ms, o 2 + down 2
+        # 1.611 / 1.758 / 2.026, down 2 alone 1.641 / 1.780 / 2.041, o 4 + down 4 1.610 / 1.803 / 2.074.
+        self.prefill_split_k = self.talker_split_k
         self.codec_head = talker.codec_head.weight
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
         self.text_embedding = talker.model.text_embedding.weight
