@@ -56,9 +56,10 @@ TALKER_FINE_CANDIDATES = {
 PRODUCTS = {"talker": ("qkv", "o", "gate_up", "down"), "cp": ("qkv", "gate_up", "down", "head")}
 # Stage "draw": every draw's launch (kernels/sample.py DRAW_LAUNCH: warps of a row's program, halvings of
 # the top-k search, parts a halving cuts), timed as the code predictor's frame (15 of its draws).
-# Run 26 (call 2: 4 / 8 / 16 warps x 10 / 12 / 14 halvings x 2 / 3 ways) chose 8 warps, 10 halvings, 2 ways, the
-# fewest halvings tried; since then a walk step is one reduction, not two: fewer halvings and a longer walk.
-DRAW_CANDIDATES = tuple(dict(num_warps=8, top_k_window=n, top_k_ways=2) for n in (6, 7, 8, 9, 10, 11, 12))
+# Run 26 (call 2) chose 8 warps, 10 halvings, 2 ways; call 3 (8 warps, 6-12 halvings, with a draw since reverted whose
+# walk steps took one reduction each) kept 10 (9 tied).
+DRAW_CANDIDATES = tuple(dict(num_warps=w, top_k_window=n, top_k_ways=ways)
+                        for w in (4, 8, 16) for n in (10, 12, 14) for ways in (2, 3))
 
 
 def stream_candidates(products: tuple[str, ...]) -> dict[str, tuple[dict, ...]]:

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tts_engine.kernels.sample import _score_range, _top_k_window, sample_rows, sample_rows_ref
+from tts_engine.kernels.sample import _top_k_window, sample_rows, sample_rows_ref
 from tts_engine.sampling import counter_uniform, suppress_mask
 
 TOL = 2e-6  # the kernel sums an fp32 CDF; the reference's is float64
@@ -233,9 +233,7 @@ def keep_top_k(s_ptr, k_ptr, out_ptr, n, BLOCK: tl.constexpr, COARSE: tl.constex
     ids = tl.arange(0, BLOCK)
     valid = ids < n
     s = tl.load(s_ptr + row * n + ids, mask=valid, other=float("-inf"))
-    lo, hi, c_hi = _score_range(s, valid & (s > float("-inf")))
-    tl.store(out_ptr + row * n + ids, _top_k_window(s, valid, tl.load(k_ptr + row), lo, hi, c_hi, COARSE, WAYS),
-             mask=valid)
+    tl.store(out_ptr + row * n + ids, _top_k_window(s, valid, tl.load(k_ptr + row), COARSE, WAYS), mask=valid)
 
 
 @pytest.mark.parametrize(("window", "ways"), [(1, 2), (12, 2), (1, 3), (8, 3), (1, 4), (6, 4)])

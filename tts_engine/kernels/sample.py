@@ -54,7 +54,11 @@ _MASK64 = (1 << 64) - 1
 # warp's 64 scores a thread are summed serially). In the frame: 1.699 ms against 1.762. Ways 3 and 4
 # (one packed count a pass) lost in run 24 (frame 1.459 / 1.490 against 1.452 ms). Run 26 (bench.step_sweep
 # --stages draw, each candidate timed as the batch-1 frame; 4 / 8 / 16 warps x 10 / 12 / 14 halvings x 2 / 3 ways):
-# 8 warps, 10 halvings, 2 ways, 1.404 -> 1.398 ms in three interleaved pairs.
+# 8 warps, 10 halvings, 2 ways, 1.404 -> 1.398 ms in three interleaved pairs. Also tried in run 26 (7a81dae,
+# reverted): the least and greatest score and the count at the greatest in one tuple reduction, a walk step's next
+# value and its count in one, the softmax's shift taken from it (4 block-wide reductions fewer a draw): the frame
+# 1.394-1.402 ms against 1.398, a tie, while Triton's interpreter ran the draw ~15x slower (a tuple reduction's
+# combine is called element by element there), too slow for the CPU tests. With it, 9 halvings tied 10.
 DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 10, "top_k_ways": 2}
 # sample_rows' prefetch: bytes a prefetch brings into L2 (a line), lines a prefetching program issues.
 PREFETCH_LINE = 128
@@ -77,43 +81,25 @@ if HAVE_TRITON:
         return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.int64)
 
     @triton.jit
-    def _min_max_count(lo1, hi1, c1, lo2, hi2, c2):
-        """tl.reduce's combine of (least score, greatest score, how many equal the greatest)."""
-        c = tl.where(hi1 == hi2, c1 + c2, tl.where(hi1 > hi2, c1, c2))
-        return tl.minimum(lo1, lo2), tl.maximum(hi1, hi2), c
-
-    @triton.jit
-    def _score_range(s, finite):
-        """s [BLOCK] fp32, finite [BLOCK] -> (least, greatest finite score, how many scores equal the greatest), in one
-        block-wide reduction instead of three (+inf, -inf, 0 when none is finite)."""
-        return tl.reduce((tl.where(finite, s, float("inf")), tl.where(finite, s, float("-inf")), finite.to(tl.int32)),
-                         0, _min_max_count)
-
-    @triton.jit
-    def _max_count(v1, c1, v2, c2):
-        """tl.reduce's combine of (greatest score, how many equal it)."""
-        return tl.maximum(v1, v2), tl.where(v1 == v2, c1 + c2, tl.where(v1 > v2, c1, c2))
-
-    @triton.jit
-    def _top_k_window(s, valid, top_k, lo, hi, c_hi, COARSE: tl.constexpr, WAYS: tl.constexpr):
-        """s [BLOCK] fp32 (-inf: masked), (lo, hi, c_hi) its `_score_range` -> s with the scores below the k-th largest
-        set to -inf, the same kept set as the key bisection, in fewer block-wide reductions: COARSE passes over the
-        finite scores' value range keep count(s >= lo) >= k > count(s >= hi) = c_hi, each cutting [lo, hi) into WAYS
-        parts at WAYS - 1 thresholds whose counts share one sum (2: a halving, an int32 count; 3: two 16-bit counts in
-        an int32; 4: three in an int64; a count is at most 4096), then the window left (~1 score after 1024-fold
-        narrowing of 2048 spread ones) is walked down from hi by distinct value until k scores are reached (ties
-        counted at once; a step's next value and how many hold it are one reduction). Exact: every score is compared,
-        none rounded. The invariant holds whatever the thresholds' rounding, and it implies lo < hi."""
+    def _top_k_window(s, valid, top_k, COARSE: tl.constexpr, WAYS: tl.constexpr):
+        """s [BLOCK] fp32 (-inf: masked) -> s with the scores below the k-th largest set to -inf, the
+        same kept set as the key bisection, in fewer block-wide reductions: COARSE passes over the finite
+        scores' value range keep count(s >= lo) >= k > count(s >= hi), each cutting [lo, hi) into WAYS
+        parts at WAYS - 1 thresholds whose counts share one sum (2: a halving, an int32 count; 3: two
+        16-bit counts in an int32; 4: three in an int64; a count is at most 4096), then the window left
+        (~1 score after 4096-fold narrowing of 2048 spread ones) is walked down from hi by distinct value
+        until k scores are reached (ties counted at once). Exact: every score is compared, none rounded.
+        The invariant holds whatever the thresholds' rounding, and it implies lo < hi."""
         neg_inf = float("-inf")
         finite = valid & (s > neg_inf)
+        lo = tl.min(tl.where(finite, s, float("inf")), axis=0)
+        hi = tl.max(tl.where(finite, s, neg_inf), axis=0)
         for _ in range(COARSE):
             if WAYS == 2:
                 mid = lo * 0.5 + hi * 0.5  # no overflow at +-3e38
-                c = tl.sum((finite & (s >= mid)).to(tl.int32), axis=0)
-                enough = c >= top_k
+                enough = tl.sum((finite & (s >= mid)).to(tl.int32), axis=0) >= top_k
                 lo = tl.where(enough, mid, lo)
                 hi = tl.where(enough, hi, mid)
-                c_hi = tl.where(enough, c_hi, c)
             elif WAYS == 3:
                 t1 = lo * (2.0 / 3.0) + hi * (1.0 / 3.0)
                 t2 = lo * (1.0 / 3.0) + hi * (2.0 / 3.0)
@@ -121,7 +107,6 @@ if HAVE_TRITON:
                 c1, c2 = packed & 0xFFFF, packed >> 16
                 new_lo = tl.where(c2 >= top_k, t2, tl.where(c1 >= top_k, t1, lo))
                 hi = tl.where(c2 >= top_k, hi, tl.where(c1 >= top_k, t2, t1))
-                c_hi = tl.where(c2 >= top_k, c_hi, tl.where(c1 >= top_k, c2, c1))
                 lo = new_lo
             else:
                 t1 = lo * 0.75 + hi * 0.25
@@ -132,16 +117,13 @@ if HAVE_TRITON:
                 c1, c2, c3 = packed & 0xFFFF, (packed >> 16) & 0xFFFF, packed >> 32
                 new_lo = tl.where(c3 >= top_k, t3, tl.where(c2 >= top_k, t2, tl.where(c1 >= top_k, t1, lo)))
                 hi = tl.where(c3 >= top_k, hi, tl.where(c2 >= top_k, t3, tl.where(c1 >= top_k, t2, t1)))
-                c_hi = tl.where(c3 >= top_k, c_hi, tl.where(c2 >= top_k, c3, tl.where(c1 >= top_k, c2, c1))).to(
-                    tl.int32)
                 lo = new_lo
         # Fewer than k scores >= hi (or hi the maximum with k of them: then the walk takes nothing).
-        need = top_k - c_hi
+        need = top_k - tl.sum((finite & (s >= hi)).to(tl.int32), axis=0)
         kth = hi
         while (need > 0) & (kth > lo):
-            below = finite & (s < kth)
-            kth, c = tl.reduce((tl.where(below, s, neg_inf), below.to(tl.int32)), 0, _max_count)
-            need -= c
+            kth = tl.max(tl.where(finite & (s < kth), s, neg_inf), axis=0)
+            need -= tl.sum((finite & (s == kth)).to(tl.int32), axis=0)
         return tl.where(s >= kth, s, neg_inf)
 
     @triton.jit
@@ -214,11 +196,9 @@ if HAVE_TRITON:
         else:
             s = tl.math.div_rn(s, t + tl.zeros_like(s))
             key = tl.where(valid, _order_key(s), -(1 << 40))
-            # The greatest score, which top-k and top-p keep: the softmax's shift below.
-            least, m, c_m = _score_range(s, valid & (s > neg_inf))
             if (top_k > 0) & (top_k < n_vocab):
                 if TOPK_WINDOW > 0:
-                    s = _top_k_window(s, valid, top_k, least, m, c_m, TOPK_WINDOW, TOPK_WAYS)
+                    s = _top_k_window(s, valid, top_k, TOPK_WINDOW, TOPK_WAYS)
                 else:
                     # Largest key with at least k keys >= it: the k-th largest score. These 33 passes are
                     # ~10 of the kernel's ~14 us at batch 1 (run 16's profile); a 16-way search (8 passes
@@ -233,6 +213,7 @@ if HAVE_TRITON:
                     s = tl.where(key >= lo, s, neg_inf)
                 key = tl.where(valid, _order_key(s), -(1 << 40))
             if top_p < 1.0:
+                m = tl.max(s, axis=0)
                 e = tl.where(s > neg_inf, tl.exp(s - m), 0.0)
                 budget = (1.0 - top_p) * tl.sum(e, axis=0)
                 # Largest key whose ascending mass (keys <= it) stays within the budget: drop <= it.
@@ -245,6 +226,7 @@ if HAVE_TRITON:
                     hi = tl.where(fits, hi, mid - 1)
                 s = tl.where(key > lo, s, neg_inf)
             kept = (s > neg_inf) & valid
+            m = tl.max(s, axis=0)
             e = tl.where(kept, tl.exp(s - m), 0.0)
             cdf = tl.cumsum(e, axis=0)
             total = tl.max(cdf, axis=0)
