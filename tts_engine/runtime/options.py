@@ -89,8 +89,8 @@ class FastPathOptions:
     # with o in 2 1.628 / 1.683 (4: 1.635 / 1.707).
     cp_down_splits: int = 4
     cp_o_splits: int = 4
-    # The talker's (its cuBLAS steps and every prompt's prefill: run 26, a 12 / 40 / 120-row prefill 1.703 / 1.861 /
-    # 2.136 -> 1.611 / 1.758 / 2.026 ms).
+    # The talker's (its cuBLAS steps and every prompt's prefill: run 26, a 12-row prefill 92-123 us shorter in three
+    # A/Bs, 40 and 120 rows mixed; runner.ModelRunner.prefill_split_k has the figures).
     talker_down_splits: int = 2
     talker_o_splits: int = 2
     # The talker's decode attention: 2 CUDA-core products, 3 tensor-core ones (kernels/decode_attention.py).

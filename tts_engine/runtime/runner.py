@@ -161,7 +161,9 @@ class ModelRunner(PromptPrefill):
         # The prefill's cuBLAS products as split-K partials too (`fused.SplitK`), read when a prefill runs or is
         # captured: the talker steps' splits. Run 26 (bench.latency --experiments prefill_split_k, three interleaved
         # rounds, a prompt's prefill graph at 12 / 40 / 120 rows): cuBLAS 1.703 / 1.861 / 2.136 ms, o 2 + down 2
-        # 1.611 / 1.758 / 2.026, down 2 alone 1.641 / 1.780 / 2.041, o 4 + down 4 1.610 / 1.803 / 2.074.
+        # 1.611 / 1.758 / 2.026, down 2 alone 1.641 / 1.780 / 2.041, o 4 + down 4 1.610 / 1.803 / 2.074 (call 5); in
+        # two more A/Bs (call 7) o 2 + down 2 again -123 / -119 us at 12 rows, at 40 and 120 rows -142 / +33 and
+        # -127 / +45 (the measure is a host call, ~0.1 ms of noise between processes).
         self.prefill_split_k = self.talker_split_k
         self.codec_head = talker.codec_head.weight
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
