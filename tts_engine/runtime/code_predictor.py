@@ -325,15 +325,15 @@ class CodePredictorRunner:
         first_qkv = None if table is None else torch.empty(b, table.shape[-1], dtype=self.dtype, device=self.device)
         out, normed = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)
         settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
-                        top_p=rows.sub_top_p, seed=rows.seed, frame=frames, pdl=self.uses_pdl(b))
+                        top_p=rows.sub_top_p, seed=rows.seed, frame=frames)
+        pdl = self.uses_pdl(b)
         for j in range(15):
             last = j == 14
             sample_rows(self.logits(out, normed, j), codes[:, j], codebook=j + 1,
                         gather=None if last else (self.inputs[j], x[:, 0]),
                         gather2=None if last or table is None else (table[j], first_qkv),
                         prefetch=() if last else self.prefetch_weights[:self.draw_prefetch],
-                        pdl=settings["pdl"] if last else self.trigger("draw", settings["pdl"]),
-                        **{k: v for k, v in settings.items() if k != "pdl"})
+                        pdl=pdl if last else self.trigger("draw", pdl), **settings)
             if not last:
                 out, normed = self.layers(x, b, j + 2, first_qkv)
         return codes
