@@ -12,14 +12,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_whole_row_launch_compiles_for_sm90_and_reports_its_registers():
+def compiled_output(code: str, timeout: float = 300) -> str:
+    """`code` run by a Python without TRITON_INTERPRET (so that Triton compiles) -> its stdout; it must exit 0."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_a_whole_row_launch_compiles_for_sm90_and_reports_its_registers():
     code = ("from bench.kernel_resources import resources; "
             "print(resources(96, 0, True, 4, 4)); print(resources(96, 2, False, 4, 4, row_chunks=3)); "
             "print(resources(96, 1, False, 2, 4, residual_early=True, row_blocks=4))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.split("\n")
+    lines = compiled_output(code).split("\n")
     assert [ln.split()[0].startswith("REG:") and ln.split()[1].startswith("STACK:") for ln in lines[:3]] == [True] * 3
     assert 0 < int(lines[0].split()[0][4:]) <= 255
 
@@ -39,26 +45,22 @@ def test_an_early_trigger_lets_the_next_launch_start_before_the_wait_a_late_one_
     """backend.pdl_start: with PDL 1 the compiled kernel waits for the launch before it (`griddepcontrol.wait`) and
     then lets the next start (`griddepcontrol.launch_dependents`); with PDL_EARLY the other way round; without PDL
     neither."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("from bench.kernel_resources import whole_row_kernel\n"
             "for pdl in (0, 1, 2):\n"
             "    ptx = whole_row_kernel(96, 1, False, 4, 4, residual_early=True, pdl=pdl).asm['ptx']\n"
             "    print([ln.split()[0].rstrip(';') for ln in ptx.splitlines()\n"
             "           if ln.strip().startswith('griddepcontrol')])")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[:3] == [
+    out = compiled_output(code)
+    assert out.split("\n")[:3] == [
         "[]", "['griddepcontrol.wait', 'griddepcontrol.launch_dependents']",
-        "['griddepcontrol.launch_dependents', 'griddepcontrol.wait']"], out.stdout
+        "['griddepcontrol.launch_dependents', 'griddepcontrol.wait']"], out
 
 
 def test_the_draw_compiles_for_sm90_with_each_top_k_search():
     """The draw's branches (the key bisection, the window search of 2-4 ways, top-p) must agree on their variables'
     types, which only a compiler checks: the code predictor's and the talker's draws, compiled for sm90."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("from bench.kernel_resources import draw_kernel\n"
             "for window, ways, cb0 in ((0, 2, False), (12, 2, False), (8, 3, True), (6, 4, False)):\n"
             "    print('bar.sync' in draw_kernel(window, ways, cb0).asm['ptx'])")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["True"] * 4, out.stdout
+    out = compiled_output(code, timeout=600)
+    assert out.split() == ["True"] * 4, out

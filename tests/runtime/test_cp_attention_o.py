@@ -1,14 +1,14 @@
 """The code predictor's attention + o launch (FastPathOptions.cp_attention_o) against the two launches it replaces,
-on CPU through Triton's interpreter (in a subprocess: tests/runtime/test_fast_path.py says why)."""
+on CPU through Triton's interpreter (in a subprocess: tests/runtime/driver.py says why)."""
 
 from __future__ import annotations
 
 import torch
 
-from tests.runtime.test_fast_path import (
-    _assert_interpreted,
-    _run_interpreted,
+from tests.runtime.driver import (
+    assert_interpreted,
     assert_streams_equal,
+    run_interpreted,
     small_driver,
     start_streams,
     stream_codes,
@@ -24,7 +24,7 @@ def check_cp_attention_o_interpreted(checkpoint: str) -> None:
     PDL passes' kernels, here without PDL), with and without the first-layer qkv table; no o product is launched;
     the fixed-point sum is zero after every frame."""
     torch.set_num_threads(1)
-    _assert_interpreted()
+    assert_interpreted()
     from tts_engine.kernels.gemv import gemv as gemv_kernel
     from tts_engine.runtime import code_predictor, fused
 
@@ -62,7 +62,7 @@ def check_cp_attention_o_interpreted(checkpoint: str) -> None:
 
 
 def test_cp_attention_o_gives_the_codes_of_attention_then_o(tiny_checkpoint):
-    _run_interpreted(f"check_cp_attention_o_interpreted({str(tiny_checkpoint)!r})", timeout=600,
+    run_interpreted(f"check_cp_attention_o_interpreted({str(tiny_checkpoint)!r})", timeout=600,
                      module="tests.runtime.test_cp_attention_o")
 
 

@@ -1,14 +1,14 @@
 """The code predictor's first-layer qkv table (FastPathOptions.cp_qkv_table) against the product its passes
-launch, on CPU through Triton's interpreter (in a subprocess: tests/runtime/test_fast_path.py says why)."""
+launch, on CPU through Triton's interpreter (in a subprocess: tests/runtime/driver.py says why)."""
 
 from __future__ import annotations
 
 import torch
 
-from tests.runtime.test_fast_path import (
-    _assert_interpreted,
-    _run_interpreted,
+from tests.runtime.driver import (
+    assert_interpreted,
     assert_streams_equal,
+    run_interpreted,
     small_driver,
     start_streams,
     stream_codes,
@@ -24,7 +24,7 @@ def check_cp_qkv_table_interpreted(checkpoint: str) -> None:
     layer's qkv product runs only in each frame's two-position prefill (pass 0), not in passes 1-14; its rows
     equal the product the GEMV path makes."""
     torch.set_num_threads(1)
-    _assert_interpreted()
+    assert_interpreted()
     from types import SimpleNamespace
 
     import torch.nn.functional as F
@@ -72,5 +72,5 @@ def check_cp_qkv_table_interpreted(checkpoint: str) -> None:
 
 
 def test_cp_qkv_table_gives_the_codes_of_the_launched_product(tiny_checkpoint):
-    _run_interpreted(f"check_cp_qkv_table_interpreted({str(tiny_checkpoint)!r})", timeout=480,
+    run_interpreted(f"check_cp_qkv_table_interpreted({str(tiny_checkpoint)!r})", timeout=480,
                      module="tests.runtime.test_cp_qkv_table")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from tests.runtime.test_fast_path import (
-    _assert_interpreted,
-    _run_interpreted,
+from tests.runtime.driver import (
+    assert_interpreted,
     assert_streams_equal,
+    run_interpreted,
     small_driver,
     start_streams,
     stream_codes,
@@ -24,7 +24,7 @@ def check_draw_prefetch_interpreted(checkpoint: str) -> None:
     prefetching the first 3 of the next pass's weights (the GEMV passes and the cuBLAS ones); the draws were asked
     for exactly those tensors."""
     torch.set_num_threads(1)
-    _assert_interpreted()
+    assert_interpreted()
     from tts_engine.runtime import code_predictor
 
     asked = []  # the prefetch of each code-predictor draw
@@ -59,5 +59,5 @@ def check_draw_prefetch_interpreted(checkpoint: str) -> None:
 
 
 def test_draws_that_prefetch_give_the_codes_without(tiny_checkpoint):
-    _run_interpreted(f"check_draw_prefetch_interpreted({str(tiny_checkpoint)!r})", timeout=600,
+    run_interpreted(f"check_draw_prefetch_interpreted({str(tiny_checkpoint)!r})", timeout=600,
                      module="tests.runtime.test_draw_prefetch")

@@ -1,41 +1,39 @@
 """The fast path equals its references on CPU: ModelRunner (eager, slot KV caches, device sampler)
-equals `generate_codes`; the device sampler equals `sampling.py` row by row; the Triton
-decode-attention kernel, run by the Triton interpreter, equals `decode_attention_ref`.
-
-Triton reads TRITON_INTERPRET when `@triton.jit` decorates the kernel, i.e. when
-`tts_engine.kernels.decode_attention` is first imported. This process has already imported it
-(through the runner), so the interpreted checks run in a fresh subprocess with the variable set.
-"""
+equals `generate_codes`; the Triton decode-attention kernel, run by the Triton interpreter (in a subprocess:
+tests/runtime/driver.py says why), equals `decode_attention_ref`, and the runner with it and the other Triton paths
+equals the torch runner. (The device sampler against `sampling.py`: tests/runtime/test_device_sampler.py.)"""
 
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.runtime.driver import (
+    FRAMES,
+    GREEDY,
+    SAMPLED,
+    SAMPLED_NO_TOP_K,
+    SAMPLED_TOP_P,
+    Driver,
+    assert_codes_equal,
+    assert_interpreted,
+    assert_streams_equal,
+    make_input,
+    new_runner,
+    run_interpreted,
+    small_driver,
+    start_streams,
+    stream_codes,
+    two_streams,
+)
 from tests.threads import one_torch_thread
-from tts_engine import sampling as ref
-from tts_engine.prompt import Layout, VoiceSpec
-from tts_engine.reference import GenerationInput, generate_codes
-from tts_engine.runtime import sampler as dev
+from tts_engine.prompt import Layout
+from tts_engine.reference import generate_codes
 from tts_engine.runtime.options import FastPathOptions
-from tts_engine.runtime.runner import ModelRunner
 from tts_engine.synthesizer import Synthesizer
-
-REPO = Path(__file__).resolve().parents[2]
-FRAMES = 6
-V, EOS = 3072, 2150
-
-GREEDY = ref.SamplingParams.greedy()
-SAMPLED = ref.SamplingParams(seed=11)
-SAMPLED_TOP_P = ref.SamplingParams(seed=12, top_p=0.7, subtalker_top_p=0.8, temperature=1.2)
-SAMPLED_NO_TOP_K = ref.SamplingParams(seed=13, top_k=0, subtalker_top_k=0, repetition_penalty=1.3)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,84 +45,6 @@ def one_thread():
 @pytest.fixture(scope="module")
 def synth(tiny_checkpoint) -> Synthesizer:
     return Synthesizer(tiny_checkpoint)
-
-
-def make_input(synth: Synthesizer, text: str, layout: Layout, params: ref.SamplingParams,
-               voice: str = "ryan", frames: int = FRAMES) -> GenerationInput:
-    """A request with a forced length of `frames` (EOS masked, as on random-weight checkpoints)."""
-    inp = synth.prepare(text, VoiceSpec(voice), layout=layout, params=params)
-    return replace(inp, max_frames=frames + 10, forced_frames=frames)
-
-
-class Driver:
-    """Drives a ModelRunner the way the engine does: one slot per request; frame k of a request is
-    produced at talker position len(prompt) + k with the prompt's step text; EOS is masked as the
-    engine does for random-weight checkpoints."""
-
-    def __init__(self, runner: ModelRunner):
-        self.runner = runner
-        self.requests: dict[int, tuple[GenerationInput, list[torch.Tensor]]] = {}
-
-    def start(self, slot: int, inp: GenerationInput) -> list[torch.Tensor]:
-        """Prefill `inp` into `slot`; -> the list its frames [16] are appended to."""
-        r = self.runner
-        r.start_slot(slot, inp.params, inp.seed, eos_allowed=False)
-        r.prefill(slot, r.embed_prompt(list(inp.prompt.text_ids), list(inp.prompt.codec_ids)))
-        self.requests[slot] = (inp, [])
-        return self.requests[slot][1]
-
-    def step(self, slots: list[int]) -> None:
-        frames = [len(self.requests[s][1]) for s in slots]
-        prompts = [self.requests[s][0].prompt for s in slots]
-        codes = self.runner.frame_step(slots, frames, [len(p) + f for p, f in zip(prompts, frames)],
-                                       [p.step_text_id(f) for p, f in zip(prompts, frames)])
-        for slot, row in zip(slots, codes.cpu()):
-            self.requests[slot][1].append(row)
-
-    def codes(self, slot: int) -> torch.Tensor:
-        return torch.stack(self.requests[slot][1])
-
-
-def new_runner(synth: Synthesizer, **kw) -> ModelRunner:
-    return ModelRunner(synth.model, max_slots=8, max_context=128, use_triton=False, use_graphs=False, **kw)
-
-
-def assert_codes_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
-    if not torch.equal(got, want):
-        bad = (got != want).any(1).nonzero().flatten().tolist()
-        raise AssertionError(f"{what}: codes differ at frames {bad}\ngot  {got[bad[0]].tolist()}\n"
-                             f"want {want[bad[0]].tolist()}")
-
-
-# The interpreted checks of one kernel path against another (here and tests/runtime/test_cp_*.py, test_split_k.py,
-# test_draw_prefetch.py): two streams of two frames on a small runner without graphs, their codes compared.
-STREAM_SLOTS = (2, 0)
-
-
-def two_streams(synth: Synthesizer) -> list[GenerationInput]:
-    """A sampled streaming request (for slot 2) and a greedy non-streaming one (slot 0), two frames each."""
-    return [make_input(synth, "Hi there.", Layout.STREAMING, SAMPLED, frames=2),
-            make_input(synth, "Greedy one", Layout.NON_STREAMING, GREEDY, voice="vivian", frames=2)]
-
-
-def small_driver(synth: Synthesizer, options: FastPathOptions, use_triton: bool = True) -> Driver:
-    return Driver(ModelRunner(synth.model, max_slots=4, max_context=32, use_triton=use_triton, use_graphs=False,
-                              options=options))
-
-
-def start_streams(d: Driver, inputs: list[GenerationInput]) -> None:
-    for slot, inp in zip(STREAM_SLOTS, inputs, strict=True):
-        d.start(slot, inp)
-
-
-def stream_codes(d: Driver) -> tuple[torch.Tensor, ...]:
-    return tuple(d.codes(slot) for slot in STREAM_SLOTS)
-
-
-def assert_streams_equal(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...], what: str) -> None:
-    for slot, g, w in zip(STREAM_SLOTS, got, want, strict=True):
-        assert_codes_equal(g, w, f"slot {slot} {what}")
 
 
 # -- runner vs reference loop ------------------------------------------------------------------
@@ -198,140 +118,7 @@ def test_seeded_request_codes_do_not_depend_on_batch_position(synth):
     assert_codes_equal(crowd.codes(3), alone.codes(0), "slot 3 amid others vs slot 0 alone")
 
 
-# -- device sampler vs sampling.py -----------------------------------------------------------------
-
-# (seed, frame, codebook) whose uniform is within 2**-25 of 1 (found by search): u * total rounds
-# up to the total in fp32, the edge case of inverse-CDF sampling.
-NEAR_ONE = [(65552721, 0, 0), (86917819, 0, 0), (89915973, 0, 0), (757483, 3, 7), (34055740, 3, 7),
-            (72247417, 3, 7)]
-
-
-def test_device_counter_uniform_is_bit_identical_to_reference():
-    g = torch.Generator().manual_seed(0)
-    seeds = [0, 1, 2, 2**31 - 1, 2**32, 2**62, 2**63 - 2, 2**63 - 1,
-             *torch.randint(0, 2**63 - 1, (40,), generator=g).tolist()]
-    frames = [0, 1, 2, 7, 255, 2047, 2**31 - 1]
-    triples = [(s, f, c) for s in seeds for f in frames for c in range(16)]
-    s, f, c = (torch.tensor(col, dtype=torch.long) for col in zip(*triples))
-    got = dev.counter_uniform(s, f, c).tolist()
-    want = [ref.counter_uniform(*t) for t in triples]
-    bad = [(t, a, b) for t, a, b in zip(triples, got, want) if a != b]
-    assert not bad, f"{len(bad)} of {len(triples)} differ, e.g. (seed, frame, codebook, device, reference) {bad[:3]}"
-    # The integer codebook form the runner uses gives the same uniforms.
-    for cb in (0, 9, 15):
-        rows = c == cb
-        assert dev.counter_uniform(s[rows], f[rows], cb).tolist() == [w for w, t in zip(want, triples) if t[2] == cb]
-    for seed, frame, cb in NEAR_ONE:
-        assert 1 - ref.counter_uniform(seed, frame, cb) < 2**-25
-
-
-def _rows(params: list[tuple[ref.SamplingParams, int]]) -> dev.SamplingRows:
-    rows = dev.SamplingRows.empty(len(params), "cpu")
-    for i, (p, seed) in enumerate(params):
-        rows.set_row(i, p, seed)
-    return rows
-
-
-def _mixed_params() -> list[tuple[ref.SamplingParams, int]]:
-    """Per-row settings: greedy and sampled, top-k 0/1/50, top-p 1.0/0.7, penalties, temperatures."""
-    out = []
-    for i, (do_sample, top_k, top_p, penalty, temperature) in enumerate([
-        (False, 50, 1.0, 1.05, 0.9), (True, 50, 1.0, 1.05, 0.9), (True, 0, 1.0, 1.0, 1.0),
-        (True, 1, 1.0, 1.05, 0.9), (True, 50, 0.7, 1.05, 0.9), (True, 0, 0.7, 1.3, 0.5),
-        (False, 0, 0.7, 1.3, 1.5), (True, 50, 0.7, 0.8, 1.3), (True, 2048, 0.95, 1.1, 0.7),
-        (True, 50, 1.0, 1.05, 0.9), (True, 0, 1.0, 1.0, 0.9), (True, 50, 1.0, 1.0, 0.9),
-    ]):
-        p = ref.SamplingParams(do_sample=do_sample, top_k=top_k, top_p=top_p, repetition_penalty=penalty,
-                               temperature=temperature, subtalker_dosample=do_sample, subtalker_top_k=top_k,
-                               subtalker_top_p=top_p, subtalker_temperature=temperature, min_new_tokens=2 + i % 3)
-        out.append((p, 1000 + 7919 * i))
-    return out
-
-
-def test_device_codebook0_sampling_equals_reference_row_by_row():
-    params = _mixed_params()
-    near = [(ref.SamplingParams(top_k=k), seed) for seed, _, cb in NEAR_ONE if cb == 0 for k in (50, 0)]
-    params += near
-    b = len(params)
-    g = torch.Generator().manual_seed(1)
-    suppress = ref.suppress_mask(V, EOS)
-    frames = [(3 * i) % 7 for i in range(len(params) - len(near))] + [0] * len(near)
-    histories = [torch.randint(0, 2048, (f,), generator=g).tolist() for f in frames]
-    # Penalised ids near the top so the penalty changes the outcome.
-    logits = torch.randn(b, V, generator=g) * 3
-    for i, h in enumerate(histories):
-        logits[i, h] += 4.0
-    logits[:, EOS] = 30.0  # EOS wins wherever it is not masked
-    seen = torch.zeros(b, V, dtype=torch.bool)
-    for i, h in enumerate(histories):
-        seen[i, h] = True
-    eos_allowed = torch.tensor([i % 4 != 1 for i in range(b)])
-    got = dev.sample_codebook0(logits, seen, torch.tensor(frames), _rows(params), EOS, suppress, eos_allowed)
-    for i, ((p, seed), frame, hist) in enumerate(zip(params, frames, histories)):
-        row = logits[i].clone()
-        if not eos_allowed[i]:
-            row[EOS] = -math.inf
-        want = ref.pick_codebook0(row, hist, frame, p, seed, EOS, suppress)
-        assert int(got[i]) == want, f"row {i} ({p}, seed {seed}, frame {frame}): device {int(got[i])} != {want}"
-        assert int(got[i]) < 2048 or int(got[i]) == EOS, f"row {i}: suppressed id {int(got[i])}"
-    assert any(int(x) == EOS for x in got) and any(int(x) != EOS for x in got)
-
-
-@pytest.mark.parametrize("codebook", [1, 7, 15])
-def test_device_codebook_sampling_equals_reference_row_by_row(codebook):
-    near = [(seed, frame) for seed, frame, cb in NEAR_ONE if cb == 7]
-    params = _mixed_params() + [(ref.SamplingParams(), seed) for seed, _ in near]
-    b = len(params)
-    g = torch.Generator().manual_seed(codebook)
-    logits = torch.randn(b, 2048, generator=g) * 2
-    frames = torch.tensor([(5 * i) % 11 for i in range(b - len(near))] + [f for _, f in near])
-    got = dev.sample_codebook(logits, frames, codebook, _rows(params))
-    for i, (p, seed) in enumerate(params):
-        want = ref.pick_codebook(logits[i], int(frames[i]), codebook, p, seed)
-        assert int(got[i]) == want, f"row {i} ({p}, seed {seed}): device {int(got[i])} != {want}"
-
-
-def test_device_pick_with_uniform_near_one_lands_on_the_last_unfiltered_id():
-    """u * total rounds up to the total: the reference steps back to the last kept id."""
-    g = torch.Generator().manual_seed(5)
-    scores = torch.randn(3, 2048, generator=g)
-    scores[0, 1000:] = -math.inf
-    scores[1] = ref.warp(scores[1], 0.9, 50, 1.0)
-    scores[2, 2047] = -math.inf
-    u = torch.tensor([1 - 2.0**-40, 1 - 2.0**-30, 1 - 2.0**-53], dtype=torch.float64)
-    got = dev.pick(scores, u).tolist()
-    want = [ref.pick(scores[i], float(u[i])) for i in range(3)]
-    assert got == want
-    assert all(scores[i, got[i]] > -math.inf for i in range(3))
-
-
 # -- Triton decode attention, interpreted -------------------------------------------------------
-
-def _run_interpreted(call: str, timeout: float = 240, module: str = "tests.runtime.test_fast_path") -> None:
-    try:
-        import triton  # noqa: F401
-    except ImportError as exc:
-        pytest.fail(f"triton is not importable ({exc}); the Triton kernel tests need it on CPU too, "
-                    "through its interpreter: pip install 'triton>=3.1' (see the test extra)")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    code = f"import {module} as t; t.{call}"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"interpreted check failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
-    assert "OK" in proc.stdout, proc.stdout
-
-
-def _assert_interpreted() -> None:
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    from tts_engine.kernels import decode_attention as da
-
-    kernels = [v for v in vars(da).values() if isinstance(v, JITFunction | InterpretedFunction)]
-    assert kernels, "tts_engine.kernels.decode_attention defines no Triton kernel (is triton importable?)"
-    assert all(isinstance(k, InterpretedFunction) for k in kernels), \
-        "the kernels are compiled, not interpreted: TRITON_INTERPRET=1 was not set when they were defined"
-
 
 def _poison_allocations() -> None:
     """From now on torch.empty / torch.empty_like return NaN-filled floats, so any output element
@@ -358,7 +145,7 @@ ATTENTION_CASES = [
 def check_kernel_interpreted() -> None:
     """Runs in the subprocess: kernel == reference, and it writes every output element."""
     torch.set_num_threads(1)
-    _assert_interpreted()
+    assert_interpreted()
     _poison_allocations()
     from tts_engine.kernels import decode_attention as da
 
@@ -386,7 +173,7 @@ def check_kernel_interpreted() -> None:
 def check_runner_triton_interpreted(checkpoint: str) -> None:
     """Runs in the subprocess: two frames with the Triton kernel == two frames with the torch one."""
     torch.set_num_threads(1)
-    _assert_interpreted()
+    assert_interpreted()
     from tts_engine.runtime import code_predictor
     from tts_engine.runtime import runner as runner_module
 
@@ -451,8 +238,8 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
 
 
 def test_triton_decode_attention_interpreted_equals_reference():
-    _run_interpreted("check_kernel_interpreted()")
+    run_interpreted("check_kernel_interpreted()", module=__name__)
 
 
 def test_runner_with_triton_attention_equals_torch_attention(tiny_checkpoint):
-    _run_interpreted(f"check_runner_triton_interpreted({str(tiny_checkpoint)!r})", timeout=480)
+    run_interpreted(f"check_runner_triton_interpreted({str(tiny_checkpoint)!r})", timeout=480, module=__name__)

@@ -1,15 +1,15 @@
 """The cuBLAS steps' products as split-K partials summed by the launch after them (`fused.SplitK`: the talker's
 `talker_split_k`, the code predictor's `split_k`) against cuBLAS' own products, on CPU through Triton's interpreter
-(in a subprocess: tests/runtime/test_fast_path.py says why)."""
+(in a subprocess: tests/runtime/driver.py says why)."""
 
 from __future__ import annotations
 
 import torch
 
-from tests.runtime.test_fast_path import (
-    _assert_interpreted,
-    _run_interpreted,
+from tests.runtime.driver import (
+    assert_interpreted,
     assert_streams_equal,
+    run_interpreted,
     small_driver,
     start_streams,
     stream_codes,
@@ -25,7 +25,7 @@ def check_split_k_interpreted(checkpoint: str) -> None:
     whole products, and so do the prompts' prefills; the split products are the ones that ran (the prefills', then
     the talker's and the code predictor's, every layer of every step and pass)."""
     torch.set_num_threads(1)
-    _assert_interpreted()
+    assert_interpreted()
     from tts_engine.runtime import fused
     from tts_engine.runtime.fused import SplitK
 
@@ -74,5 +74,5 @@ def check_split_k_interpreted(checkpoint: str) -> None:
 
 
 def test_split_k_products_give_the_codes_of_the_whole_products(tiny_checkpoint):
-    _run_interpreted(f"check_split_k_interpreted({str(tiny_checkpoint)!r})", timeout=600,
+    run_interpreted(f"check_split_k_interpreted({str(tiny_checkpoint)!r})", timeout=600,
                      module="tests.runtime.test_split_k")
