@@ -48,9 +48,11 @@ def resources(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_c
 
 
 def whole_row_kernel(k: int, mode: int, norm: bool, block_n: int, num_warps: int, row_chunks: int = 1,
-                     residual_early: bool = False, row_blocks: int = 1, delta: int = 0, pdl: int = 1):
+                     residual_early: bool = False, row_blocks: int = 1, delta: int = 0, pdl: int = 1,
+                     evict: str = ""):
     """One whole-row launch (as `resources`') compiled for sm90: Triton's compiled kernel (its `asm` holds the PTX
-    and the cubin). pdl: its PDL (1, or backend.PDL_EARLY)."""
+    and the cubin). pdl: its PDL (1, or backend.PDL_EARLY); evict: its weights' L2 eviction priority (one slice and
+    one block only)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -69,6 +71,7 @@ def whole_row_kernel(k: int, mode: int, norm: bool, block_n: int, num_warps: int
     if "d_ptr" in signature:  # the kernels that take gemv's x_delta / residual_delta
         signature.update(d_ptr="*i64", s_d="i32")
         consts["DELTA"] = delta
+        consts["EVICT"] = evict
     if row_chunks > 1 or row_blocks > 1:
         consts["CHUNKS"] = row_chunks
     if row_blocks > 1:
@@ -87,9 +90,14 @@ def _resource_line(kernel) -> str:
     return " ".join(line.split()[:3])  # REG:n STACK:n SHARED:n
 
 
-def attention_o_resources(block_r: int, num_warps: int, t: int = 1) -> str:
-    """cuobjdump's resource line of the code predictor's attention + o launch (1.7B shapes: 16 query heads, 8 kv
-    heads of 128, 16 positions), bf16, PDL."""
+def attention_o_resources(block_r: int, num_warps: int, t: int = 1, evict: str = "") -> str:
+    """cuobjdump's resource line of the code predictor's attention + o launch (`attention_o_kernel`)."""
+    return _resource_line(attention_o_kernel(block_r, num_warps, t, evict))
+
+
+def attention_o_kernel(block_r: int, num_warps: int, t: int = 1, evict: str = ""):
+    """The code predictor's attention + o launch compiled for sm90 (1.7B shapes: 16 query heads, 8 kv heads of 128,
+    16 positions), bf16, PDL; evict: w_o's L2 eviction priority."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -99,9 +107,9 @@ def attention_o_resources(block_r: int, num_warps: int, t: int = 1) -> str:
     kinds = {**dict.fromkeys(fn.arg_names[:8], "*bf16"), "sum_ptr": "*i64", "start": "i32", "eps": "fp32",
              "scale": "fp32", **dict.fromkeys(("n_out", "s_qkv", "s_row", "s_head", "s_pos", "s_wo", "s_sum"), "i32")}
     signature = {n: kinds.get(n, "constexpr") for n in fn.arg_names}
-    consts = dict(T=t, HQ=16, HKV=8, GROUP=2, GROUP_P=2, D=128, BLOCK_P=16, BLOCK_R=block_r, PDL=True)
+    consts = dict(T=t, HQ=16, HKV=8, GROUP=2, GROUP_P=2, D=128, BLOCK_P=16, BLOCK_R=block_r, PDL=True, EVICT=evict)
     src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()})
-    return _resource_line(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
 
 
 def draw_kernel(window: int, ways: int, codebook0: bool, num_warps: int = 8):

@@ -277,6 +277,91 @@ def early_trigger_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> 
                         "the code predictor's early triggers")
 
 
+def _l2_policy(n_layers: int, keep: tuple[tuple[str, int], ...], rest: str = "evict_first") -> dict:
+    """code_predictor.CodePredictorRunner.l2_policy keeping `keep` in L2 ("evict_last") and giving every other
+    product of a pass (each layer's qkv, o, gate/up, down; the 15 heads) `rest`."""
+    policy = {(name, i): rest for name in ("qkv", "o", "gate_up", "down") for i in range(n_layers)}
+    policy |= {("head", j): rest for j in range(15)}
+    return {key: v for key, v in (policy | dict.fromkeys(keep, "evict_last")).items() if v}
+
+
+def _cudart():
+    """The CUDA runtime library this process loaded (torch's), through ctypes."""
+    import ctypes
+
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return ctypes.CDLL(next(line.split()[-1] for line in maps if "libcudart" in line))
+
+
+class _PersistingL2:
+    """The code predictor's settings as attributes (for `interleaved_times`), and `persisting_l2`: the device's L2
+    set-aside for persisting lines in bytes (cudaDeviceSetLimit's cudaLimitPersistingL2CacheSize, through the
+    libcudart this process loaded), 0 by default."""
+
+    def __init__(self, cp):
+        object.__setattr__(self, "_cp", cp)
+        object.__setattr__(self, "_persisting", 0)
+
+    def __getattr__(self, name):
+        return self._persisting if name == "persisting_l2" else getattr(self._cp, name)
+
+    def __setattr__(self, name, value):
+        if name != "persisting_l2":
+            setattr(self._cp, name, value)
+            return
+        import ctypes
+
+        status = _cudart().cudaDeviceSetLimit(6, ctypes.c_size_t(value))  # cudaLimitPersistingL2CacheSize
+        if status != 0:
+            raise RuntimeError(f"cudaDeviceSetLimit(persisting L2, {value}) returned {status}")
+        object.__setattr__(self, "_persisting", value)
+
+
+def max_persisting_l2() -> int:
+    """cudaDevAttrMaxPersistingL2CacheSize of device 0, bytes."""
+    import ctypes
+
+    value = ctypes.c_int()
+    status = _cudart().cudaDeviceGetAttribute(ctypes.byref(value), 108, 0)  # cudaDevAttrMaxPersistingL2CacheSize
+    if status != 0:
+        raise RuntimeError(f"cudaDeviceGetAttribute(max persisting L2) returned {status}")
+    return value.value
+
+
+def cp_l2_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
+    """The code predictor's frame (and the frame step) with its PDL passes' weights given L2 eviction priorities
+    (`CodePredictorRunner.l2_policy`): none ("l2none"); every product evict_first ("l2first"); gate/up of layers 0-1
+    or 0-2, down of every layer, qkv of layers 1-4 kept (evict_last; 25 / 38 / 31 / 34 MB at 1.7B), the rest
+    evict_first ("l2gu01", "l2gu012", "l2down", "l2qkv"); gate/up 0-1 kept, the rest unhinted ("l2gu01nf"); gate/up
+    0-1 kept with the device's largest L2 set-aside for persisting lines ("l2gu01pers"). And a bound, not a
+    configuration: every layer reading layer 0's weights and every codebook the first head ("l2shared": ~35 MB a
+    pass, what L2 could hold), at each of `batches` (the PDL passes), interleaved rounds -> {batch: {key: median
+    ms}, "max_persisting_l2": bytes}."""
+    import dataclasses
+
+    cp = runner.code_predictor
+    n = len(cp.stack.layers)
+    shared = dataclasses.replace(cp.stack, layers=[cp.stack.layers[0]] * n)
+    policy = partial(_l2_policy, n)
+    gu01 = (("gate_up", 0), ("gate_up", 1))
+    variants = {"l2none": {"l2_policy": {}}, "l2first": {"l2_policy": policy(())},
+                "l2gu01": {"l2_policy": policy(gu01)},
+                "l2gu012": {"l2_policy": policy((*gu01, ("gate_up", 2)))},
+                "l2down": {"l2_policy": policy(tuple(("down", i) for i in range(n)))},
+                "l2qkv": {"l2_policy": policy(tuple(("qkv", i) for i in range(1, n)))},
+                "l2gu01nf": {"l2_policy": policy(gu01, rest="")},
+                "l2shared": {"stack": shared, "heads": cp.heads[:1].expand_as(cp.heads), "l2_policy": {}}}
+    out: dict = {}
+    try:
+        out["max_persisting_l2"] = most = max_persisting_l2()
+        variants["l2gu01pers"] = {"l2_policy": policy(gu01), "persisting_l2": most}
+    except (StopIteration, OSError, AttributeError, RuntimeError) as exc:
+        out["max_persisting_l2"] = f"{type(exc).__name__}: {exc}"
+    out |= _frame_times(runner, t_len, _PersistingL2(cp), variants, rounds, batches,
+                        "the code predictor's weights' L2 priorities")
+    return out
+
+
 def talker_trigger_times(runner, t_len: int, rounds: int = 3) -> dict:
     """The talker's batch-1 step (short context: its fused attention; long: the split one) and the frame step with its
     PDL table as it is ("ttrig0") and with each of talker_launch.TALKER_EARLY_TRIGGERS' products triggering early
@@ -373,6 +458,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "draw_ways": draw_ways_times, "cp_split_k": cp_split_k_times,
                "talker_split_k": talker_split_k_times, "blas": blas_times,
                "prefill_split_k": prefill_split_k_times, "draw_prefetch": draw_prefetch_times,
-               "early_trigger": early_trigger_times, "talker_trigger": talker_trigger_times,
+               "early_trigger": early_trigger_times, "talker_trigger": talker_trigger_times, "cp_l2": cp_l2_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

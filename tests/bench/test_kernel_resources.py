@@ -64,3 +64,15 @@ def test_the_draw_compiles_for_sm90_with_each_top_k_search():
             "    print('bar.sync' in draw_kernel(window, ways, cb0).asm['ptx'])")
     out = compiled_output(code, timeout=600)
     assert out.split() == ["True"] * 4, out
+
+
+def test_an_l2_eviction_priority_is_a_cache_hint_on_the_weights_loads():
+    """gemv's / cp_attention_o's `evict` compiled for sm90: the policy is in the PTX where asked for, and the default
+    launch has none."""
+    code = ("from bench.kernel_resources import attention_o_kernel, whole_row_kernel\n"
+            "for evict in ('', 'evict_first', 'evict_last'):\n"
+            "    for ptx in (whole_row_kernel(96, 2, True, 4, 4, evict=evict).asm['ptx'],\n"
+            "                attention_o_kernel(64, 8, evict=evict).asm['ptx']):\n"
+            "        print(evict or '-', 'evict_first' in ptx, 'evict_last' in ptx)\n")
+    out = compiled_output(code).split("\n")
+    assert out[:6] == ["- False False"] * 2 + ["evict_first True False"] * 2 + ["evict_last False True"] * 2

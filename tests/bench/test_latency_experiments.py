@@ -265,3 +265,37 @@ def test_blas_times_each_choice_and_restores_torchs(monkeypatch):
                            for name in names}
     assert seen == [("default", True), ("cublaslt", True), ("cublas", True), ("default", False)]  # the frame
     assert state["library"] == "default" and matmul.allow_bf16_reduced_precision_reduction is True
+
+
+def test_cp_l2_times_each_policy_and_the_shared_weights_bound_and_restores_the_runner(monkeypatch):
+    """--experiments cp_l2: the frame with each L2 policy and with every layer (and codebook) reading the first one's
+    weights, interleaved, at the PDL batches the runner holds; no set-aside variant where the CUDA runtime cannot be
+    reached (this machine); the runner's settings restored."""
+    from tts_engine.runtime.fused import FusedStack
+
+    fake_timing(monkeypatch)
+    runner = StandInRunner(gemv_rows=2)
+    runner.max_slots = 1
+    cp = runner.code_predictor
+    layers = [SimpleNamespace(name=f"layer{i}") for i in range(3)]
+    cp.stack = FusedStack(layers, torch.ones(4), 2, 1, 2, 8, 1e-6, torch.ones(1))
+    cp.heads = torch.arange(15.0)[:, None, None].expand(15, 2, 4).contiguous()
+    cp.l2_policy = {"own": "x"}
+    seen = []
+    cp.predict = lambda *a, **k: seen.append((dict(cp.l2_policy), [x.name for x in cp.stack.layers],
+                                              cp.heads[:, 0, 0].tolist()))
+    out = experiments.cp_l2_times(runner, 11, rounds=1)
+    names = ["l2none", "l2first", "l2gu01", "l2gu012", "l2down", "l2qkv", "l2gu01nf", "l2shared"]
+    assert isinstance(out["max_persisting_l2"], str)  # no libcudart in this CPU process
+    assert set(out[1]) == {f"{stage}_{n}_ms" for stage in ("code_predictor_frame", "frame_step") for n in names}
+    by_name = dict(zip(names, seen))
+    kept = {n: sorted(k for k, v in p.items() if v == "evict_last") for n, (p, _, _) in by_name.items()}
+    assert kept["l2gu01"] == kept["l2gu01nf"] == [("gate_up", 0), ("gate_up", 1)]
+    assert kept["l2down"] == [("down", i) for i in range(3)] and kept["l2qkv"] == [("qkv", 1), ("qkv", 2)]
+    assert by_name["l2first"][0] == {**{(p, i): "evict_first" for p in ("qkv", "o", "gate_up", "down")
+                                        for i in range(3)}, **{("head", j): "evict_first" for j in range(15)}}
+    assert len(by_name["l2gu01"][0]) == 4 * 3 + 15 and len(by_name["l2gu01nf"][0]) == 2
+    assert by_name["l2none"][1:] == (["layer0", "layer1", "layer2"], [float(j) for j in range(15)])
+    assert by_name["l2shared"][1:] == (["layer0"] * 3, [0.0] * 15)
+    assert cp.l2_policy == {"own": "x"} and [x.name for x in cp.stack.layers] == ["layer0", "layer1", "layer2"]
+    assert cp.heads[:, 0, 0].tolist() == [float(j) for j in range(15)]

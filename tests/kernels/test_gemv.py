@@ -108,6 +108,23 @@ def test_whole_rows_kernel(device, m, k, n):
         gemv(x, w, whole_rows=True, residual_early=True)
 
 
+def test_whole_rows_with_an_l2_eviction_priority(device):
+    """gemv's evict is a cache hint on the weights' loads (tests/bench/test_kernel_resources.py finds it in the PTX
+    compiled for sm90): the same values; only the whole-row kernel in one slice and one block takes it."""
+    x, w, g = inputs(2, 96, 48, torch.bfloat16, device, seed=5)
+    ln = (1 + 0.2 * torch.randn(96, generator=g)).to(device, torch.bfloat16)
+    r = torch.randn(2, 48, generator=g).to(device, torch.bfloat16)
+    for evict in ("evict_first", "evict_last"):
+        for cfg in (dict(norm=(ln, 1e-6)), dict(residual=r), dict(silu_mul=True)):
+            plain = gemv(x, w, whole_rows=True, block_n=8, **cfg)
+            assert torch.equal(gemv(x, w, whole_rows=True, block_n=8, evict=evict, **cfg), plain), (evict, cfg)
+    for bad in (dict(evict="keep", whole_rows=True), dict(evict="evict_last"),
+                dict(evict="evict_last", whole_rows=True, row_blocks=2),
+                dict(evict="evict_first", whole_rows=True, row_chunks=2)):
+        with pytest.raises(ValueError, match="evict"):
+            gemv(x, w, **bad)
+
+
 @pytest.mark.parametrize("chunks", [2, 3])
 @pytest.mark.parametrize("m,k,n", [(1, 96, 24), (3, 200, 40), (2, 192, 16)])
 def test_whole_rows_in_slices(device, chunks, m, k, n):

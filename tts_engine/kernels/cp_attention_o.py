@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from .backend import FIXED_ONE, HAVE_TRITON, next_pow2, pdl_launch
 from .cp_attention import LOG2E, check_qk_attention, cp_qk_attention_ref
+from .gemv import L2_POLICIES
 
 if HAVE_TRITON:
     import triton
@@ -58,7 +59,7 @@ if HAVE_TRITON:
                                scale, n_out, s_qkv, s_row, s_head, s_pos, s_wo, s_sum,
                                T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
                                GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr,
-                               PDL: tl.constexpr):
+                               PDL: tl.constexpr, EVICT: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         block = tl.program_id(2)
@@ -72,7 +73,8 @@ if HAVE_TRITON:
         f_ok = feats < n_out
         cols = (kvh * GROUP + g)[:, None] * D + d[None, :]  # [GROUP_P, D]
         wo = tl.load(wo_ptr + feats[:, None, None].to(tl.int64) * s_wo + cols[None, :, :],
-                     mask=f_ok[:, None, None] & (g < GROUP)[None, :, None], other=0.0)  # [BLOCK_R, GROUP_P, D]
+                     mask=f_ok[:, None, None] & (g < GROUP)[None, :, None], other=0.0,
+                     eviction_policy=EVICT)  # [BLOCK_R, GROUP_P, D]
         pdl_start(PDL)
         # Every feature block's program has the new keys; the first one stores them.
         keys, values = cp_new_keys(qkv_ptr, k_ptr, v_ptr, row, kvh, cache, start, eps, s_qkv, s_pos, keys, values,
@@ -87,10 +89,11 @@ if HAVE_TRITON:
 
 def cp_attention_o(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, start: int, t: int, eps: float,
                    num_heads: int, num_kv_heads: int, pdl: bool = False, block_r: int = 64,
-                   num_warps: int = 4) -> None:
+                   num_warps: int = 4, evict: str = "") -> None:
     """qkv [B T, (Hq + 2 Hkv) D] of B rows' tokens at positions start .. start + t - 1; caches [R, Hkv, P, D]
     (R >= B); w_o [H, Hq D]; o_sum [>= B T, H] int64, zero -> o_sum holds the o product of the attention output in
-    2^-32 units, and the new K/V are stored at rows 0 .. B-1 of the caches. block_r: output features a program."""
+    2^-32 units, and the new K/V are stored at rows 0 .. B-1 of the caches. block_r: output features a program.
+    evict: w_o's L2 eviction priority (gemv's `evict`)."""
     if not HAVE_TRITON:
         return cp_attention_o_ref(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, start, t, eps,
                                   num_heads, num_kv_heads)
@@ -106,6 +109,8 @@ def cp_attention_o(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, 
     if o_sum.dtype != torch.int64 or o_sum.shape[0] < n or o_sum.shape[1] != h or o_sum.stride(1) != 1:
         raise ValueError(f"o_sum must be int64 [>= {n}, {h}] with unit column stride, got {o_sum.dtype} "
                          f"{tuple(o_sum.shape)}")
+    if evict not in L2_POLICIES:
+        raise ValueError(f"evict is one of {L2_POLICIES}, got {evict!r}")
     if block_r != next_pow2(block_r):
         raise ValueError(f"block_r must be a power of two, got {block_r}")
     group = num_heads // num_kv_heads
@@ -113,4 +118,4 @@ def cp_attention_o(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, 
         qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, w_o, o_sum, start, eps, LOG2E / math.sqrt(d), h,
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), w_o.stride(0), o_sum.stride(0),
         T=t, HQ=num_heads, HKV=num_kv_heads, GROUP=group, GROUP_P=next_pow2(group), D=d, BLOCK_P=next_pow2(p),
-        BLOCK_R=block_r, num_warps=num_warps, PDL=pdl, **pdl_launch(pdl))
+        BLOCK_R=block_r, num_warps=num_warps, PDL=pdl, EVICT=evict, **pdl_launch(pdl))

@@ -56,6 +56,10 @@ MAX_ROWS = 16  # batch rows one program holds in registers (the CUDA-core kernel
 # 10's talker shapes): one reduction after the K loop, 3 pipelined slices, 4 warps.
 LATE_SUM = dict(late_sum=True, stages=3, num_warps=4)
 MAX_MMA_ROWS = 64  # with mma: rows of one tensor-core tile
+# The weights' L2 eviction priorities a whole-row launch takes (gemv `evict`, PTX's L2::evict_* cache hints): a pass
+# of the code predictor reads ~150 MB of weights and the L2 holds 50, so every pass reads them all from DRAM again
+# unless some are kept (`CodePredictorRunner.l2_policy`).
+L2_POLICIES = ("", "evict_first", "evict_last")
 
 
 def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
@@ -136,23 +140,25 @@ if HAVE_TRITON:
     @triton.jit
     def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, d_ptr, s_d,
                           DELTA: tl.constexpr, MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr):
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr,
+                          EVICT: tl.constexpr):
         """`_gemv_kernel` with whole rows of w (BLOCK_K >= K) per program, loaded before anything the
         previous kernel writes is read: launched with PDL, this program's weights stream in while the
         previous kernel finishes, and `gdc_wait` then makes that kernel's outputs (x, residual)
         visible. `gdc_launch_dependents` lets the next kernel do the same. RES_EARLY: the residual is
         read before the wait too, right where it was written two launches back or more (then the
-        previous kernel's own wait has seen that launch finish)."""
+        previous kernel's own wait has seen that launch finish). EVICT: the weights' L2 eviction priority
+        (gemv `evict`)."""
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
         ks = tl.arange(0, BLOCK_K)
         f_ok, r_ok, k_ok = feats < n_out, rows < m, ks < k
         w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
         w_ok = f_ok[:, None] & k_ok[None, :]
-        ws = tl.load(w_at, mask=w_ok, other=0.0)  # [BLOCK_N, BLOCK_K]: constants, safe before the wait
-        wu = ws
+        ws = tl.load(w_at, mask=w_ok, other=0.0, eviction_policy=EVICT)  # [BLOCK_N, BLOCK_K]: constants, safe
+        wu = ws  # before the wait
         if MODE == 2:
-            wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0)
+            wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0, eviction_policy=EVICT)
         ln = tl.zeros((BLOCK_K,), dtype=tl.float32)
         if NORM:
             ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
@@ -178,7 +184,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
          late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
          mma: bool = False, residual_early: bool = False, row_chunks: int = 1, row_blocks: int = 1,
-         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None) -> torch.Tensor:
+         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None,
+         evict: str = "") -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
@@ -196,7 +203,9 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     x_delta [>= M, K] int64 (the whole-row and the K-loop kernels): x is x + x_delta's multiples of 2^-32, rounded to
     x's dtype and added as the reference adds a product to its residual (kernels/cp_attention_o.py's o_sum);
     residual_delta [>= M, N] int64 (the same kernels, with residual): the residual is residual + residual_delta so,
-    and residual_delta is zeroed once read (the product that reads it last: the next sum into it starts at 0)."""
+    and residual_delta is zeroed once read (the product that reads it last: the next sum into it starts at 0).
+    evict (whole_rows, one slice, one block): the weights' L2 eviction priority, "" (the default), "evict_first" or
+    "evict_last" (kept in L2 over other lines where it can: `L2_POLICIES`); the values are the same."""
     if not HAVE_TRITON:
         return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm, x_delta=x_delta,
                         residual_delta=residual_delta)
@@ -218,6 +227,9 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
         raise ValueError(f"gemv: row_blocks is 1-64, and more than 1 only with whole_rows, got {row_blocks}")
     if residual_early and not ((whole_rows or mma) and residual is not None):
         raise ValueError("gemv: residual_early is the whole-row and tensor-core kernels' early read of a residual")
+    if evict not in L2_POLICIES or (evict and not (whole_rows and row_chunks == 1 and row_blocks == 1)):
+        raise ValueError(f"gemv: evict is one of {L2_POLICIES}, and set only with whole_rows in one slice and one "
+                         f"block, got {evict!r}")
     n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
     y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
     r = residual if residual is not None else y
@@ -245,7 +257,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
             grid = (triton.cdiv(grid[0], row_blocks),)
             _gemv_row_stream_kernel[grid](*args, **launch, CHUNKS=row_chunks, BLOCKS=row_blocks)
         elif row_chunks == 1:
-            _gemv_rows_kernel[grid](*args, **delta, **launch)
+            _gemv_rows_kernel[grid](*args, **delta, **launch, EVICT=evict)
         else:
             _gemv_row_slices_kernel[grid](*args, **launch, CHUNKS=row_chunks)
     else:

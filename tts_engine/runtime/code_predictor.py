@@ -189,6 +189,11 @@ class CodePredictorRunner:
         # that two launches ahead load their weights at once: all of them with `early_trigger` (bench.latency
         # --experiments early_trigger times subsets). Read at every pass.
         self.early_trigger: tuple[str, ...] = EARLY_TRIGGER_LAUNCHES if early_trigger else ()
+        # The PDL passes' weights' L2 eviction priorities: (product, layer) -> gemv's `evict` ("o": the attention + o
+        # launch's w_o; ("head", j): codebook j + 1's head); absent: none. A pass reads ~150 MB of weights at 1.7B
+        # and the L2 holds 50, so without a hint each pass reads every weight from DRAM again. Empty by default
+        # (bench.latency --experiments cp_l2 times what to keep). Read at every pass.
+        self.l2_policy: dict[tuple[str, int], str] = {}
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
@@ -245,7 +250,8 @@ class CodePredictorRunner:
             def attention_o(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> o_sum [>= b n, H]
                 cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], layer.w_o,
                                self.o_sum, start, n, c.eps, c.num_heads, c.num_kv_heads,
-                               pdl=self.trigger("attention_o", pdl), **self.attention_o_launch[n])
+                               pdl=self.trigger("attention_o", pdl), evict=self.l2_policy.get(("o", i), "") if pdl
+                               else "", **self.attention_o_launch[n])
                 return self.o_sum
 
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
@@ -254,7 +260,8 @@ class CodePredictorRunner:
             if b * n <= max(self.gemv_rows, self.mma_rows):
                 if fuse and self.attention_o and b * n <= self.gemv_rows:
                     fused["attention_o"] = attention_o
-                out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused)
+                out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused,
+                                        l2_policy=self.l2_policy if pdl and b * n <= self.gemv_rows else None)
                 return out.view(b, n, -1)[:, -1], False
             out = decoder_step_triton(*args, **fused, split_k=self.split_k)
             return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
@@ -294,7 +301,9 @@ class CodePredictorRunner:
         """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""
         if normed:
             return F.linear(out, self.heads[j])
-        return gemv(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **self.launch(out.shape[0])["head"])
+        launch = self.launch(out.shape[0])["head"]
+        evict = self.l2_policy.get(("head", j), "") if launch.get("whole_rows") else ""
+        return gemv(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **launch, evict=evict)
 
     def predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
                 variant: SamplerVariant = GENERAL) -> torch.Tensor:
