@@ -277,7 +277,7 @@ def early_trigger_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> 
                         "the code predictor's early triggers")
 
 
-def _l2_policy(n_layers: int, keep: tuple[tuple[str, int], ...], rest: str = "evict_first") -> dict:
+def l2_policy_keeping(n_layers: int, keep: tuple[tuple[str, int], ...], rest: str = "evict_first") -> dict:
     """code_predictor.CodePredictorRunner.l2_policy keeping `keep` in L2 ("evict_last") and giving every other
     product of a pass (each layer's qkv, o, gate/up, down; the 15 heads) `rest`."""
     policy = {(name, i): rest for name in ("qkv", "o", "gate_up", "down") for i in range(n_layers)}
@@ -342,7 +342,7 @@ def cp_l2_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
     cp = runner.code_predictor
     n = len(cp.stack.layers)
     shared = dataclasses.replace(cp.stack, layers=[cp.stack.layers[0]] * n)
-    policy = partial(_l2_policy, n)
+    policy = partial(l2_policy_keeping, n)
     gu01 = (("gate_up", 0), ("gate_up", 1))
     variants = {"l2none": {"l2_policy": {}}, "l2first": {"l2_policy": policy(())},
                 "l2gu01": {"l2_policy": policy(gu01)},

@@ -164,6 +164,35 @@ def test_code_predictor_draws_that_prefetch_give_the_codes_without(runners, b):
 
 
 @pytest.mark.parametrize("b", [1, 2])
+def test_code_predictor_with_l2_eviction_priorities_gives_the_codes_without(runners, b):
+    """The PDL passes with every weight's L2 eviction priority set (`l2_policy`: gate/up of layers 0-1 evict_last,
+    every other product and head evict_first; run 27's cp_l2 variants) give the codes of the same passes without
+    cache hints, replay after replay."""
+    from bench.latency_experiments import l2_policy_keeping
+    from tts_engine.runtime.sampler import GENERAL
+
+    cfg, (fast, _) = runners
+    cp = fast.code_predictor
+    assert cp.uses_pdl(b)
+    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    c0 = torch.tensor([17, 1500][:b], device="cuda")
+    frames = torch.tensor([3, 9][:b], device="cuda")
+    rows = fast.rows.gather(torch.arange(b, device="cuda"))
+    policy = l2_policy_keeping(len(cp.stack.layers), (("gate_up", 0), ("gate_up", 1)))
+    codes = {}
+    with torch.inference_mode():
+        for name, hints in (("none", {}), ("hinted", policy)):
+            cp.l2_policy = hints
+            try:
+                codes[name] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL), n=4)
+            finally:
+                cp.l2_policy = {}
+    assert len(torch.cat(codes["none"]).unique()) > 1
+    assert all(torch.equal(got, want) for got, want in zip(codes["hinted"], codes["none"])), \
+        f"codes {codes['hinted'][0].tolist()} with L2 hints, {codes['none'][0].tolist()} without"
+
+
+@pytest.mark.parametrize("b", [1, 2])
 @pytest.mark.parametrize("early", [("attention_o",), ("down",), ("head", "draw"),
                                    ("qkv", "attention_o", "down", "head", "draw")])
 def test_code_predictor_with_early_triggers_gives_the_codes_of_late_ones(runners, b, early):
