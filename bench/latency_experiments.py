@@ -362,6 +362,34 @@ def cp_l2_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
     return out
 
 
+def _free_rows(stack, products: tuple[str, ...]):
+    """`stack` (a FusedStack) with the weights of `products` ("qkv", "o", "gate_up", "down") in every layer replaced by
+    views whose rows all alias the first (row stride 0, the column stride 1 the kernels need): the same launches and
+    shapes, nearly no bytes read (a row stays in L1/L2). Not a model: a bound on what the weights' bytes cost."""
+    import dataclasses
+
+    def free(w):
+        return w[:1].expand_as(w)
+
+    return dataclasses.replace(stack, layers=[dataclasses.replace(layer, **{
+        f"w_{p}": free(getattr(layer, f"w_{p}")) for p in products}) for layer in stack.layers])
+
+
+def cp_bytes_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
+    """Bounds, not configurations: the code predictor's frame (and the frame step) with the weights as they are
+    ("bytes"), with every product's rows and every head's aliasing their first row, so that the launches read
+    almost no bytes ("nobytes": the chain of dependent launches alone), and with only qkv, attention + o's w_o,
+    gate/up or down so ("noqkv", "noo", "nogu", "nodown"), at each of `batches`, interleaved rounds -> {batch: {key:
+    median ms}}."""
+    cp = runner.code_predictor
+    free_heads = cp.heads[:, :1].expand_as(cp.heads)
+    variants = {"bytes": {}, "nobytes": {"stack": _free_rows(cp.stack, ("qkv", "o", "gate_up", "down")),
+                                         "heads": free_heads}}
+    for key, product in (("noqkv", "qkv"), ("noo", "o"), ("nogu", "gate_up"), ("nodown", "down")):
+        variants[key] = {"stack": _free_rows(cp.stack, (product,))}
+    return _frame_times(runner, t_len, cp, variants, rounds, batches, "the code predictor's weights' bytes")
+
+
 def talker_trigger_times(runner, t_len: int, rounds: int = 3) -> dict:
     """The talker's batch-1 step (short context: its fused attention; long: the split one) and the frame step with its
     PDL table as it is ("ttrig0") and with each of talker_launch.TALKER_EARLY_TRIGGERS' products triggering early
@@ -459,5 +487,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "talker_split_k": talker_split_k_times, "blas": blas_times,
                "prefill_split_k": prefill_split_k_times, "draw_prefetch": draw_prefetch_times,
                "early_trigger": early_trigger_times, "talker_trigger": talker_trigger_times, "cp_l2": cp_l2_times,
+               "cp_bytes": cp_bytes_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}
