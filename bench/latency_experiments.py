@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from bench import latency
-from bench.stages import interleaved_times, medians, prompt_ids, stage_fns, variant_times
+from bench.latency_weights import cp_bytes_times, cp_l2_times
+from bench.stages import frame_times, medians, prompt_ids, stage_fns, variant_times
 
 # The fused attention's launches timed against the split one by context (`talker_context_times`).
 CONTEXT_LAUNCHES = {"w8b64": dict(num_warps=8), "w8b128": dict(num_warps=8, block_n=128),
@@ -94,26 +95,13 @@ def row_chunks_times(runner, t_len: int, rounds: int = 3) -> dict:
     return out
 
 
-def _frame_times(runner, t_len: int, obj, variants: dict[str, dict], rounds: int, batches, what: str,
-                 stage_names: tuple[str, ...] = ("code_predictor_frame", "frame_step")) -> dict:
-    """`stage_names` (by default the code predictor's frame and the frame step) with each of `variants` (obj's settings)
-    at each of `batches` the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
-    out = {}
-    for b in (b for b in batches if b <= runner.max_slots):
-        fns = stage_fns(runner, b, t_len)
-        stages = {k: fns[k] for k in stage_names}
-        out[b] = interleaved_times(obj, variants, stages, rounds)
-        print(f"batch {b}, {what}: {out[b]}", flush=True)
-    return out
-
-
 def cp_qkv_table_times(runner, t_len: int, rounds: int = 3, batches=(1, 8, 32)) -> dict:
     """The code predictor's frame (and the frame step) with passes 1-14's first-layer qkv product launched
     ("qkvlaunch") or gathered from `CodePredictorRunner.first_layer_qkv_table` by the draw ("qkvtable"), at
     each of `batches` the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
     cp = runner.code_predictor
     table = cp.first_layer_qkv_table()
-    return _frame_times(runner, t_len, cp, {"qkvlaunch": {"qkv_table": None}, "qkvtable": {"qkv_table": table}},
+    return frame_times(runner, t_len, cp, {"qkvlaunch": {"qkv_table": None}, "qkvtable": {"qkv_table": table}},
                         rounds, batches, "the code predictor's first-layer qkv table")
 
 
@@ -135,7 +123,7 @@ def cp_attention_o_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) ->
     variants = {"twolaunch": {"attention_o": False},
                 **{name: {"attention_o": True, "attention_o_launch": {1: launch, 2: prefill}}
                    for name, launch in ATTENTION_O_CANDIDATES.items()}}
-    return _frame_times(runner, t_len, cp, variants, rounds, batches, "the code predictor's attention + o")
+    return frame_times(runner, t_len, cp, variants, rounds, batches, "the code predictor's attention + o")
 
 
 def _mma_table(**change) -> dict:
@@ -167,7 +155,7 @@ def cp_mma_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> di
     on = {"mma_rows": 64}
     variants = {"cublas": {"mma_rows": 0}, "mma": on, "mma32": {"mma_rows": 32}, "mmanopdl": {**on, "pdl": False},
                 **{name: {**on, "mma_launch": table} for name, table in MMA_CANDIDATES.items()}}
-    return _frame_times(runner, t_len, cp, variants, rounds, batches, "the code predictor's tensor-core passes")
+    return frame_times(runner, t_len, cp, variants, rounds, batches, "the code predictor's tensor-core passes")
 
 
 class _Keys:
@@ -189,7 +177,7 @@ def draw_ways_times(runner, t_len: int, rounds: int = 3, batches=(1, 8)) -> dict
     each of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
     import tts_engine.kernels.sample as sample
 
-    return _frame_times(runner, t_len, _Keys(sample.DRAW_LAUNCH), {f"ways{w}": {"top_k_ways": w} for w in (2, 3, 4)},
+    return frame_times(runner, t_len, _Keys(sample.DRAW_LAUNCH), {f"ways{w}": {"top_k_ways": w} for w in (2, 3, 4)},
                         rounds, batches, "the draws' top-k ways")
 
 
@@ -212,7 +200,7 @@ def cp_split_k_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -
     (calls 1 and 2; FastPathOptions.cp_down_splits has the figures): down in 4 and o in 4 partials the best of those
     tried, gate/up's partials slower."""
     variants = {name: {"split_k": split} for name, split in split_k_candidates(4, 4).items()}
-    return _frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
+    return frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
                         "the code predictor's products in split-K partials")
 
 
@@ -222,7 +210,7 @@ def talker_split_k_times(runner, t_len: int, rounds: int = 3, batches=(32, 64)) 
     {batch: {key: median ms}}. Run 25 (calls 1 and 2; FastPathOptions.talker_down_splits has the figures): down and o
     in 2 partials the best of those tried."""
     variants = {f"t{name}": {"talker_split_k": split} for name, split in split_k_candidates(2, 2).items()}
-    return _frame_times(runner, t_len, runner, variants, rounds, batches, "the talker's products in split-K partials",
+    return frame_times(runner, t_len, runner, variants, rounds, batches, "the talker's products in split-K partials",
                         ("talker_step",))
 
 
@@ -257,7 +245,7 @@ def draw_prefetch_times(runner, t_len: int, rounds: int = 3, batches=(1, 2, 8)) 
     of the next pass's first weights into L2 while it runs (`CodePredictorRunner.draw_prefetch`: "pf<n>"; its
     `prefetch_weights`), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
     variants = {f"pf{n}": {"draw_prefetch": n} for n in range(4)}
-    return _frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
+    return frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
                         "the draws' prefetch of the next pass's weights")
 
 
@@ -273,121 +261,8 @@ def early_trigger_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> 
     passes), interleaved rounds -> {batch: {key: median ms}}."""
     variants = {name: {"early_trigger": names} for name, names in EARLY_TRIGGERS.items()}
     variants["trigallpf3"] = {"early_trigger": EARLY_TRIGGERS["trigall"], "draw_prefetch": 3}
-    return _frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
+    return frame_times(runner, t_len, runner.code_predictor, variants, rounds, batches,
                         "the code predictor's early triggers")
-
-
-def l2_policy_keeping(n_layers: int, keep: tuple[tuple[str, int], ...], rest: str = "evict_first") -> dict:
-    """code_predictor.CodePredictorRunner.l2_policy keeping `keep` in L2 ("evict_last") and giving every other
-    product of a pass (each layer's qkv, o, gate/up, down; the 15 heads) `rest`."""
-    policy = {(name, i): rest for name in ("qkv", "o", "gate_up", "down") for i in range(n_layers)}
-    policy |= {("head", j): rest for j in range(15)}
-    return {key: v for key, v in (policy | dict.fromkeys(keep, "evict_last")).items() if v}
-
-
-def _cudart():
-    """The CUDA runtime library this process loaded (torch's), through ctypes."""
-    import ctypes
-
-    maps = Path("/proc/self/maps").read_text().splitlines()
-    return ctypes.CDLL(next(line.split()[-1] for line in maps if "libcudart" in line))
-
-
-class _PersistingL2:
-    """The code predictor's settings as attributes (for `interleaved_times`), and `persisting_l2`: the device's L2
-    set-aside for persisting lines in bytes (cudaDeviceSetLimit's cudaLimitPersistingL2CacheSize, through the
-    libcudart this process loaded), 0 by default."""
-
-    def __init__(self, cp):
-        object.__setattr__(self, "_cp", cp)
-        object.__setattr__(self, "_persisting", 0)
-
-    def __getattr__(self, name):
-        return self._persisting if name == "persisting_l2" else getattr(self._cp, name)
-
-    def __setattr__(self, name, value):
-        if name != "persisting_l2":
-            setattr(self._cp, name, value)
-            return
-        import ctypes
-
-        status = _cudart().cudaDeviceSetLimit(6, ctypes.c_size_t(value))  # cudaLimitPersistingL2CacheSize
-        if status != 0:
-            raise RuntimeError(f"cudaDeviceSetLimit(persisting L2, {value}) returned {status}")
-        object.__setattr__(self, "_persisting", value)
-
-
-def max_persisting_l2() -> int:
-    """cudaDevAttrMaxPersistingL2CacheSize of device 0, bytes."""
-    import ctypes
-
-    value = ctypes.c_int()
-    status = _cudart().cudaDeviceGetAttribute(ctypes.byref(value), 108, 0)  # cudaDevAttrMaxPersistingL2CacheSize
-    if status != 0:
-        raise RuntimeError(f"cudaDeviceGetAttribute(max persisting L2) returned {status}")
-    return value.value
-
-
-def cp_l2_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
-    """The code predictor's frame (and the frame step) with its PDL passes' weights given L2 eviction priorities
-    (`CodePredictorRunner.l2_policy`): none ("l2none"); every product evict_first ("l2first"); gate/up of layers 0-1
-    or 0-2, down of every layer, qkv of layers 1-4 kept (evict_last; 25 / 38 / 31 / 34 MB at 1.7B), the rest
-    evict_first ("l2gu01", "l2gu012", "l2down", "l2qkv"); gate/up 0-1 kept, the rest unhinted ("l2gu01nf"); gate/up
-    0-1 kept with the device's largest L2 set-aside for persisting lines ("l2gu01pers"). And a bound, not a
-    configuration: every layer reading layer 0's weights and every codebook the first head ("l2shared": ~35 MB a
-    pass, what L2 could hold), at each of `batches` (the PDL passes), interleaved rounds -> {batch: {key: median
-    ms}, "max_persisting_l2": bytes}."""
-    import dataclasses
-
-    cp = runner.code_predictor
-    n = len(cp.stack.layers)
-    shared = dataclasses.replace(cp.stack, layers=[cp.stack.layers[0]] * n)
-    policy = partial(l2_policy_keeping, n)
-    gu01 = (("gate_up", 0), ("gate_up", 1))
-    variants = {"l2none": {"l2_policy": {}}, "l2first": {"l2_policy": policy(())},
-                "l2gu01": {"l2_policy": policy(gu01)},
-                "l2gu012": {"l2_policy": policy((*gu01, ("gate_up", 2)))},
-                "l2down": {"l2_policy": policy(tuple(("down", i) for i in range(n)))},
-                "l2qkv": {"l2_policy": policy(tuple(("qkv", i) for i in range(1, n)))},
-                "l2gu01nf": {"l2_policy": policy(gu01, rest="")},
-                "l2shared": {"stack": shared, "heads": cp.heads[:1].expand_as(cp.heads), "l2_policy": {}}}
-    out: dict = {}
-    try:
-        out["max_persisting_l2"] = most = max_persisting_l2()
-        variants["l2gu01pers"] = {"l2_policy": policy(gu01), "persisting_l2": most}
-    except (StopIteration, OSError, AttributeError, RuntimeError) as exc:
-        out["max_persisting_l2"] = f"{type(exc).__name__}: {exc}"
-    out |= _frame_times(runner, t_len, _PersistingL2(cp), variants, rounds, batches,
-                        "the code predictor's weights' L2 priorities")
-    return out
-
-
-def _free_rows(stack, products: tuple[str, ...]):
-    """`stack` (a FusedStack) with the weights of `products` ("qkv", "o", "gate_up", "down") in every layer replaced by
-    views whose rows all alias the first (row stride 0, the column stride 1 the kernels need): the same launches and
-    shapes, nearly no bytes read (a row stays in L1/L2). Not a model: a bound on what the weights' bytes cost."""
-    import dataclasses
-
-    def free(w):
-        return w[:1].expand_as(w)
-
-    return dataclasses.replace(stack, layers=[dataclasses.replace(layer, **{
-        f"w_{p}": free(getattr(layer, f"w_{p}")) for p in products}) for layer in stack.layers])
-
-
-def cp_bytes_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) -> dict:
-    """Bounds, not configurations: the code predictor's frame (and the frame step) with the weights as they are
-    ("bytes"), with every product's rows and every head's aliasing their first row, so that the launches read
-    almost no bytes ("nobytes": the chain of dependent launches alone), and with only qkv, attention + o's w_o,
-    gate/up or down so ("noqkv", "noo", "nogu", "nodown"), at each of `batches`, interleaved rounds -> {batch: {key:
-    median ms}}."""
-    cp = runner.code_predictor
-    free_heads = cp.heads[:, :1].expand_as(cp.heads)
-    variants = {"bytes": {}, "nobytes": {"stack": _free_rows(cp.stack, ("qkv", "o", "gate_up", "down")),
-                                         "heads": free_heads}}
-    for key, product in (("noqkv", "qkv"), ("noo", "o"), ("nogu", "gate_up"), ("nodown", "down")):
-        variants[key] = {"stack": _free_rows(cp.stack, (product,))}
-    return _frame_times(runner, t_len, cp, variants, rounds, batches, "the code predictor's weights' bytes")
 
 
 def talker_trigger_times(runner, t_len: int, rounds: int = 3) -> dict:
@@ -402,7 +277,7 @@ def talker_trigger_times(runner, t_len: int, rounds: int = 3) -> dict:
     for key, names in TALKER_EARLY_TRIGGERS.items():
         variants[f"ttrig{key}"] = {"talker_pdl_launch": {name: {**cfg, "pdl": PDL_EARLY} if name in names else cfg
                                                          for name, cfg in table.items()}}
-    return _frame_times(runner, t_len, runner, variants, rounds, (1,), "the talker's early triggers",
+    return frame_times(runner, t_len, runner, variants, rounds, (1,), "the talker's early triggers",
                         ("talker_step", "talker_step_long", "frame_step"))[1]
 
 
@@ -436,7 +311,7 @@ def blas_times(runner, t_len: int, rounds: int = 3, batches=(8, 32, 64)) -> dict
     within 0.005 ms of the default at batches 8 and 32, within 0.04 at 64."""
     variants = {"blasdefault": {}, "cublaslt": {"library": "cublaslt"}, "cublas": {"library": "cublas"},
                 "fullreduce": {"reduced": False}}
-    return _frame_times(runner, t_len, _Blas(), variants, rounds, batches, "cuBLAS' choices",
+    return frame_times(runner, t_len, _Blas(), variants, rounds, batches, "cuBLAS' choices",
                         ("talker_step", "code_predictor_frame", "frame_step"))
 
 

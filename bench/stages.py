@@ -6,9 +6,10 @@
                          callables, by name
     variant_times        each stage timed through its graph with an object's attributes set meanwhile (restored)
     interleaved_times    the same for several settings in interleaved rounds -> medians
+    frame_times          interleaved_times of the code predictor's frame and the frame step at several batches
 
-bench.latency (issue 3's table), bench.latency_experiments, bench.profile_step, bench.step_sweep, bench.launch_gap
-and bench.l2_prefetch time through these.
+bench.latency (issue 3's table), bench.latency_experiments, bench.latency_weights, bench.profile_step,
+bench.step_sweep, bench.launch_gap and bench.l2_prefetch time through these.
 """
 
 from __future__ import annotations
@@ -99,3 +100,16 @@ def variant_times(name: str, obj, settings: dict, fns: dict) -> dict:
     finally:
         for k, v in before.items():
             setattr(obj, k, v)
+
+
+def frame_times(runner, t_len: int, obj, variants: dict[str, dict], rounds: int, batches, what: str,
+                stage_names: tuple[str, ...] = ("code_predictor_frame", "frame_step")) -> dict:
+    """`stage_names` (by default the code predictor's frame and the frame step) with each of `variants` (obj's settings)
+    at each of `batches` the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
+    out = {}
+    for b in (b for b in batches if b <= runner.max_slots):
+        fns = stage_fns(runner, b, t_len)
+        stages = {k: fns[k] for k in stage_names}
+        out[b] = interleaved_times(obj, variants, stages, rounds)
+        print(f"batch {b}, {what}: {out[b]}", flush=True)
+    return out

@@ -168,7 +168,7 @@ def test_code_predictor_with_l2_eviction_priorities_gives_the_codes_without(runn
     """The PDL passes with every weight's L2 eviction priority set (`l2_policy`: gate/up of layers 0-1 evict_last,
     every other product and head evict_first; run 27's cp_l2 variants) give the codes of the same passes without
     cache hints, replay after replay."""
-    from bench.latency_experiments import l2_policy_keeping
+    from bench.latency_weights import l2_policy_keeping
     from tts_engine.runtime.sampler import GENERAL
 
     cfg, (fast, _) = runners

@@ -191,8 +191,8 @@ class CodePredictorRunner:
         self.early_trigger: tuple[str, ...] = EARLY_TRIGGER_LAUNCHES if early_trigger else ()
         # The PDL passes' weights' L2 eviction priorities: (product, layer) -> gemv's `evict` ("o": the attention + o
         # launch's w_o; ("head", j): codebook j + 1's head); absent: none. A pass reads ~150 MB of weights at 1.7B
-        # and the L2 holds 50, so without a hint each pass reads every weight from DRAM again. Empty by default
-        # (bench.latency --experiments cp_l2 times what to keep). Read at every pass.
+        # and the L2 holds 50, so without a hint each pass reads every weight from DRAM again. Empty by default: run 27
+        # (bench.latency --experiments cp_l2) kept 25-38 MB so and the frame step did not move. Read at every pass.
         self.l2_policy: dict[tuple[str, int], str] = {}
 
     def first_layer_qkv_table(self) -> torch.Tensor:
@@ -248,10 +248,10 @@ class CodePredictorRunner:
                                                                                               b * n <= PDL_ROWS))
 
             def attention_o(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> o_sum [>= b n, H]
+                evict = self.l2_policy.get(("o", i), "") if pdl else ""
                 cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], layer.w_o,
                                self.o_sum, start, n, c.eps, c.num_heads, c.num_kv_heads,
-                               pdl=self.trigger("attention_o", pdl), evict=self.l2_policy.get(("o", i), "") if pdl
-                               else "", **self.attention_o_launch[n])
+                               pdl=self.trigger("attention_o", pdl), evict=evict, **self.attention_o_launch[n])
                 return self.o_sum
 
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
