@@ -6,60 +6,25 @@ tests/gpu/test_code_predictor_gpu.py checks that early triggers give the codes o
 from __future__ import annotations
 
 import pytest
-import torch
 
-from tts_engine.checkpoint import random_model
+from tests.runtime.recorded_frame import frame_launches, pdl_code_predictor
 from tts_engine.kernels.backend import PDL_EARLY
-from tts_engine.runtime import code_predictor as cp_module
-from tts_engine.runtime import fused
 from tts_engine.runtime.code_predictor import EARLY_TRIGGER_LAUNCHES, CodePredictorRunner
-from tts_engine.runtime.sampler import SamplingRows
 
 
 @pytest.fixture(scope="module")
 def runner() -> CodePredictorRunner:
-    _, model = random_model("tiny", torch.float32, "cpu", seed=0)
-    talker = model.talker
-    cp = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2, pdl=True,
-                             qkv_table=True, attention_o=True)
-    assert cp.uses_pdl(1) and cp.uses_pdl(2), "the runner's passes of 1-2 rows are its PDL passes"
-    return cp
+    return pdl_code_predictor()
 
 
 def launches(runner: CodePredictorRunner, monkeypatch, early: tuple[str, ...]) -> list[tuple[str, object]]:
-    """One frame of one row through stand-in kernels -> (launch, its pdl) in launch order."""
-    stack = runner.stack
-    names = {}
-    for layer in stack.layers:
-        names.update({layer.w_qkv.data_ptr(): "qkv", layer.w_gate_up.data_ptr(): "gate_up",
-                      layer.w_down.data_ptr(): "down"})
-    for j in range(15):
-        names[runner.heads[j].data_ptr()] = "head"
-    seen = []
-
-    def gemv(x, w, *, silu_mul=False, pdl=False, **_):
-        seen.append((names[w.data_ptr()], pdl))
-        return x.new_zeros(x.shape[0], w.shape[0] // 2 if silu_mul else w.shape[0])
-
-    def attention_o(*a, pdl=False, **_):
-        seen.append(("attention_o", pdl))
-
-    def draw(logits, out, *, pdl=False, **_):
-        seen.append(("draw", pdl))
-        out.zero_()
-
-    monkeypatch.setattr(cp_module, "gemv", gemv)  # the head's
-    monkeypatch.setattr(fused, "gemv", gemv)  # the layers'
-    monkeypatch.setattr(cp_module, "cp_attention_o", attention_o)
-    monkeypatch.setattr(cp_module, "sample_rows", draw)
+    """One frame of one row through stand-in kernels (`frame_launches`) with `early` -> (launch, its pdl) in launch
+    order."""
     runner.early_trigger = early
     try:
-        runner.predict(torch.zeros(1, runner.proj.in_features), torch.zeros(1, dtype=torch.long),
-                       torch.zeros(1, dtype=torch.long), SamplingRows.empty(1, torch.device("cpu")))
+        return [(name, kw.get("pdl", False)) for name, _, kw in frame_launches(runner, monkeypatch)]
     finally:
         runner.early_trigger = ()
-    assert len([n for n, _ in seen if n == "draw"]) == 15
-    return seen
 
 
 def test_without_early_triggers_every_launch_triggers_after_its_wait(runner, monkeypatch):
