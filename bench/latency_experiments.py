@@ -354,6 +354,18 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
     return out
 
 
+def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
+    """The code predictor's batch-1 frame (and the frame step) with passes 1-14 as the persistent CUDA kernel
+    (kernels/cp_pass.py; "persistent") against the Triton passes ("triton"), interleaved rounds -> {batch: {key:
+    median ms}}; whether a launch's wait timed out ("persistent_timed_out")."""
+    cp = runner.code_predictor
+    kernel = cp.persistent or cp.persistent_kernel()
+    variants = {"triton": {"persistent": None}, "persistent": {"persistent": kernel}}
+    out = frame_times(runner, t_len, cp, variants, rounds, batches, "the persistent code-predictor passes")
+    out["persistent_timed_out"] = kernel.timed_out()
+    return out
+
+
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
 EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residual_early_times,
                "row_chunks": row_chunks_times, "kernels_ab": kernels_ab_times, "cp_qkv_table": cp_qkv_table_times,
@@ -362,6 +374,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "talker_split_k": talker_split_k_times, "blas": blas_times,
                "prefill_split_k": prefill_split_k_times, "draw_prefetch": draw_prefetch_times,
                "early_trigger": early_trigger_times, "talker_trigger": talker_trigger_times, "cp_l2": cp_l2_times,
-               "cp_bytes": cp_bytes_times,
+               "cp_bytes": cp_bytes_times, "cp_persistent": cp_persistent_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

@@ -24,6 +24,7 @@ tensor-core products).
 from __future__ import annotations
 
 import copy
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 from ..kernels.backend import PDL_EARLY
 from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
 from ..kernels.cp_attention_o import cp_attention_o
+from ..kernels.cp_pass import CpPassKernel, unsupported
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
@@ -45,6 +47,8 @@ from .fused import (
 )
 from .options import split_k_for
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
+
+log = logging.getLogger(__name__)
 
 CP_POSITIONS = 16  # [h, C(c0)] + 14 fed codebooks
 # Passes of at most `FastPathOptions.cp_gemv_rows` token rows (2 by default) run their products through kernels/gemv.py,
@@ -128,9 +132,9 @@ class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
                  qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0,
-                 early_trigger: bool = False):
-        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits, early_trigger:
-        `FastPathOptions`' cp_* (validated there; the splits also against the model's shapes here)."""
+                 early_trigger: bool = False, persistent: bool | None = False):
+        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits, early_trigger,
+        persistent: `FastPathOptions`' cp_* (validated there; the splits also against the model's shapes here)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -194,6 +198,27 @@ class CodePredictorRunner:
         # and the L2 holds 50, so without a hint each pass reads every weight from DRAM again. Empty by default: run 27
         # (bench.latency --experiments cp_l2) kept 25-38 MB so and the frame step did not move. Read at every pass.
         self.l2_policy: dict[tuple[str, int], str] = {}
+        # The batch-1 passes 1-14 as one persistent CUDA kernel each (kernels/cp_pass.py), or None: the Triton
+        # passes. Read at every frame.
+        self.persistent: CpPassKernel | None = None
+        if persistent is not False:
+            self.persistent = self.persistent_kernel(required=bool(persistent))
+
+    def persistent_kernel(self, required: bool = True) -> CpPassKernel | None:
+        """The persistent pass over this runner's weights, caches and tables; where it cannot run, RuntimeError
+        (required) or None (logged)."""
+        why = unsupported(self.device) if self.use_triton else "the torch path"
+        if why is None and not (self.pdl and self.qkv_table is not None and self.dtype == torch.bfloat16):
+            why = "it takes the PDL passes, the first-layer qkv table and bf16 weights"
+        if why is None:
+            try:
+                return CpPassKernel(self.stack, self.heads, self.k, self.v, *self.rope)
+            except RuntimeError as e:
+                why = str(e)
+        if required:
+            raise RuntimeError(f"the persistent code-predictor pass cannot run: {why}")
+        log.info("code predictor: Triton passes (the persistent pass: %s)", why)
+        return None
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
@@ -218,6 +243,9 @@ class CodePredictorRunner:
         other.k = self.k.new_zeros(layers, max_batch, *rest)
         other.v = torch.zeros_like(other.k)
         other.o_sum = torch.zeros_like(self.o_sum)
+        # Its passes may run beside this runner's: two persistent kernels at once would each hold part of the SMs
+        # and wait for CTAs that cannot start.
+        other.persistent = None
         return other
 
     def layers(self, h: torch.Tensor, b: int, start: int,
@@ -336,13 +364,22 @@ class CodePredictorRunner:
         settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
                         top_p=rows.sub_top_p, seed=rows.seed, frame=frames)
         pdl = self.uses_pdl(b)
+        # The persistent pass reads before its wait the cache position the pass before it wrote: the draw between
+        # them lets it start only after its own wait.
+        persistent = self.persistent if b == 1 and pdl and table is not None else None
+        logits = self.logits(out, normed, 0)
         for j in range(15):
             last = j == 14
-            sample_rows(self.logits(out, normed, j), codes[:, j], codebook=j + 1,
+            sample_rows(logits, codes[:, j], codebook=j + 1,
                         gather=None if last else (self.inputs[j], x[:, 0]),
                         gather2=None if last or table is None else (table[j], first_qkv),
                         prefetch=() if last else self.prefetch_weights[:self.draw_prefetch],
-                        pdl=pdl if last else self.trigger("draw", pdl), **settings)
-            if not last:
+                        pdl=pdl if last or persistent is not None else self.trigger("draw", pdl), **settings)
+            if last:
+                break
+            if persistent is not None:
+                logits = persistent.launch(j + 2, x[0, 0], first_qkv[0], j + 1)
+            else:
                 out, normed = self.layers(x, b, j + 2, first_qkv)
+                logits = self.logits(out, normed, j + 1)
         return codes

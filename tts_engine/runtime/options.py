@@ -62,6 +62,11 @@ class FastPathOptions:
     # still waits first. Run 26 (bench.latency --experiments early_trigger, three interleaved rounds): frame 1.449 ->
     # 1.402 ms at batch 1, 1.785 -> 1.769 at 2.
     cp_early_trigger: bool = True
+    # The code predictor's batch-1 passes 1-14 as one persistent CUDA kernel each (kernels/cuda/cp_pass.cu: the
+    # pass's 20 steps in one launch, a grid-wide arrival counter between them, the weights streamed two steps ahead
+    # by the bulk-copy engine), built by nvcc at load (kernels/cp_pass.py); None: where it can run (an sm90 GPU,
+    # nvcc, the qkv table and PDL passes). Where it cannot, the Triton passes.
+    cp_persistent: bool | None = False
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
@@ -112,6 +117,8 @@ class FastPathOptions:
             out.append(("prefill_mma_rows", f"must be in 0..{MAX_PREFILL_MMA_ROWS}, got {self.prefill_mma_rows}"))
         if self.cp_pdl and not self.cp_gemv_rows:
             out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
+        if self.cp_persistent and not (self.cp_gemv_rows and self.cp_qkv_table and self.cp_pdl is not False):
+            out.append(("cp_persistent", "needs the code predictor's PDL GEMV passes and its qkv table"))
         if self.talker_pdl and not self.talker_gemv_rows:
             out.append(("talker_pdl", "needs talker_gemv_rows > 0 (PDL launches the talker's GEMV steps)"))
         for name in ("cp_down_splits", "cp_o_splits", "talker_down_splits", "talker_o_splits"):

@@ -1,0 +1,271 @@
+"""The code predictor's batch-1 pass as one persistent CUDA kernel (kernels/cuda/cp_pass.cu), and how it is built,
+loaded and launched.
+
+    CpPassKernel(stack, heads, k_cache, v_cache, cos, sin)    at load: compiles (cached) and loads the kernel
+    kernel.launch(pos, x_in, qkv0, codebook)  -> logits [1, V]  one pass at position pos (passes 1-14 of a frame)
+
+Why CUDA C++ and not Triton: the pass's 20 steps run in one launch, each waiting for the others' outputs of the step
+before on a grid-wide arrival counter, while the bulk-copy engine streams each CTA's slice of the weights two steps
+ahead into shared memory. Triton exposes neither the bulk copies with their barriers nor a way to keep a weight
+stream running across waits (run 16's Triton persistent chain lost to PDL launches).
+
+The kernel is compiled for sm_90a by nvcc at first use, with the model's shapes as macros, into a cache
+($CADENCE_CUDA_CACHE, else ~/.cache/cadence/cuda) keyed by the source and the flags, and loaded through the CUDA
+driver (ctypes over libcuda, which PyTorch has loaded): no extension build, no new dependency. A launch is a
+`cuLaunchKernelEx` on PyTorch's current stream with programmatic dependent launch, so it is captured in the runner's
+CUDA graphs like any kernel. Where there is no nvcc, no sm90 GPU or other shapes, `unsupported` says why and the
+runner keeps its Triton passes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .cp_attention import LOG2E
+
+SOURCE = Path(__file__).with_name("cuda") / "cp_pass.cu"
+ARCH = "-gencode=arch=compute_90a,code=sm_90a"
+ALIGN = 128  # a weight slot's bytes are a multiple of this (the bulk copies want 16)
+
+
+@dataclass(frozen=True)
+class CpPassShapes:
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    layers: int
+    codes: int
+    positions: int
+
+    def macros(self) -> list[str]:
+        return [f"-DCP_H={self.hidden}", f"-DCP_I={self.intermediate}", f"-DCP_HQ={self.heads}",
+                f"-DCP_HKV={self.kv_heads}", f"-DCP_D={self.head_dim}", f"-DCP_L={self.layers}",
+                f"-DCP_V={self.codes}", f"-DCP_P={self.positions}"]
+
+    def problems(self) -> list[str]:
+        """What the kernel's lane layout does not hold (its static_asserts, said before nvcc says them)."""
+        out = []
+        if self.head_dim != 128:
+            out.append(f"head_dim {self.head_dim} (a lane holds 4 of 128)")
+        if self.heads % self.kv_heads or self.heads // self.kv_heads > 4:
+            out.append(f"{self.heads} query heads over {self.kv_heads} kv heads")
+        if self.positions != 16:
+            out.append(f"{self.positions} cache positions (16)")
+        threads = 32 * self.kv_heads
+        if self.hidden % (2 * threads) or self.hidden % 256 or self.intermediate % (2 * threads) \
+                or self.intermediate % 256:
+            out.append(f"hidden {self.hidden} / intermediate {self.intermediate} in {threads}-thread pairs")
+        return out
+
+    def slot_bytes(self, ctas: int) -> int:
+        """The largest slice of one step's weights a CTA holds (gate/up: its gate and its up rows)."""
+        def rows(n: int) -> int:
+            return -(-n // ctas)
+        h, q = self.hidden, self.heads * self.head_dim
+        qkv_n = (self.heads + 2 * self.kv_heads) * self.head_dim
+        largest = max(rows(qkv_n) * h, rows(h) * q, 2 * rows(self.intermediate) * h, rows(h) * self.intermediate,
+                      rows(self.codes) * h) * 2
+        return -(-largest // ALIGN) * ALIGN
+
+    def shared_bytes(self, ctas: int) -> int:
+        xs = max(self.hidden, self.intermediate, self.heads * self.head_dim) * 2
+        return 2 * self.slot_bytes(ctas) + xs + 32 * 4 + 16
+
+
+def nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    path = Path(home) / "bin" / "nvcc"
+    return str(path) if path.exists() else None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("CADENCE_CUDA_CACHE") or Path.home() / ".cache" / "cadence" / "cuda")
+
+
+def compile_cp_pass(shapes: CpPassShapes) -> bytes:
+    """The kernel's cubin for sm_90a at these shapes: from the cache, else built by nvcc (RuntimeError with nvcc's
+    output if it fails)."""
+    flags = [ARCH, "-O3", "-std=c++17", *shapes.macros()]
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:24]
+    out = cache_dir() / f"cp_pass-{key}.cubin"
+    if out.exists():
+        return out.read_bytes()
+    compiler = nvcc()
+    if compiler is None:
+        raise RuntimeError("cp_pass: no nvcc (set CUDA_HOME) to build kernels/cuda/cp_pass.cu")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    done = subprocess.run([compiler, "-cubin", *flags, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"cp_pass: nvcc failed:\n{done.stderr[-4000:]}")
+    tmp.replace(out)
+    return out.read_bytes()
+
+
+def unsupported(device: torch.device, shapes: CpPassShapes | None = None) -> str | None:
+    """Why the kernel cannot run on `device` here (None: it can)."""
+    if device.type != "cuda":
+        return "not a CUDA device"
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return f"built for sm_90a, the device is sm_{''.join(map(str, torch.cuda.get_device_capability(device)))}"
+    if nvcc() is None and not any(cache_dir().glob("cp_pass-*.cubin")):
+        return "no nvcc to build it"
+    if shapes is not None and shapes.problems():
+        return "shapes: " + "; ".join(shapes.problems())
+    return None
+
+
+# ---- the CUDA driver, through ctypes ---------------------------------------------------------------------------------
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute
+
+
+class _LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+class _Driver:
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+
+    def check(self, status: int, what: str) -> None:
+        if status:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorString(status, ctypes.byref(text))
+            raise RuntimeError(f"cp_pass: {what}: CUDA error {status} ({(text.value or b'?').decode()})")
+
+    def ensure_context(self, device: torch.device) -> None:
+        """PyTorch's primary context current on this thread (the driver calls below need one)."""
+        current = ctypes.c_void_p()
+        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
+        if current.value:
+            return
+        ctx = ctypes.c_void_p()
+        self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), ctypes.c_int(device.index or 0)),
+                   "cuDevicePrimaryCtxRetain")
+        self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+# ---- the kernel's parameters (kernels/cuda/cp_pass.cu CpLayer, CpPassParams) ---------------------------------------
+
+class _Layer(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("w_qkv", "w_o", "w_gu", "w_down", "ln_in", "ln_post", "q_norm", "k_norm", "k_cache", "v_cache")]
+
+
+def _params_type(layers: int) -> type[ctypes.Structure]:
+    pointers = ("x_in", "qkv0", "norm", "head", "cos", "sin", "qkv", "res0", "res1", "act", "logits", "sync", "error")
+
+    class Params(ctypes.Structure):
+        _fields_ = [("layer", _Layer * layers), *((name, ctypes.c_void_p) for name in pointers),
+                    ("pos", ctypes.c_int), ("eps", ctypes.c_float), ("scale", ctypes.c_float),
+                    ("slot_bytes", ctypes.c_uint)]
+    return Params
+
+
+class CpPassKernel:
+    """The persistent pass over a `FusedStack` (its layers' fused weights) and the runner's state: heads [15, V, H],
+    the caches [layers, rows, Hkv, P, D] (row 0 is the pass's), RoPE tables cos / sin [P, D]; all bf16 on one sm90
+    GPU. It owns its scratch (qkv, the residual's two buffers, SwiGLU's output), the logits it writes and its
+    arrival counters: two kernels of one CpPassKernel must not run at once (the runner's one stream sees to it)."""
+
+    def __init__(self, stack, heads: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 cos: torch.Tensor, sin: torch.Tensor):
+        device = heads.device
+        self.shapes = CpPassShapes(hidden=heads.shape[2], intermediate=stack.intermediate, heads=stack.num_heads,
+                                   kv_heads=stack.num_kv_heads, head_dim=stack.head_dim, layers=len(stack.layers),
+                                   codes=heads.shape[1], positions=k_cache.shape[3])
+        why = unsupported(device, self.shapes)
+        if why:
+            raise RuntimeError(f"cp_pass: {why}")
+        tensors = [heads, k_cache, v_cache, cos, sin, stack.norm] + [
+            w for layer in stack.layers for w in (layer.w_qkv, layer.w_o, layer.w_gate_up, layer.w_down,
+                                                  layer.ln_in, layer.ln_post, layer.q_norm, layer.k_norm)]
+        if any(t.dtype != torch.bfloat16 or not t.is_contiguous() or t.device != device for t in tensors):
+            raise ValueError("cp_pass: weights, heads, caches and RoPE tables must be contiguous bf16 on one device")
+        self.device, self.stack, self.heads = device, stack, heads
+        self.k_cache, self.v_cache, self.cos, self.sin = k_cache, v_cache, cos, sin
+        s = self.shapes
+        self.ctas = torch.cuda.get_device_properties(device).multi_processor_count
+        self.slot_bytes = s.slot_bytes(self.ctas)
+        self.shared_bytes = s.shared_bytes(self.ctas)
+        f = dict(device=device, dtype=torch.bfloat16)
+        self.qkv = torch.zeros((s.heads + 2 * s.kv_heads) * s.head_dim, **f)
+        self.res = torch.zeros(2, s.hidden, **f)
+        self.act = torch.zeros(s.intermediate, **f)
+        self.logits = torch.zeros(1, s.codes, **f)
+        self.sync = torch.zeros(2, dtype=torch.int32, device=device)  # arrivals, launches
+        self.error = torch.zeros(1, dtype=torch.int32, device=device)
+        self.driver = _Driver()
+        self.driver.ensure_context(device)
+        self.cubin = compile_cp_pass(s)
+        self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
+        lib = self.driver.lib
+        self.driver.check(lib.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(self.cubin)),
+                          "cuModuleLoadData")
+        self.driver.check(lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, b"cp_pass"),
+                          "cuModuleGetFunction")
+        self.driver.check(lib.cuFuncSetAttribute(self.function, _MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                 ctypes.c_int(self.shared_bytes)), "cuFuncSetAttribute")
+        self._params = _params_type(s.layers)
+        self._layers = (_Layer * s.layers)(*(
+            _Layer(layer.w_qkv.data_ptr(), layer.w_o.data_ptr(), layer.w_gate_up.data_ptr(), layer.w_down.data_ptr(),
+                   layer.ln_in.data_ptr(), layer.ln_post.data_ptr(), layer.q_norm.data_ptr(), layer.k_norm.data_ptr(),
+                   k_cache[i, 0].data_ptr(), v_cache[i, 0].data_ptr()) for i, layer in enumerate(stack.layers)))
+
+    def launch(self, pos: int, x_in: torch.Tensor, qkv0: torch.Tensor, codebook: int, pdl: bool = True) -> torch.Tensor:
+        """One pass at cache position pos (2 .. P-1) of row 0: x_in [H] its input (the projected embedding of the
+        code drawn before), qkv0 [(Hq + 2 Hkv) D] layer 0's qkv product of it (the table row), codebook: the head
+        (1-based codebook - 1, as `heads` is indexed) -> self.logits [1, V] (written when the launch runs; the K/V of
+        pos stored in the caches). pdl: launched with programmatic dependent launch (it waits for the launch
+        before it ahead of reading x_in, qkv0 or its residual; the kernel before must let it start only after its
+        own wait, as the runner's draws then do)."""
+        s = self.shapes
+        if not 1 <= pos < s.positions:
+            raise ValueError(f"cp_pass: position {pos} outside 1..{s.positions - 1}")
+        for name, t, n in (("x_in", x_in, s.hidden), ("qkv0", qkv0, self.qkv.numel())):
+            if t.numel() != n or t.dtype != torch.bfloat16 or not t.is_contiguous() or t.device != self.device:
+                raise ValueError(f"cp_pass: {name} must be {n} contiguous bf16 values on {self.device}")
+        p = self._params()
+        p.layer = self._layers
+        p.x_in, p.qkv0, p.norm = x_in.data_ptr(), qkv0.data_ptr(), self.stack.norm.data_ptr()
+        p.head = self.heads[codebook].data_ptr()
+        p.cos, p.sin = self.cos[pos].data_ptr(), self.sin[pos].data_ptr()
+        p.qkv, p.res0, p.res1, p.act = self.qkv.data_ptr(), self.res[0].data_ptr(), self.res[1].data_ptr(), \
+            self.act.data_ptr()
+        p.logits, p.sync, p.error = self.logits.data_ptr(), self.sync.data_ptr(), self.error.data_ptr()
+        p.pos, p.eps, p.scale = pos, self.stack.eps, LOG2E / math.sqrt(s.head_dim)
+        p.slot_bytes = self.slot_bytes
+        attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+        cfg = _LaunchConfig(grid=(ctypes.c_uint * 3)(self.ctas, 1, 1), block=(ctypes.c_uint * 3)(32 * s.kv_heads, 1, 1),
+                            shared=self.shared_bytes, stream=torch.cuda.current_stream(self.device).cuda_stream,
+                            attrs=ctypes.pointer(attr), num_attrs=1 if pdl else 0)
+        args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(p), ctypes.c_void_p))
+        self.driver.ensure_context(self.device)
+        self.driver.check(self.driver.lib.cuLaunchKernelEx(ctypes.byref(cfg), self.function, args, None),
+                          "cuLaunchKernelEx")
+        return self.logits
+
+    def timed_out(self) -> bool:
+        """Did a launch's wait for the other CTAs time out (its outputs garbage)? Synchronises."""
+        return bool(self.error.item())

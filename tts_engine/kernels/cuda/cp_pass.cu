@@ -1,0 +1,560 @@
+// One code-predictor pass at batch 1 (passes 1-14 of a frame: one new position) as one persistent kernel.
+//
+// Why: a batch-1 pass through the Triton kernels is 21 dependent launches of ~4 µs of critical path each, and with
+// weights that cost nothing it would still take 1.24 ms a frame (run 27): the launches' chain, not the bytes, is
+// what stands between the frame and its 1.2 ms target. Here one CTA an SM runs the pass's 20 steps
+//
+//     layer 0: attention + o, gate/up + SwiGLU, down        (its qkv product comes from the table, `qkv0`)
+//     layer l: qkv, attention + o, gate/up + SwiGLU, down   (l = 1 .. L-1)
+//     head (final norm in its prologue)
+//
+// with a grid-wide arrival counter between steps instead of a launch boundary, and each CTA's slice of every step's
+// weights streamed into shared memory by the bulk-copy engine two steps ahead (the weights are constants: nothing
+// waits for them but the product that reads them). A step's work after its wait is: read the step's input vector
+// from L2 (bf16, a few KB), the RMSNorm's one block reduction, one warp-wide dot product a weight row out of shared
+// memory, the epilogue. The attention is computed by every CTA for all heads (a few hundred FMAs a lane), so that
+// attention + o needs no wait between them; the earlier positions' keys and values are read into registers before
+// the step's wait.
+//
+// Arithmetic and rounding are the reference's (and the Triton path's): every product in fp32 rounded to bf16, the
+// RMSNorm as `fused.rms_norm` rounds it, q/k norm + RoPE as `qk_norm_rope_ref`, the residual adds and SwiGLU rounded
+// where torch rounds them. Sums run in another order than cuBLAS' or Triton's: a few outputs differ by one ulp.
+//
+// Shapes come in as macros (kernels/cp_pass.py compiles this file per model): CP_H hidden, CP_I intermediate,
+// CP_HQ / CP_HKV heads, CP_D head dim (128: a lane holds 4 of a head's dims), CP_L layers, CP_V codes, CP_P cache
+// positions (16). A warp a kv head: CP_HKV warps, its CP_HQ / CP_HKV query heads.
+//
+// Grid: one CTA an SM, all resident at once (each takes > half an SM's shared memory). The runner never launches two
+// of these at once (the newcomer lane keeps the Triton passes), so the CTAs never wait on CTAs that cannot start.
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#if !defined(CP_H) || !defined(CP_I) || !defined(CP_HQ) || !defined(CP_HKV) || !defined(CP_D) || !defined(CP_L) || \
+    !defined(CP_V) || !defined(CP_P)
+#error "cp_pass.cu needs CP_H, CP_I, CP_HQ, CP_HKV, CP_D, CP_L, CP_V, CP_P"
+#endif
+
+#define WARPS CP_HKV
+#define THREADS (WARPS * 32)
+#define GROUP (CP_HQ / CP_HKV)
+#define QKV_N ((CP_HQ + 2 * CP_HKV) * CP_D)
+#define XS_MAX (CP_I > CP_HQ * CP_D ? (CP_I > CP_H ? CP_I : CP_H) : (CP_HQ * CP_D > CP_H ? CP_HQ * CP_D : CP_H))
+#define FULL 0xffffffffu
+
+static_assert(CP_D == 128, "a lane holds 4 dims of a 128-dim head");
+static_assert(CP_HQ % CP_HKV == 0 && GROUP <= 4, "query heads a kv head");
+static_assert(CP_P == 16, "the score reduction below is written for 16 positions");
+static_assert(CP_H % (THREADS * 2) == 0 && CP_H % 256 == 0 && CP_I % 256 == 0 && (CP_HQ * CP_D) % 256 == 0,
+              "rows are read as 16-byte chunks, 32 a warp-wide round");
+
+typedef __nv_bfloat16 bf16;
+
+struct CpLayer {
+    const bf16* w_qkv;   // [QKV_N, H]
+    const bf16* w_o;     // [H, HQ D]
+    const bf16* w_gu;    // [2 I, H]: gate rows, then up rows
+    const bf16* w_down;  // [H, I]
+    const bf16* ln_in;   // [H]
+    const bf16* ln_post; // [H]
+    const bf16* q_norm;  // [D]
+    const bf16* k_norm;  // [D]
+    bf16* k_cache;       // row 0's [HKV, P, D]
+    bf16* v_cache;
+};
+
+struct CpPassParams {
+    CpLayer layer[CP_L];
+    const bf16* x_in;    // [H]      the pass's input: its position's embedding, projected (the draw's gather)
+    const bf16* qkv0;    // [QKV_N]  layer 0's qkv product of x_in (the table row the draw gathered)
+    const bf16* norm;    // [H]      the final norm
+    const bf16* head;    // [V, H]   this pass's codebook head
+    const bf16* cos;     // [D]      RoPE row of `pos`
+    const bf16* sin;
+    bf16* qkv;           // [QKV_N]  scratch: layers 1.. qkv products
+    bf16* res0;          // [H]      scratch: the residual stream, two buffers in turn
+    bf16* res1;
+    bf16* act;           // [I]      scratch: SwiGLU's output
+    bf16* logits;        // [V]      out
+    unsigned* sync;      // [2]      arrivals, launches (kept across launches: targets are relative to them)
+    unsigned* error;     // [1]      set when a wait for the other CTAs timed out (then the outputs are garbage)
+    int pos;             // the new position (2 .. P-1)
+    float eps;
+    float scale;         // log2(e) / sqrt(D): scores in base 2
+    unsigned slot_bytes; // one weight slot of shared memory (two)
+};
+
+enum StepKind { QKV = 0, ATT = 1, GU = 2, DOWN = 3, HEAD = 4 };
+#define STEPS (4 * CP_L)  // layer 0's three, 4 a later layer, the head
+
+__device__ __forceinline__ int step_kind(int s) {
+    if (s == STEPS - 1) return HEAD;
+    return s < 3 ? s + 1 : (s - 3) % 4;
+}
+__device__ __forceinline__ int step_layer(int s) { return s < 3 ? 0 : 1 + (s - 3) / 4; }
+
+__device__ __forceinline__ float rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+// ---- the bulk-copy engine and its barriers -------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)));
+}
+
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done) {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+    }
+}
+
+// ---- the grid-wide wait between steps ------------------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Thread 0, after the CTA's barrier: this CTA's outputs of the step are written (release at gpu scope).
+__device__ __forceinline__ void grid_arrive(unsigned* arrivals) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(arrivals) : "memory");
+}
+
+// Thread 0: until `target` arrivals (modulo 2^32). A wait over a second means CTAs that cannot start (which the runner
+// never makes happen): the error word is set and the pass finishes with garbage rather than hang the stream.
+__device__ void grid_wait(const unsigned* arrivals, unsigned target, unsigned* error) {
+    if (static_cast<int>(load_acquire(arrivals) - target) >= 0) return;
+    const uint64_t t0 = global_ns();
+    while (static_cast<int>(load_acquire(arrivals) - target) < 0) {
+        if (global_ns() - t0 > 1000000000ull) {
+            atomicExch(error, 1u);
+            return;
+        }
+    }
+}
+
+// ---- products ------------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float dot8(uint4 w, uint4 x) {
+    const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+    const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 a = __bfloat1622float2(wp[i]);
+        const float2 b = __bfloat1622float2(xp[i]);
+        acc = fmaf(a.x, b.x, acc);
+        acc = fmaf(a.y, b.y, acc);
+    }
+    return acc;
+}
+
+// Rows a and b (bf16 [K] in shared memory) against x (bf16 [K] in shared memory): whole-warp sums in every lane.
+template <int K>
+__device__ __forceinline__ float2 warp_dot2(const bf16* a, const bf16* b, const bf16* x, int lane) {
+    const uint4* a4 = reinterpret_cast<const uint4*>(a);
+    const uint4* b4 = reinterpret_cast<const uint4*>(b);
+    const uint4* x4 = reinterpret_cast<const uint4*>(x);
+    float sa = 0.f, sb = 0.f;
+#pragma unroll
+    for (int i = 0; i < K / 256; ++i) {
+        const int c = lane + 32 * i;
+        const uint4 xv = x4[c];
+        sa += dot8(a4[c], xv);
+        sb += dot8(b4[c], xv);
+    }
+    return make_float2(warp_sum(sa), warp_sum(sb));
+}
+
+template <int K>
+__device__ __forceinline__ float warp_dot(const bf16* a, const bf16* x, int lane) {
+    const uint4* a4 = reinterpret_cast<const uint4*>(a);
+    const uint4* x4 = reinterpret_cast<const uint4*>(x);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < K / 256; ++i) s += dot8(a4[lane + 32 * i], x4[lane + 32 * i]);
+    return warp_sum(s);
+}
+
+// The step's input vector src [n] (written this launch by other CTAs: read from L2) into xs as bf16; with ln, RMS-
+// normalised as `fused.rms_norm` rounds it: ln * bf16(x * rsqrt(mean(x^2) + eps)), rounded.
+template <int N>
+__device__ void load_x(const bf16* src, const bf16* ln, float eps, bf16* xs, float* red) {
+    constexpr int PER = N / THREADS;  // elements a thread, consecutive
+    static_assert(N % (THREADS * 2) == 0, "pairs a thread");
+    const int t = threadIdx.x;
+    float v[PER];
+#pragma unroll
+    for (int i = 0; i < PER; i += 2) {
+        const __nv_bfloat162 p = __ldcg(reinterpret_cast<const __nv_bfloat162*>(src + t * PER + i));
+        const float2 f = __bfloat1622float2(p);
+        v[i] = f.x;
+        v[i + 1] = f.y;
+    }
+    if (ln != nullptr) {
+        float ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) ss = fmaf(v[i], v[i], ss);
+        ss = warp_sum(ss);
+        if ((t & 31) == 0) red[t >> 5] = ss;
+        __syncthreads();
+        float total = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) total += red[w];
+        const float inv = rsqrtf(total / N + eps);
+#pragma unroll
+        for (int i = 0; i < PER; ++i) v[i] = rb(__bfloat162float(ln[t * PER + i]) * rb(v[i] * inv));
+    }
+#pragma unroll
+    for (int i = 0; i < PER; i += 2)
+        *reinterpret_cast<__nv_bfloat162*>(xs + t * PER + i) = __floats2bfloat162_rn(v[i], v[i + 1]);
+    __syncthreads();
+}
+
+__device__ __forceinline__ int part(int n, int c, int g) { return static_cast<int>((static_cast<long>(n) * c) / g); }
+
+// This CTA's rows of a step's weights: up to two contiguous runs (gate/up: the gate rows, then the up rows), into a
+// slot as [rows, K].
+struct Slice {
+    const bf16* src0;
+    const bf16* src1;
+    uint32_t bytes0;
+    uint32_t bytes1;
+};
+
+__device__ Slice step_slice(const CpPassParams& p, int s) {
+    const int c = blockIdx.x, g = gridDim.x;
+    const CpLayer& L = p.layer[step_layer(s)];
+    Slice sl = {nullptr, nullptr, 0, 0};
+    switch (step_kind(s)) {
+        case QKV: {
+            const int r0 = part(QKV_N, c, g), r1 = part(QKV_N, c + 1, g);
+            sl.src0 = L.w_qkv + static_cast<long>(r0) * CP_H;
+            sl.bytes0 = (r1 - r0) * CP_H * 2;
+            break;
+        }
+        case ATT: {
+            const int r0 = part(CP_H, c, g), r1 = part(CP_H, c + 1, g);
+            sl.src0 = L.w_o + static_cast<long>(r0) * (CP_HQ * CP_D);
+            sl.bytes0 = (r1 - r0) * CP_HQ * CP_D * 2;
+            break;
+        }
+        case GU: {
+            const int f0 = part(CP_I, c, g), f1 = part(CP_I, c + 1, g);
+            sl.src0 = L.w_gu + static_cast<long>(f0) * CP_H;
+            sl.src1 = L.w_gu + static_cast<long>(CP_I + f0) * CP_H;
+            sl.bytes0 = sl.bytes1 = (f1 - f0) * CP_H * 2;
+            break;
+        }
+        case DOWN: {
+            const int r0 = part(CP_H, c, g), r1 = part(CP_H, c + 1, g);
+            sl.src0 = L.w_down + static_cast<long>(r0) * CP_I;
+            sl.bytes0 = (r1 - r0) * CP_I * 2;
+            break;
+        }
+        default: {
+            const int r0 = part(CP_V, c, g), r1 = part(CP_V, c + 1, g);
+            sl.src0 = p.head + static_cast<long>(r0) * CP_H;
+            sl.bytes0 = (r1 - r0) * CP_H * 2;
+        }
+    }
+    return sl;
+}
+
+// Thread 0: step s's weights into slot s % 2, completing barrier s % 2's next phase.
+__device__ void issue_weights(const CpPassParams& p, int s, unsigned char* slots, uint64_t* bars) {
+    if (s >= STEPS) return;
+    const Slice sl = step_slice(p, s);
+    unsigned char* dst = slots + (s & 1) * p.slot_bytes;
+    uint64_t* bar = bars + (s & 1);
+    // the slot's last readers were generic loads, the copy is the async proxy's
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    mbar_expect(bar, sl.bytes0 + sl.bytes1);
+    if (sl.bytes0) bulk_load(dst, sl.src0, sl.bytes0, bar);
+    if (sl.bytes1) bulk_load(dst + sl.bytes0, sl.src1, sl.bytes1, bar);
+}
+
+// ---- attention -----------------------------------------------------------------------------------------------------
+
+// 16 per-lane partial sums (this lane's 4 dims of every position) -> the whole warp's sum for position
+// `butterfly_position(lane)`, in 16 shuffles: each round halves the values a lane holds, keeping the half its lane bit
+// names.
+__device__ __forceinline__ float reduce_positions(float (&v)[16], int lane) {
+#pragma unroll
+    for (int half = 8, bit = 1; half >= 1; half >>= 1, bit <<= 1) {
+        const bool upper = lane & bit;
+#pragma unroll
+        for (int i = 0; i < half; ++i) {
+            const float send = upper ? v[i] : v[i + half];
+            const float keep = upper ? v[i + half] : v[i];
+            v[i] = keep + __shfl_xor_sync(FULL, send, bit);
+        }
+    }
+    return v[0] + __shfl_xor_sync(FULL, v[0], 16);
+}
+
+__device__ __forceinline__ int butterfly_position(int lane) {
+    return ((lane & 1) << 3) | ((lane & 2) << 1) | ((lane & 4) >> 1) | ((lane & 8) >> 3);
+}
+
+// bf16 [4] of a head at this lane's dims, RMS-normed with weight w (this lane's 4 weights and the partner lane's, the
+// dims rotate_half brings here) and rotated: `qk_norm_rope_ref`'s rounding.
+__device__ __forceinline__ void norm_rope(float (&x)[4], const float (&w)[4], const float (&c)[4], const float (&sn)[4],
+                                          float eps, int lane) {
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) ss = fmaf(x[j], x[j], ss);
+    const float r = rsqrtf(warp_sum(ss) / CP_D + eps);
+    float n[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) n[j] = rb(rb(x[j] * r) * w[j]);
+    const float sign = lane < 16 ? -1.f : 1.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float nr = __shfl_xor_sync(FULL, n[j], 16);  // dim d +- D/2 lives 16 lanes away
+        x[j] = rb(rb(n[j] * c[j]) + rb(sign * nr * sn[j]));
+    }
+}
+
+__device__ __forceinline__ void load4(const bf16* src, float (&out)[4]) {
+    const uint2 u = __ldcg(reinterpret_cast<const uint2*>(src));
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+    out[0] = a.x; out[1] = a.y; out[2] = b.x; out[3] = b.y;
+}
+
+__device__ __forceinline__ void unpack4(uint2 u, float (&out)[4]) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+    out[0] = a.x; out[1] = a.y; out[2] = b.x; out[3] = b.y;
+}
+
+__device__ __forceinline__ uint2 pack4(const float (&v)[4]) {
+    uint2 u;
+    *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(v[0], v[1]);
+    *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(v[2], v[3]);
+    return u;
+}
+
+// The earlier positions' keys and values of this warp's kv head (written by earlier launches), this lane's 4 dims.
+struct Cache {
+    uint2 k[CP_P];
+    uint2 v[CP_P];
+};
+
+__device__ __forceinline__ void read_cache(const CpLayer& L, int pos, Cache& cache) {
+    const int lane = threadIdx.x & 31, kvh = threadIdx.x >> 5;
+    const long base = static_cast<long>(kvh) * CP_P * CP_D + lane * 4;
+#pragma unroll
+    for (int q = 0; q < CP_P; ++q) {
+        cache.k[q] = make_uint2(0, 0);
+        cache.v[q] = make_uint2(0, 0);
+        if (q < pos) {
+            cache.k[q] = *reinterpret_cast<const uint2*>(L.k_cache + base + q * CP_D);
+            cache.v[q] = *reinterpret_cast<const uint2*>(L.v_cache + base + q * CP_D);
+        }
+    }
+}
+
+// Warp kvh: its GROUP query heads' attention over positions 0 .. pos -> xs [HQ D] (bf16, the o product's input); the
+// new key (normed, rotated) and value into the cache by CTA 0.
+__device__ void attend(const CpPassParams& p, const CpLayer& L, const bf16* qkv, const Cache& cache, bf16* xs) {
+    const int lane = threadIdx.x & 31, kvh = threadIdx.x >> 5, d0 = lane * 4;
+    float c[4], sn[4], kw[4], qw[4];
+    load4(p.cos + d0, c);
+    load4(p.sin + d0, sn);
+    load4(L.k_norm + d0, kw);
+    load4(L.q_norm + d0, qw);
+    float k[4], v[4];
+    load4(qkv + (CP_HQ + kvh) * CP_D + d0, k);
+    load4(qkv + (CP_HQ + CP_HKV + kvh) * CP_D + d0, v);
+    norm_rope(k, kw, c, sn, p.eps, lane);
+    const int pos = p.pos;
+    if (blockIdx.x == 0) {
+        const long at = static_cast<long>(kvh) * CP_P * CP_D + static_cast<long>(pos) * CP_D + d0;
+        *reinterpret_cast<uint2*>(L.k_cache + at) = pack4(k);
+        *reinterpret_cast<uint2*>(L.v_cache + at) = pack4(v);
+    }
+    const int mine = butterfly_position(lane);
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+        const int h = kvh * GROUP + g;
+        float q[4];
+        load4(qkv + h * CP_D + d0, q);
+        norm_rope(q, qw, c, sn, p.eps, lane);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) q[j] *= p.scale;
+        float part[CP_P];
+#pragma unroll
+        for (int t = 0; t < CP_P; ++t) {
+            float kt[4];
+            unpack4(cache.k[t], kt);
+            if (t == pos) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) kt[j] = k[j];
+            }
+            part[t] = q[0] * kt[0] + q[1] * kt[1] + q[2] * kt[2] + q[3] * kt[3];
+        }
+        float s = reduce_positions(part, lane);
+        s = mine <= pos ? s : -INFINITY;
+        float m = s;
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
+        const float e = mine <= pos ? exp2f(s - m) : 0.f;
+        float sum = e;
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(FULL, sum, o);
+        float out[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int t = 0; t < CP_P; ++t) {
+            // position t's weight lives in the lane whose butterfly position is t (the map is its own inverse)
+            const float w = __shfl_sync(FULL, e, butterfly_position(t));
+            float vt[4];
+            unpack4(cache.v[t], vt);
+            if (t == pos) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) vt[j] = v[j];
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) out[j] = fmaf(w, vt[j], out[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) out[j] = out[j] / sum;
+        *reinterpret_cast<uint2*>(xs + h * CP_D + d0) = pack4(out);
+    }
+    __syncthreads();
+}
+
+// ---- the pass ------------------------------------------------------------------------------------------------------
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_constant__ CpPassParams p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char* slots = smem;                                          // 2 x slot_bytes of weights
+    bf16* xs = reinterpret_cast<bf16*>(smem + 2 * p.slot_bytes);          // [XS_MAX] the step's input vector
+    float* red = reinterpret_cast<float*>(xs + XS_MAX);                   // [WARPS]
+    uint64_t* bars = reinterpret_cast<uint64_t*>(red + 32);               // [2]
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int c = blockIdx.x, g = gridDim.x;
+
+    // before the wait for the launch before (the draw): constants and what earlier launches wrote
+    const unsigned launch = __ldcg(p.sync + 1);
+    const unsigned base = launch * static_cast<unsigned>((STEPS - 1) * g);
+    if (t == 0) {
+        mbar_init(bars);
+        mbar_init(bars + 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        issue_weights(p, 0, slots, bars);
+        issue_weights(p, 1, slots, bars);
+    }
+    Cache cache;
+    read_cache(p.layer[0], p.pos, cache);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    __syncthreads();
+
+    const bf16* res = p.x_in;  // the residual stream's current buffer
+    int flip = 0;
+    for (int s = 0; s < STEPS; ++s) {
+        const int kind = step_kind(s), l = step_layer(s);
+        const CpLayer& L = p.layer[l];
+        if (kind == ATT && s > 0) read_cache(L, p.pos, cache);  // before the wait: earlier launches wrote it
+        if (kind == HEAD) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        if (s > 0) {
+            if (t == 0) grid_wait(p.sync, base + s * g, p.error);
+            __syncthreads();
+        }
+        const bf16* w = reinterpret_cast<const bf16*>(slots + (s & 1) * p.slot_bytes);
+        if (kind == QKV) {
+            load_x<CP_H>(res, L.ln_in, p.eps, xs, red);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            const int r0 = part(QKV_N, c, g), n = part(QKV_N, c + 1, g) - r0;
+            for (int r = warp; r < n; r += 2 * WARPS) {
+                if (r + WARPS < n) {
+                    const float2 y = warp_dot2<CP_H>(w + r * CP_H, w + (r + WARPS) * CP_H, xs, lane);
+                    if (lane == 0) {
+                        p.qkv[r0 + r] = __float2bfloat16_rn(y.x);
+                        p.qkv[r0 + r + WARPS] = __float2bfloat16_rn(y.y);
+                    }
+                } else {
+                    const float y = warp_dot<CP_H>(w + r * CP_H, xs, lane);
+                    if (lane == 0) p.qkv[r0 + r] = __float2bfloat16_rn(y);
+                }
+            }
+        } else if (kind == ATT) {
+            attend(p, L, l == 0 ? p.qkv0 : p.qkv, cache, xs);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            bf16* out = flip ? p.res1 : p.res0;
+            const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
+            for (int r = warp; r < n; r += WARPS) {
+                const float y = warp_dot<CP_HQ * CP_D>(w + r * (CP_HQ * CP_D), xs, lane);
+                if (lane == 0) out[r0 + r] = __float2bfloat16_rn(__bfloat162float(__ldcg(res + r0 + r)) + rb(y));
+            }
+            res = out;
+            flip ^= 1;
+        } else if (kind == GU) {
+            load_x<CP_H>(res, L.ln_post, p.eps, xs, red);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            const int f0 = part(CP_I, c, g), n = part(CP_I, c + 1, g) - f0;
+            for (int f = warp; f < n; f += WARPS) {
+                const float2 y = warp_dot2<CP_H>(w + f * CP_H, w + (n + f) * CP_H, xs, lane);
+                if (lane == 0) {
+                    const float gate = rb(y.x);
+                    const float a = rb(gate / (1.f + __expf(-gate)));
+                    p.act[f0 + f] = __float2bfloat16_rn(a * rb(y.y));
+                }
+            }
+        } else if (kind == DOWN) {
+            load_x<CP_I>(p.act, nullptr, p.eps, xs, red);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            bf16* out = flip ? p.res1 : p.res0;
+            const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
+            for (int r = warp; r < n; r += WARPS) {
+                const float y = warp_dot<CP_I>(w + r * CP_I, xs, lane);
+                if (lane == 0) out[r0 + r] = __float2bfloat16_rn(__bfloat162float(__ldcg(res + r0 + r)) + rb(y));
+            }
+            res = out;
+            flip ^= 1;
+        } else {
+            load_x<CP_H>(res, p.norm, p.eps, xs, red);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            const int r0 = part(CP_V, c, g), n = part(CP_V, c + 1, g) - r0;
+            for (int r = warp; r < n; r += WARPS) {
+                const float y = warp_dot<CP_H>(w + r * CP_H, xs, lane);
+                if (lane == 0) p.logits[r0 + r] = __float2bfloat16_rn(y);
+            }
+        }
+        __syncthreads();  // the step's outputs are written and its slot read
+        if (t == 0) {
+            if (s + 1 < STEPS) grid_arrive(p.sync);
+            issue_weights(p, s + 2, slots, bars);
+            // every CTA has read `launch` (each arrived once before the last wait): the next launch's targets
+            if (s == STEPS - 1 && c == 0) atomicExch(p.sync + 1, launch + 1);
+        }
+    }
+}
