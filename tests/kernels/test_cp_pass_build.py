@@ -64,7 +64,7 @@ def test_kernel_compiles_for_sm90a_without_spills(tmp_path):
 @needs_nvcc
 def test_ctypes_parameters_match_the_compiled_struct(tmp_path):
     """kernels/cp_pass.py's ctypes mirror of CpLayer / CpPassParams against the C++ compiler's layout of them."""
-    fields = ["x_in", "qkv0", "norm", "head", "cos", "sin", "qkv", "res0", "res1", "act", "logits", "sync", "error",
+    fields = ["x_in", "qkv0", "norm", "head", "cos", "sin", "qkv", "res0", "res1", "act", "logits", "launches", "error",
               "pos", "eps", "scale", "slot_bytes"]
     probe = tmp_path / "probe.cu"
     probe.write_text(f'#include "{cp_pass.SOURCE}"\n#include <cstdio>\n#include <cstddef>\nint main() {{\n'

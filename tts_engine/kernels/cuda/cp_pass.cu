@@ -8,7 +8,8 @@
 //     layer l: qkv, attention + o, gate/up + SwiGLU, down   (l = 1 .. L-1)
 //     head (final norm in its prologue)
 //
-// with a grid-wide arrival counter between steps instead of a launch boundary, and each CTA's slice of every step's
+// with no launch boundary between steps (a step's outputs travel as tagged words that the next step polls: below), and
+// each CTA's slice of every step's
 // weights streamed into shared memory by the bulk-copy engine two steps ahead (the weights are constants: nothing
 // waits for them but the product that reads them). A step's work after its wait is: read the step's input vector
 // from L2 (bf16, a few KB), the RMSNorm's one block reduction, one warp-wide dot product a weight row out of shared
@@ -71,13 +72,13 @@ struct CpPassParams {
     const bf16* head;    // [V, H]   this pass's codebook head
     const bf16* cos;     // [D]      RoPE row of `pos`
     const bf16* sin;
-    bf16* qkv;           // [QKV_N]  scratch: layers 1.. qkv products
-    bf16* res0;          // [H]      scratch: the residual stream, two buffers in turn
-    bf16* res1;
-    bf16* act;           // [I]      scratch: SwiGLU's output
+    uint64_t* qkv;       // [QKV_N]  scratch, tagged words (below): layers 1.. qkv products
+    uint64_t* res0;      // [H]      scratch, tagged: the residual stream, two buffers in turn
+    uint64_t* res1;
+    uint64_t* act;       // [I]      scratch, tagged: SwiGLU's output
     bf16* logits;        // [V]      out
-    unsigned* sync;      // [2]      arrivals, launches (kept across launches: targets are relative to them)
-    unsigned* error;     // [1]      set when a wait for the other CTAs timed out (then the outputs are garbage)
+    unsigned* launches;  // [1]      launches so far (kept across launches: the tags are made of it)
+    unsigned* error;     // [1]      set when a wait for other CTAs' outputs timed out (then the outputs are garbage)
     int pos;             // the new position (2 .. P-1)
     float eps;
     float scale;         // log2(e) / sqrt(D): scores in base 2
@@ -128,13 +129,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
     }
 }
 
-// ---- the grid-wide wait between steps ------------------------------------------------------------------------------
-
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
+// ---- step outputs that other CTAs read: tagged words ----------------------------------------------------------------
+//
+// Each value a step writes for other CTAs travels as one 8-byte word: the fp32 bits of the (bf16-rounded) value and
+// the step's tag (launches * STEPS + step + 1). A reader polls the words it needs until each carries its step's tag.
+// There is no barrier, flag or fence between steps: an 8-byte store is seen whole or not at all, so the value's
+// arrival is its own signal, and the poll that sees it is the load that reads it (NCCL's LL protocol). Every step
+// reads all CTAs' outputs of the step before, so no CTA runs more than a step ahead of another, and a buffer written
+// again two steps or more after its readers read it (each below) is never overwritten under a reader.
 
 __device__ __forceinline__ uint64_t global_ns() {
     uint64_t t;
@@ -142,22 +144,41 @@ __device__ __forceinline__ uint64_t global_ns() {
     return t;
 }
 
-// Thread 0, after the CTA's barrier: this CTA's outputs of the step are written (release at gpu scope).
-__device__ __forceinline__ void grid_arrive(unsigned* arrivals) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(arrivals) : "memory");
+__device__ __forceinline__ void tagged_store(uint64_t* at, float v, unsigned tag) {
+    const uint64_t w = (static_cast<uint64_t>(tag) << 32) | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(at), "l"(w) : "memory");
 }
 
-// Thread 0: until `target` arrivals (modulo 2^32). A wait over a second means CTAs that cannot start (which the runner
-// never makes happen): the error word is set and the pass finishes with garbage rather than hang the stream.
-__device__ void grid_wait(const unsigned* arrivals, unsigned target, unsigned* error) {
-    if (static_cast<int>(load_acquire(arrivals) - target) >= 0) return;
-    const uint64_t t0 = global_ns();
-    while (static_cast<int>(load_acquire(arrivals) - target) < 0) {
-        if (global_ns() - t0 > 1000000000ull) {
+__device__ __forceinline__ uint64_t tagged_word(const uint64_t* at) {
+    uint64_t w;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(at) : "memory");
+    return w;
+}
+
+// Words at .. at + N - 1 -> their values, once every one carries `tag`. A wait over a second means CTAs that cannot
+// start (which the runner never makes happen): the error word is set and the pass finishes with garbage rather than
+// hang the stream.
+template <int N>
+__device__ __forceinline__ void tagged_read(const uint64_t* at, unsigned tag, float (&out)[N], unsigned* error) {
+    uint64_t w[N];
+    uint64_t t0 = 0;
+    for (;;) {
+        bool ready = true;
+#pragma unroll
+        for (int i = 0; i < N; ++i) w[i] = tagged_word(at + i);
+#pragma unroll
+        for (int i = 0; i < N; ++i) ready &= static_cast<unsigned>(w[i] >> 32) == tag;
+        if (ready) break;
+        const uint64_t now = global_ns();
+        if (!t0) {
+            t0 = now;
+        } else if (now - t0 > 1000000000ull) {
             atomicExch(error, 1u);
-            return;
+            break;
         }
     }
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = __uint_as_float(static_cast<unsigned>(w[i]));
 }
 
 // ---- products ------------------------------------------------------------------------------------------------------
@@ -203,21 +224,16 @@ __device__ __forceinline__ float warp_dot(const bf16* a, const bf16* x, int lane
     return warp_sum(s);
 }
 
-// The step's input vector src [n] (written this launch by other CTAs: read from L2) into xs as bf16; with ln, RMS-
-// normalised as `fused.rms_norm` rounds it: ln * bf16(x * rsqrt(mean(x^2) + eps)), rounded.
+// The step's input vector (tagged words [N]) into xs as bf16; with ln, RMS-normalised as `fused.rms_norm` rounds it:
+// ln * bf16(x * rsqrt(mean(x^2) + eps)), rounded.
 template <int N>
-__device__ void load_x(const bf16* src, const bf16* ln, float eps, bf16* xs, float* red) {
+__device__ void load_x(const uint64_t* src, unsigned tag, const bf16* ln, float eps, bf16* xs, float* red,
+                       unsigned* error) {
     constexpr int PER = N / THREADS;  // elements a thread, consecutive
     static_assert(N % (THREADS * 2) == 0, "pairs a thread");
     const int t = threadIdx.x;
     float v[PER];
-#pragma unroll
-    for (int i = 0; i < PER; i += 2) {
-        const __nv_bfloat162 p = __ldcg(reinterpret_cast<const __nv_bfloat162*>(src + t * PER + i));
-        const float2 f = __bfloat1622float2(p);
-        v[i] = f.x;
-        v[i + 1] = f.y;
-    }
+    tagged_read<PER>(src + t * PER, tag, v, error);
     if (ln != nullptr) {
         float ss = 0.f;
 #pragma unroll
@@ -383,9 +399,20 @@ __device__ __forceinline__ void read_cache(const CpLayer& L, int pos, Cache& cac
     }
 }
 
+// 4 values of the qkv product at idx: layer 0's from the table row (plain bf16, the draw's), later layers' tagged.
+__device__ __forceinline__ void load_qkv4(const bf16* plain, const uint64_t* tagged, unsigned tag, int idx,
+                                          float (&out)[4], unsigned* error) {
+    if (tagged != nullptr) {
+        tagged_read<4>(tagged + idx, tag, out, error);
+    } else {
+        load4(plain + idx, out);
+    }
+}
+
 // Warp kvh: its GROUP query heads' attention over positions 0 .. pos -> xs [HQ D] (bf16, the o product's input); the
-// new key (normed, rotated) and value into the cache by CTA 0.
-__device__ void attend(const CpPassParams& p, const CpLayer& L, const bf16* qkv, const Cache& cache, bf16* xs) {
+// new key (normed, rotated) and value into the cache by CTA 0. The qkv product: qkv0 (plain) or tagged with `tag`.
+__device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* tagged, unsigned tag,
+                       const Cache& cache, bf16* xs) {
     const int lane = threadIdx.x & 31, kvh = threadIdx.x >> 5, d0 = lane * 4;
     float c[4], sn[4], kw[4], qw[4];
     load4(p.cos + d0, c);
@@ -393,8 +420,8 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const bf16* qkv,
     load4(L.k_norm + d0, kw);
     load4(L.q_norm + d0, qw);
     float k[4], v[4];
-    load4(qkv + (CP_HQ + kvh) * CP_D + d0, k);
-    load4(qkv + (CP_HQ + CP_HKV + kvh) * CP_D + d0, v);
+    load_qkv4(p.qkv0, tagged, tag, (CP_HQ + kvh) * CP_D + d0, k, p.error);
+    load_qkv4(p.qkv0, tagged, tag, (CP_HQ + CP_HKV + kvh) * CP_D + d0, v, p.error);
     norm_rope(k, kw, c, sn, p.eps, lane);
     const int pos = p.pos;
     if (blockIdx.x == 0) {
@@ -407,7 +434,7 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const bf16* qkv,
     for (int g = 0; g < GROUP; ++g) {
         const int h = kvh * GROUP + g;
         float q[4];
-        load4(qkv + h * CP_D + d0, q);
+        load_qkv4(p.qkv0, tagged, tag, h * CP_D + d0, q, p.error);
         norm_rope(q, qw, c, sn, p.eps, lane);
 #pragma unroll
         for (int j = 0; j < 4; ++j) q[j] *= p.scale;
@@ -464,8 +491,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
     const int c = blockIdx.x, g = gridDim.x;
 
     // before the wait for the launch before (the draw): constants and what earlier launches wrote
-    const unsigned launch = __ldcg(p.sync + 1);
-    const unsigned base = launch * static_cast<unsigned>((STEPS - 1) * g);
+    const unsigned launch = __ldcg(p.launches);
+    const unsigned tag0 = launch * STEPS + 1;  // step s's outputs carry tag0 + s
     if (t == 0) {
         mbar_init(bars);
         mbar_init(bars + 1);
@@ -478,47 +505,57 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
     asm volatile("griddepcontrol.wait;" ::: "memory");
     __syncthreads();
 
-    const bf16* res = p.x_in;  // the residual stream's current buffer
+    // The residual stream: x_in (plain, the draw's) until layer 0's o product, then the tagged buffers in turn. o
+    // writes one at step s (read by gate/up at s + 1, by down at s + 2), down the other (read by qkv and o), each
+    // written again 4 steps later.
+    const uint64_t* res = nullptr;
+    unsigned res_tag = 0;
     int flip = 0;
     for (int s = 0; s < STEPS; ++s) {
         const int kind = step_kind(s), l = step_layer(s);
+        const unsigned tag = tag0 + s, before = tag - 1;  // this step's outputs, the step before's
         const CpLayer& L = p.layer[l];
-        if (kind == ATT && s > 0) read_cache(L, p.pos, cache);  // before the wait: earlier launches wrote it
+        if (kind == ATT && s > 0) read_cache(L, p.pos, cache);  // earlier launches wrote it
         if (kind == HEAD) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-        if (s > 0) {
-            if (t == 0) grid_wait(p.sync, base + s * g, p.error);
-            __syncthreads();
-        }
         const bf16* w = reinterpret_cast<const bf16*>(slots + (s & 1) * p.slot_bytes);
         if (kind == QKV) {
-            load_x<CP_H>(res, L.ln_in, p.eps, xs, red);
+            load_x<CP_H>(res, res_tag, L.ln_in, p.eps, xs, red, p.error);
             mbar_wait(bars + (s & 1), (s >> 1) & 1);
             const int r0 = part(QKV_N, c, g), n = part(QKV_N, c + 1, g) - r0;
             for (int r = warp; r < n; r += 2 * WARPS) {
                 if (r + WARPS < n) {
                     const float2 y = warp_dot2<CP_H>(w + r * CP_H, w + (r + WARPS) * CP_H, xs, lane);
                     if (lane == 0) {
-                        p.qkv[r0 + r] = __float2bfloat16_rn(y.x);
-                        p.qkv[r0 + r + WARPS] = __float2bfloat16_rn(y.y);
+                        tagged_store(p.qkv + r0 + r, rb(y.x), tag);
+                        tagged_store(p.qkv + r0 + r + WARPS, rb(y.y), tag);
                     }
                 } else {
                     const float y = warp_dot<CP_H>(w + r * CP_H, xs, lane);
-                    if (lane == 0) p.qkv[r0 + r] = __float2bfloat16_rn(y);
+                    if (lane == 0) tagged_store(p.qkv + r0 + r, rb(y), tag);
                 }
             }
         } else if (kind == ATT) {
-            attend(p, L, l == 0 ? p.qkv0 : p.qkv, cache, xs);
+            attend(p, L, l == 0 ? nullptr : p.qkv, before, cache, xs);
             mbar_wait(bars + (s & 1), (s >> 1) & 1);
-            bf16* out = flip ? p.res1 : p.res0;
+            uint64_t* out = flip ? p.res1 : p.res0;
             const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
             for (int r = warp; r < n; r += WARPS) {
                 const float y = warp_dot<CP_HQ * CP_D>(w + r * (CP_HQ * CP_D), xs, lane);
-                if (lane == 0) out[r0 + r] = __float2bfloat16_rn(__bfloat162float(__ldcg(res + r0 + r)) + rb(y));
+                if (lane == 0) {
+                    float r_in[1];
+                    if (res == nullptr) {
+                        r_in[0] = __bfloat162float(__ldcg(p.x_in + r0 + r));
+                    } else {
+                        tagged_read<1>(res + r0 + r, res_tag, r_in, p.error);
+                    }
+                    tagged_store(out + r0 + r, rb(r_in[0] + rb(y)), tag);
+                }
             }
             res = out;
+            res_tag = tag;
             flip ^= 1;
         } else if (kind == GU) {
-            load_x<CP_H>(res, L.ln_post, p.eps, xs, red);
+            load_x<CP_H>(res, res_tag, L.ln_post, p.eps, xs, red, p.error);
             mbar_wait(bars + (s & 1), (s >> 1) & 1);
             const int f0 = part(CP_I, c, g), n = part(CP_I, c + 1, g) - f0;
             for (int f = warp; f < n; f += WARPS) {
@@ -526,22 +563,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
                 if (lane == 0) {
                     const float gate = rb(y.x);
                     const float a = rb(gate / (1.f + __expf(-gate)));
-                    p.act[f0 + f] = __float2bfloat16_rn(a * rb(y.y));
+                    tagged_store(p.act + f0 + f, rb(a * rb(y.y)), tag);
                 }
             }
         } else if (kind == DOWN) {
-            load_x<CP_I>(p.act, nullptr, p.eps, xs, red);
+            load_x<CP_I>(p.act, before, nullptr, p.eps, xs, red, p.error);
             mbar_wait(bars + (s & 1), (s >> 1) & 1);
-            bf16* out = flip ? p.res1 : p.res0;
+            uint64_t* out = flip ? p.res1 : p.res0;
             const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
             for (int r = warp; r < n; r += WARPS) {
                 const float y = warp_dot<CP_I>(w + r * CP_I, xs, lane);
-                if (lane == 0) out[r0 + r] = __float2bfloat16_rn(__bfloat162float(__ldcg(res + r0 + r)) + rb(y));
+                if (lane == 0) {
+                    float r_in[1];
+                    tagged_read<1>(res + r0 + r, res_tag, r_in, p.error);
+                    tagged_store(out + r0 + r, rb(r_in[0] + rb(y)), tag);
+                }
             }
             res = out;
+            res_tag = tag;
             flip ^= 1;
         } else {
-            load_x<CP_H>(res, p.norm, p.eps, xs, red);
+            load_x<CP_H>(res, res_tag, p.norm, p.eps, xs, red, p.error);
             mbar_wait(bars + (s & 1), (s >> 1) & 1);
             const int r0 = part(CP_V, c, g), n = part(CP_V, c + 1, g) - r0;
             for (int r = warp; r < n; r += WARPS) {
@@ -549,12 +591,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
                 if (lane == 0) p.logits[r0 + r] = __float2bfloat16_rn(y);
             }
         }
-        __syncthreads();  // the step's outputs are written and its slot read
+        __syncthreads();  // the slot is read
         if (t == 0) {
-            if (s + 1 < STEPS) grid_arrive(p.sync);
             issue_weights(p, s + 2, slots, bars);
-            // every CTA has read `launch` (each arrived once before the last wait): the next launch's targets
-            if (s == STEPS - 1 && c == 0) atomicExch(p.sync + 1, launch + 1);
+            // every CTA has read `launch`: this head step read every CTA's last down outputs
+            if (s == STEPS - 1 && c == 0) atomicExch(p.launches, launch + 1);
         }
     }
 }
