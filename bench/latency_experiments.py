@@ -356,14 +356,18 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 
 def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
     """The code predictor's batch-1 frame (and the frame step) with passes 1-14 as the persistent CUDA kernel
-    (kernels/cp_pass.py; "persistent") against the Triton passes ("triton"), interleaved rounds -> {batch: {key:
-    median ms}}; whether a launch's wait timed out ("persistent_timed_out")."""
+    (kernels/cp_pass.py) with each of POLL_PAUSES ("pause<ns>") against the Triton passes ("triton"), interleaved rounds
+    -> {batch: {key: median ms}}; whether a launch's wait timed out ("persistent_timed_out")."""
     cp = runner.code_predictor
-    kernel = cp.persistent or cp.persistent_kernel()
-    variants = {"triton": {"persistent": None}, "persistent": {"persistent": kernel}}
+    kernels = {f"pause{ns}": cp.persistent_kernel(macros=(f"CP_POLL_PAUSE_NS={ns}",)) for ns in POLL_PAUSES}
+    variants = {"triton": {"persistent": None}} | {name: {"persistent": k} for name, k in kernels.items()}
     out = frame_times(runner, t_len, cp, variants, rounds, batches, "the persistent code-predictor passes")
-    out["persistent_timed_out"] = kernel.timed_out()
+    out["persistent_timed_out"] = {name: k.timed_out() for name, k in kernels.items()}
     return out
+
+
+# The persistent passes' pause after a poll that found a step's output not yet written (CP_POLL_PAUSE_NS), ns.
+POLL_PAUSES = (0, 32, 64, 128, 256)
 
 
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.

@@ -97,10 +97,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("CADENCE_CUDA_CACHE") or Path.home() / ".cache" / "cadence" / "cuda")
 
 
-def compile_cp_pass(shapes: CpPassShapes) -> bytes:
-    """The kernel's cubin for sm_90a at these shapes: from the cache, else built by nvcc (RuntimeError with nvcc's
-    output if it fails)."""
-    flags = [ARCH, "-O3", "-std=c++17", *shapes.macros()]
+def compile_cp_pass(shapes: CpPassShapes, macros: tuple[str, ...] = ()) -> bytes:
+    """The kernel's cubin for sm_90a at these shapes (and `macros`, e.g. "CP_POLL_PAUSE_NS=0"): from the cache, else
+    built by nvcc (RuntimeError with nvcc's output if it fails)."""
+    flags = [ARCH, "-O3", "-std=c++17", *shapes.macros(), *(f"-D{m}" for m in macros)]
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:24]
     out = cache_dir() / f"cp_pass-{key}.cubin"
     if out.exists():
@@ -192,7 +192,7 @@ class CpPassKernel:
     launch count: two kernels of one CpPassKernel must not run at once (the runner's one stream sees to it)."""
 
     def __init__(self, stack, heads: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 cos: torch.Tensor, sin: torch.Tensor):
+                 cos: torch.Tensor, sin: torch.Tensor, macros: tuple[str, ...] = ()):
         device = heads.device
         self.shapes = CpPassShapes(hidden=heads.shape[2], intermediate=stack.intermediate, heads=stack.num_heads,
                                    kv_heads=stack.num_kv_heads, head_dim=stack.head_dim, layers=len(stack.layers),
@@ -221,7 +221,7 @@ class CpPassKernel:
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
         self.driver = _Driver()
         self.driver.ensure_context(device)
-        self.cubin = compile_cp_pass(s)
+        self.cubin = compile_cp_pass(s, macros)
         self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
         lib = self.driver.lib
         self.driver.check(lib.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(self.cubin)),

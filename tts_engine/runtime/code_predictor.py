@@ -204,15 +204,15 @@ class CodePredictorRunner:
         if persistent is not False:
             self.persistent = self.persistent_kernel(required=bool(persistent))
 
-    def persistent_kernel(self, required: bool = True) -> CpPassKernel | None:
-        """The persistent pass over this runner's weights, caches and tables; where it cannot run, RuntimeError
-        (required) or None (logged)."""
+    def persistent_kernel(self, required: bool = True, macros: tuple[str, ...] = ()) -> CpPassKernel | None:
+        """The persistent pass over this runner's weights, caches and tables (built with `macros`: kernels/cp_pass.py
+        `compile_cp_pass`); where it cannot run, RuntimeError (required) or None (logged)."""
         why = unsupported(self.device) if self.use_triton else "the torch path"
         if why is None and not (self.pdl and self.qkv_table is not None and self.dtype == torch.bfloat16):
             why = "it takes the PDL passes, the first-layer qkv table and bf16 weights"
         if why is None:
             try:
-                return CpPassKernel(self.stack, self.heads, self.k, self.v, *self.rope)
+                return CpPassKernel(self.stack, self.heads, self.k, self.v, *self.rope, macros=macros)
             except RuntimeError as e:
                 why = str(e)
         if required:
