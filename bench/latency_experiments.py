@@ -356,18 +356,18 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
 
 def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
     """The code predictor's batch-1 frame (and the frame step) with passes 1-14 as the persistent CUDA kernel
-    (kernels/cp_pass.py) with each of POLL_PAUSES ("pause<ns>") against the Triton passes ("triton"), interleaved rounds
+    (kernels/cp_pass.py) in each of PERSISTENT_VARIANTS against the Triton passes ("triton"), interleaved rounds
     -> {batch: {key: median ms}}; whether a launch's wait timed out ("persistent_timed_out")."""
     cp = runner.code_predictor
-    kernels = {f"pause{ns}": cp.persistent_kernel(macros=(f"CP_POLL_PAUSE_NS={ns}",)) for ns in POLL_PAUSES}
+    kernels = {name: cp.persistent_kernel(macros=macros) for name, macros in PERSISTENT_VARIANTS.items()}
     variants = {"triton": {"persistent": None}} | {name: {"persistent": k} for name, k in kernels.items()}
     out = frame_times(runner, t_len, cp, variants, rounds, batches, "the persistent code-predictor passes")
     out["persistent_timed_out"] = {name: k.timed_out() for name, k in kernels.items()}
     return out
 
 
-# The persistent passes' pause after a poll that found a step's output not yet written (CP_POLL_PAUSE_NS), ns.
-POLL_PAUSES = (0, 32, 64, 128, 256)
+# The persistent passes' variants (kernels/cuda/cp_pass.cu macros): run 28 timed CP_POLL_PAUSE_NS 0-256 (a tie).
+PERSISTENT_VARIANTS = {"relaxed": (), "volatile": ("CP_VOLATILE=1",)}
 
 
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.

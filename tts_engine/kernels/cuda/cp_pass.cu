@@ -37,7 +37,10 @@
 #endif
 
 #ifndef CP_POLL_PAUSE_NS
-#define CP_POLL_PAUSE_NS 64  // after a poll that found a word not yet written (below)
+#define CP_POLL_PAUSE_NS 0  // after a poll that found a word not yet written (below); run 28: 0-256 tie
+#endif
+#ifndef CP_VOLATILE
+#define CP_VOLATILE 0
 #endif
 
 #define WARPS CP_HKV
@@ -148,28 +151,37 @@ __device__ __forceinline__ uint64_t global_ns() {
     return t;
 }
 
+// CP_VOLATILE: st/ld.volatile (NCCL's LL) rather than .relaxed.gpu
 __device__ __forceinline__ void tagged_store(uint64_t* at, float v, unsigned tag) {
     const uint64_t w = (static_cast<uint64_t>(tag) << 32) | __float_as_uint(v);
+#if CP_VOLATILE
+    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(at), "l"(w) : "memory");
+#else
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(at), "l"(w) : "memory");
+#endif
 }
 
 __device__ __forceinline__ uint64_t tagged_word(const uint64_t* at) {
     uint64_t w;
+#if CP_VOLATILE
+    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(w) : "l"(at) : "memory");
+#else
     asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(at) : "memory");
+#endif
     return w;
 }
 
-// Words at .. at + N - 1 -> their values, once every one carries `tag`. A wait over a second means CTAs that cannot
+// Words at, at + STRIDE, .. (N of them) -> their values, once every one carries `tag`. A wait over a second means CTAs that cannot
 // start (which the runner never makes happen): the error word is set and the pass finishes with garbage rather than
 // hang the stream.
-template <int N>
+template <int N, int STRIDE = 1>
 __device__ __forceinline__ void tagged_read(const uint64_t* at, unsigned tag, float (&out)[N], unsigned* error) {
     uint64_t w[N];
     uint64_t t0 = 0;
     for (;;) {
         bool ready = true;
 #pragma unroll
-        for (int i = 0; i < N; ++i) w[i] = tagged_word(at + i);
+        for (int i = 0; i < N; ++i) w[i] = tagged_word(at + i * STRIDE);
 #pragma unroll
         for (int i = 0; i < N; ++i) ready &= static_cast<unsigned>(w[i] >> 32) == tag;
         if (ready) break;
@@ -233,15 +245,16 @@ __device__ __forceinline__ float warp_dot(const bf16* a, const bf16* x, int lane
 }
 
 // The step's input vector (tagged words [N]) into xs as bf16; with ln, RMS-normalised as `fused.rms_norm` rounds it:
-// ln * bf16(x * rsqrt(mean(x^2) + eps)), rounded.
+// ln * bf16(x * rsqrt(mean(x^2) + eps)), rounded. Thread t holds elements t, t + THREADS, ..: a warp's poll reads 256
+// consecutive bytes.
 template <int N>
 __device__ void load_x(const uint64_t* src, unsigned tag, const bf16* ln, float eps, bf16* xs, float* red,
                        unsigned* error) {
-    constexpr int PER = N / THREADS;  // elements a thread, consecutive
-    static_assert(N % (THREADS * 2) == 0, "pairs a thread");
+    constexpr int PER = N / THREADS;
+    static_assert(N % THREADS == 0, "whole rounds of the CTA");
     const int t = threadIdx.x;
     float v[PER];
-    tagged_read<PER>(src + t * PER, tag, v, error);
+    tagged_read<PER, THREADS>(src + t, tag, v, error);
     if (ln != nullptr) {
         float ss = 0.f;
 #pragma unroll
@@ -254,11 +267,10 @@ __device__ void load_x(const uint64_t* src, unsigned tag, const bf16* ln, float 
         for (int w = 0; w < WARPS; ++w) total += red[w];
         const float inv = rsqrtf(total / N + eps);
 #pragma unroll
-        for (int i = 0; i < PER; ++i) v[i] = rb(__bfloat162float(ln[t * PER + i]) * rb(v[i] * inv));
+        for (int i = 0; i < PER; ++i) v[i] = rb(__bfloat162float(ln[t + i * THREADS]) * rb(v[i] * inv));
     }
 #pragma unroll
-    for (int i = 0; i < PER; i += 2)
-        *reinterpret_cast<__nv_bfloat162*>(xs + t * PER + i) = __floats2bfloat162_rn(v[i], v[i + 1]);
+    for (int i = 0; i < PER; ++i) xs[t + i * THREADS] = __float2bfloat16_rn(v[i]);
     __syncthreads();
 }
 
