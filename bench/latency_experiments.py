@@ -366,8 +366,9 @@ def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> di
     return out
 
 
-# The persistent passes' variants (kernels/cuda/cp_pass.cu macros): run 28 timed CP_POLL_PAUSE_NS 0-256 (a tie).
-PERSISTENT_VARIANTS = {"relaxed": (), "volatile": ("CP_VOLATILE=1",)}
+# The persistent passes' variants (kernels/cuda/cp_pass.cu macros): run 28 timed CP_POLL_PAUSE_NS 0-256 (a tie);
+# "noweights" copies and waits for no weight (garbage codes: a bound on the steps' chain alone, not a configuration).
+PERSISTENT_VARIANTS = {"relaxed": (), "volatile": ("CP_VOLATILE=1",), "noweights": ("CP_NO_WEIGHTS=1",)}
 
 
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.
