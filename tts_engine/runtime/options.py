@@ -63,9 +63,10 @@ class FastPathOptions:
     # 1.402 ms at batch 1, 1.785 -> 1.769 at 2.
     cp_early_trigger: bool = True
     # The code predictor's batch-1 passes 1-14 as one persistent CUDA kernel each (kernels/cuda/cp_pass.cu: the
-    # pass's 20 steps in one launch, a grid-wide arrival counter between them, the weights streamed two steps ahead
-    # by the bulk-copy engine), built by nvcc at load (kernels/cp_pass.py); None: where it can run (an sm90 GPU,
-    # nvcc, the qkv table and PDL passes). Where it cannot, the Triton passes.
+    # pass's 20 steps in one launch, each step's outputs handed to the next as tagged words, the weights streamed two
+    # steps ahead by the bulk-copy engine), built by nvcc at load (kernels/cp_pass.py); True: required, None: where it
+    # can run (an sm90 GPU, nvcc, the qkv table and PDL passes), else the Triton passes. Off: run 28 (bench.latency
+    # --experiments cp_persistent) measured 1.765 ms a frame against the Triton passes' 1.41 (1.405 with no weights).
     cp_persistent: bool | None = False
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,

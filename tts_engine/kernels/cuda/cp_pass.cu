@@ -9,9 +9,8 @@
 //     head (final norm in its prologue)
 //
 // with no launch boundary between steps (a step's outputs travel as tagged words that the next step polls: below), and
-// each CTA's slice of every step's
-// weights streamed into shared memory by the bulk-copy engine two steps ahead (the weights are constants: nothing
-// waits for them but the product that reads them). A step's work after its wait is: read the step's input vector
+// each CTA's slice of every step's weights streamed into shared memory by the bulk-copy engine two steps ahead (the
+// weights are constants: nothing waits for them but the product that reads them). A step's work after its wait is: read the step's input vector
 // from L2 (bf16, a few KB), the RMSNorm's one block reduction, one warp-wide dot product a weight row out of shared
 // memory, the epilogue. The attention is computed by every CTA for all heads (a few hundred FMAs a lane), so that
 // attention + o needs no wait between them; the earlier positions' keys and values are read into registers before
@@ -24,6 +23,9 @@
 // Shapes come in as macros (kernels/cp_pass.py compiles this file per model): CP_H hidden, CP_I intermediate,
 // CP_HQ / CP_HKV heads, CP_D head dim (128: a lane holds 4 of a head's dims), CP_L layers, CP_V codes, CP_P cache
 // positions (16). A warp a kv head: CP_HKV warps, its CP_HQ / CP_HKV query heads.
+//
+// Run 28 (docs/benchmarks.md): correct, and slower than the Triton passes (1.765 ms a frame against 1.41; 1.405 with no
+// weights copied at all): a step here costs ~4 µs of chain, as a launch does. Opt-in (`cp_persistent`).
 //
 // Grid: one CTA an SM, all resident at once (each takes > half an SM's shared memory). The runner never launches two
 // of these at once (the newcomer lane keeps the Triton passes), so the CTAs never wait on CTAs that cannot start.
@@ -188,9 +190,8 @@ __device__ __forceinline__ void tagged_read(const uint64_t* at, unsigned tag, fl
 #pragma unroll
         for (int i = 0; i < N; ++i) ready &= static_cast<unsigned>(w[i] >> 32) == tag;
         if (ready) break;
-        // a poll that comes back empty waits a little before the next: 132 CTAs re-reading KBs of words back to back
-        // crowd the L2 that the producers' stores and the weight stream go through (run 28: 2.11 ms a frame
-        // without a pause, 1.70 with a grid barrier instead)
+        // optionally a pause before the next poll (would 132 CTAs re-reading KBs of words crowd the L2? run 28: no,
+        // 0-256 ns tie)
         if (CP_POLL_PAUSE_NS) __nanosleep(CP_POLL_PAUSE_NS);
         const uint64_t now = global_ns();
         if (!t0) {
