@@ -244,8 +244,8 @@ class CpPassKernel:
         before it ahead of reading x_in, qkv0 or its residual; the kernel before must let it start only after its
         own wait, as the runner's draws then do)."""
         s = self.shapes
-        if not 1 <= pos < s.positions:
-            raise ValueError(f"cp_pass: position {pos} outside 1..{s.positions - 1}")
+        if not 2 <= pos < s.positions:
+            raise ValueError(f"cp_pass: position {pos} outside 2..{s.positions - 1} (passes 1-14)")
         for name, t, n in (("x_in", x_in, s.hidden), ("qkv0", qkv0, self.qkv.numel())):  # plain bf16, the draw's
             if t.numel() != n or t.dtype != torch.bfloat16 or not t.is_contiguous() or t.device != self.device:
                 raise ValueError(f"cp_pass: {name} must be {n} contiguous bf16 values on {self.device}")
