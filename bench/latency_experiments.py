@@ -368,12 +368,12 @@ def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> di
 
 # The persistent passes' variants (kernels/cuda/cp_pass.cu macros): run 28 timed CP_POLL_PAUSE_NS 0-256 (a tie);
 # "noweights" copies and waits for no weight (garbage codes: a bound on the steps' chain alone, not a configuration);
-# "div8" copies and waits for an eighth of each step's weights, "nowait" reads each step's input without waiting for it,
-# "noattn" skips the attention too (CP_EMPTY_STEPS: empty steps; each a bound, garbage codes: what the chain's parts
-# cost, by difference).
-PERSISTENT_VARIANTS = {"relaxed": (), "noweights": ("CP_NO_WEIGHTS=1",), "div8": ("CP_WEIGHT_DIV=8",),
+# "nowait" reads each step's input without waiting for it, "noattn" skips the attention too, "empty" runs empty steps
+# (each a bound, garbage codes: what the chain's parts cost, by difference).
+PERSISTENT_VARIANTS = {"relaxed": (), "noweights": ("CP_NO_WEIGHTS=1",),
                        "nowait": ("CP_NO_WEIGHTS=1", "CP_NO_WAIT=1"),
-                       "noattn": ("CP_NO_WEIGHTS=1", "CP_NO_WAIT=1", "CP_NO_ATTN=1")}
+                       "noattn": ("CP_NO_WEIGHTS=1", "CP_NO_WAIT=1", "CP_NO_ATTN=1"),
+                       "empty": ("CP_NO_WEIGHTS=1", "CP_EMPTY_STEPS=1")}
 
 
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.

@@ -24,11 +24,10 @@ SHARED_LIMIT = 227 * 1024  # an sm90 block's opt-in shared memory
 def test_the_1_7b_shapes_fit_an_h200():
     assert SHAPES_1_7B.problems() == []
     # gate/up's slice is the largest: 24 intermediate features' gate and up rows of 1,024 bf16
-    assert SHAPES_1_7B.largest_slice(H200_SMS) == 2 * 24 * 1024 * 2
-    ring = SHAPES_1_7B.ring_bytes(SHARED_LIMIT)
-    assert ring % cp_pass.ALIGN == 0 and ring + SHAPES_1_7B.fixed_shared_bytes() <= SHARED_LIMIT
-    # the ring holds two of the largest slices: a step's weights arrive while the one before is read
-    assert ring >= 2 * SHAPES_1_7B.largest_slice(H200_SMS)
+    assert SHAPES_1_7B.slot_bytes(H200_SMS) == 2 * 24 * 1024 * 2
+    assert SHAPES_1_7B.shared_bytes(H200_SMS) <= SHARED_LIMIT
+    # fewer SMs, larger slices: past the limit, and the class says so by the number
+    assert SHAPES_1_7B.shared_bytes(100) > SHARED_LIMIT
 
 
 @pytest.mark.parametrize("change,words", [(dict(head_dim=64), "head_dim"), (dict(kv_heads=3), "query heads"),
@@ -66,7 +65,7 @@ def test_kernel_compiles_for_sm90a_without_spills(tmp_path):
 def test_ctypes_parameters_match_the_compiled_struct(tmp_path):
     """kernels/cp_pass.py's ctypes mirror of CpLayer / CpPassParams against the C++ compiler's layout of them."""
     fields = ["x_in", "qkv0", "norm", "head", "cos", "sin", "qkv", "res0", "res1", "act", "logits", "launches", "error",
-              "pos", "eps", "scale", "ring_bytes"]
+              "pos", "eps", "scale", "slot_bytes"]
     probe = tmp_path / "probe.cu"
     probe.write_text(f'#include "{cp_pass.SOURCE}"\n#include <cstdio>\n#include <cstddef>\nint main() {{\n'
                      '  printf("layer %zu %zu\\n", sizeof(CpLayer), offsetof(CpLayer, v_cache));\n'

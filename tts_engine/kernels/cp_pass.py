@@ -35,9 +35,7 @@ from .cp_attention import LOG2E
 
 SOURCE = Path(__file__).with_name("cuda") / "cp_pass.cu"
 ARCH = "-gencode=arch=compute_90a,code=sm_90a"
-ALIGN = 128  # the weights' ring is a multiple of this many bytes (the bulk copies want 16)
-RING_BARRIERS = 8  # the kernel's NB: steps whose weights may be in flight at once
-SHARED_LIMIT_SM90 = 227 * 1024  # a block's opt-in shared memory on sm90
+ALIGN = 128  # a weight slot's bytes are a multiple of this (the bulk copies want 16)
 
 
 @dataclass(frozen=True)
@@ -71,27 +69,19 @@ class CpPassShapes:
             out.append(f"hidden {self.hidden} / intermediate {self.intermediate} in {threads}-thread pairs")
         return out
 
-    def steps(self) -> int:
-        return 4 * self.layers
-
-    def largest_slice(self, ctas: int) -> int:
-        """The largest slice of one step's weights a CTA holds (gate/up: its gate and its up rows), bytes."""
+    def slot_bytes(self, ctas: int) -> int:
+        """The largest slice of one step's weights a CTA holds (gate/up: its gate and its up rows)."""
         def rows(n: int) -> int:
             return -(-n // ctas)
         h, q = self.hidden, self.heads * self.head_dim
         qkv_n = (self.heads + 2 * self.kv_heads) * self.head_dim
-        return max(rows(qkv_n) * h, rows(h) * q, 2 * rows(self.intermediate) * h, rows(h) * self.intermediate,
-                   rows(self.codes) * h) * 2
+        largest = max(rows(qkv_n) * h, rows(h) * q, 2 * rows(self.intermediate) * h, rows(h) * self.intermediate,
+                      rows(self.codes) * h) * 2
+        return -(-largest // ALIGN) * ALIGN
 
-    def fixed_shared_bytes(self) -> int:
-        """Shared memory besides the weights' ring: the step's input vector, the reduction's words, NB barriers and
-        the ring offsets (kernels/cuda/cp_pass.cu's layout)."""
+    def shared_bytes(self, ctas: int) -> int:
         xs = max(self.hidden, self.intermediate, self.heads * self.head_dim) * 2
-        return xs + 32 * 4 + RING_BARRIERS * 8 + (self.steps() + 1) * 4
-
-    def ring_bytes(self, shared_limit: int) -> int:
-        """The weights' ring in a block's shared memory of `shared_limit` bytes."""
-        return (shared_limit - self.fixed_shared_bytes()) // ALIGN * ALIGN
+        return 2 * self.slot_bytes(ctas) + xs + 32 * 4 + 16
 
 
 def nvcc() -> str | None:
@@ -191,7 +181,7 @@ def _params_type(layers: int) -> type[ctypes.Structure]:
     class Params(ctypes.Structure):
         _fields_ = [("layer", _Layer * layers), *((name, ctypes.c_void_p) for name in pointers),
                     ("pos", ctypes.c_int), ("eps", ctypes.c_float), ("scale", ctypes.c_float),
-                    ("ring_bytes", ctypes.c_uint)]
+                    ("slot_bytes", ctypes.c_uint)]
     return Params
 
 
@@ -218,14 +208,9 @@ class CpPassKernel:
         self.device, self.stack, self.heads = device, stack, heads
         self.k_cache, self.v_cache, self.cos, self.sin = k_cache, v_cache, cos, sin
         s = self.shapes
-        props = torch.cuda.get_device_properties(device)
-        self.ctas = props.multi_processor_count
-        limit = getattr(props, "shared_memory_per_block_optin", SHARED_LIMIT_SM90)
-        self.ring_bytes = s.ring_bytes(limit)
-        self.shared_bytes = self.ring_bytes + s.fixed_shared_bytes()
-        if self.ring_bytes < s.largest_slice(self.ctas):
-            raise RuntimeError(f"cp_pass: a step's weights ({s.largest_slice(self.ctas)} bytes a CTA) do not fit the "
-                               f"{self.ring_bytes}-byte ring of {self.ctas} SMs")
+        self.ctas = torch.cuda.get_device_properties(device).multi_processor_count
+        self.slot_bytes = s.slot_bytes(self.ctas)
+        self.shared_bytes = s.shared_bytes(self.ctas)
         # scratch in tagged words (the kernel's value + step tag, int64 here), zero: no step's tag
         tagged = dict(device=device, dtype=torch.int64)
         self.qkv = torch.zeros((s.heads + 2 * s.kv_heads) * s.head_dim, **tagged)
@@ -273,7 +258,7 @@ class CpPassKernel:
             self.act.data_ptr()
         p.logits, p.launches, p.error = self.logits.data_ptr(), self.launches.data_ptr(), self.error.data_ptr()
         p.pos, p.eps, p.scale = pos, self.stack.eps, LOG2E / math.sqrt(s.head_dim)
-        p.ring_bytes = self.ring_bytes
+        p.slot_bytes = self.slot_bytes
         attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
         cfg = _LaunchConfig(grid=(ctypes.c_uint * 3)(self.ctas, 1, 1), block=(ctypes.c_uint * 3)(32 * s.kv_heads, 1, 1),
                             shared=self.shared_bytes, stream=torch.cuda.current_stream(self.device).cuda_stream,

@@ -9,8 +9,8 @@
 //     head (final norm in its prologue)
 //
 // with no launch boundary between steps (a step's outputs travel as tagged words that the next step polls: below), and
-// each CTA's slice of every step's weights streamed into a ring in shared memory by the bulk-copy engine, as many steps
-// ahead as the ring holds (the weights are constants: nothing waits for them but the product that reads them). A step's work after its wait is: read the step's input vector
+// each CTA's slice of every step's weights streamed into shared memory by the bulk-copy engine two steps ahead (the
+// weights are constants: nothing waits for them but the product that reads them). A step's work after its wait is: read the step's input vector
 // from L2 (bf16, a few KB), the RMSNorm's one block reduction, one warp-wide dot product a weight row out of shared
 // memory, the epilogue. The attention is computed by every CTA for all heads (a few hundred FMAs a lane), so that
 // attention + o needs no wait between them; the earlier positions' keys and values are read into registers before
@@ -44,8 +44,7 @@
 #ifndef CP_VOLATILE
 #define CP_VOLATILE 0
 #endif
-// Bounds for benchmarks, never for use (garbage out): CP_NO_WEIGHTS no weight is copied or waited for; CP_WEIGHT_DIV
-// that fraction of each step's weights copied and waited for; CP_NO_WAIT a
+// Bounds for benchmarks, never for use (garbage out): CP_NO_WEIGHTS no weight is copied or waited for; CP_NO_WAIT a
 // step reads its input words once, whether written yet or not; CP_NO_ATTN no attention (o multiplies zeros);
 // CP_EMPTY_STEPS no step does anything.
 #ifndef CP_NO_WEIGHTS
@@ -59,9 +58,6 @@
 #endif
 #ifndef CP_EMPTY_STEPS
 #define CP_EMPTY_STEPS 0
-#endif
-#ifndef CP_WEIGHT_DIV
-#define CP_WEIGHT_DIV 1
 #endif
 
 #define WARPS CP_HKV
@@ -110,7 +106,7 @@ struct CpPassParams {
     int pos;             // the new position (2 .. P-1)
     float eps;
     float scale;         // log2(e) / sqrt(D): scores in base 2
-    unsigned ring_bytes; // the weights' ring in shared memory
+    unsigned slot_bytes; // one weight slot of shared memory (two)
 };
 
 enum StepKind { QKV = 0, ATT = 1, GU = 2, DOWN = 3, HEAD = 4 };
@@ -300,8 +296,8 @@ __device__ void load_x(const uint64_t* src, unsigned tag, const bf16* ln, float 
 
 __device__ __forceinline__ int part(int n, int c, int g) { return static_cast<int>((static_cast<long>(n) * c) / g); }
 
-// This CTA's rows of a step's weights: up to two contiguous runs (gate/up: the gate rows, then the up rows), into the
-// ring as [rows, K].
+// This CTA's rows of a step's weights: up to two contiguous runs (gate/up: the gate rows, then the up rows), into a
+// slot as [rows, K].
 struct Slice {
     const bf16* src0;
     const bf16* src1;
@@ -345,47 +341,20 @@ __device__ Slice step_slice(const CpPassParams& p, int s) {
             sl.bytes0 = (r1 - r0) * CP_H * 2;
         }
     }
-    // CP_WEIGHT_DIV: a bound for benchmarks (garbage out): that fraction of each slice copied, in 16-byte units
-    sl.bytes0 = sl.bytes0 / CP_WEIGHT_DIV / 16 * 16;
-    sl.bytes1 = sl.bytes1 / CP_WEIGHT_DIV / 16 * 16;
     return sl;
 }
 
-// The weights' ring: step s's slice lies at ring + at[s] % ring_bytes, at[] being offsets in a byte stream that never
-// wraps a slice (one that would cross the ring's end starts at its beginning). A slice is copied as soon as the ring
-// has room for it behind the slices not yet read (as far ahead as the ring holds, at most NB steps), each step's copy
-// completing its own barrier's phase.
-#define NB 8
-
-// Thread 0, at the start: every step's offset.
-__device__ void ring_offsets(const CpPassParams& p, unsigned* at) {
-    unsigned v = 0;
-    for (int s = 0; s < STEPS; ++s) {
-        const Slice sl = step_slice(p, s);
-        const unsigned size = sl.bytes0 + sl.bytes1, phys = v % p.ring_bytes;
-        if (phys + size > p.ring_bytes) v += p.ring_bytes - phys;
-        at[s] = v;
-        v += size;
-    }
-    at[STEPS] = v;
-}
-
-// Thread 0: copy the steps from `next` on while the ring holds them behind step `first` (the oldest not yet read)
-// -> the next step to copy.
-__device__ int issue_weights(const CpPassParams& p, int next, int first, unsigned char* ring, uint64_t* bars,
-                             const unsigned* at) {
-    if (CP_NO_WEIGHTS) return STEPS;
-    // the ring's last readers were generic loads, the copies are the async proxy's
+// Thread 0: step s's weights into slot s % 2, completing barrier s % 2's next phase.
+__device__ void issue_weights(const CpPassParams& p, int s, unsigned char* slots, uint64_t* bars) {
+    if (s >= STEPS || CP_NO_WEIGHTS) return;
+    const Slice sl = step_slice(p, s);
+    unsigned char* dst = slots + (s & 1) * p.slot_bytes;
+    uint64_t* bar = bars + (s & 1);
+    // the slot's last readers were generic loads, the copy is the async proxy's
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    for (; next < STEPS && next - first < NB && at[next + 1] - at[first] <= p.ring_bytes; ++next) {
-        const Slice sl = step_slice(p, next);
-        unsigned char* dst = ring + at[next] % p.ring_bytes;
-        uint64_t* bar = bars + next % NB;
-        mbar_expect(bar, sl.bytes0 + sl.bytes1);
-        if (sl.bytes0) bulk_load(dst, sl.src0, sl.bytes0, bar);
-        if (sl.bytes1) bulk_load(dst + sl.bytes0, sl.src1, sl.bytes1, bar);
-    }
-    return next;
+    mbar_expect(bar, sl.bytes0 + sl.bytes1);
+    if (sl.bytes0) bulk_load(dst, sl.src0, sl.bytes0, bar);
+    if (sl.bytes1) bulk_load(dst + sl.bytes0, sl.src1, sl.bytes1, bar);
 }
 
 // ---- attention -----------------------------------------------------------------------------------------------------
@@ -559,23 +528,22 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* 
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_constant__ CpPassParams p) {
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char* ring = smem;                                           // ring_bytes of weights
-    bf16* xs = reinterpret_cast<bf16*>(smem + p.ring_bytes);              // [XS_MAX] the step's input vector
+    unsigned char* slots = smem;                                          // 2 x slot_bytes of weights
+    bf16* xs = reinterpret_cast<bf16*>(smem + 2 * p.slot_bytes);          // [XS_MAX] the step's input vector
     float* red = reinterpret_cast<float*>(xs + XS_MAX);                   // [WARPS]
-    uint64_t* bars = reinterpret_cast<uint64_t*>(red + 32);               // [NB]
-    unsigned* at = reinterpret_cast<unsigned*>(bars + NB);                // [STEPS + 1] the slices' ring offsets
+    uint64_t* bars = reinterpret_cast<uint64_t*>(red + 32);               // [2]
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int c = blockIdx.x, g = gridDim.x;
 
     // before the wait for the launch before (the draw): constants and what earlier launches wrote
     const unsigned launch = __ldcg(p.launches);
     const unsigned tag0 = launch * STEPS + 1;  // step s's outputs carry tag0 + s
-    int next = 0;  // thread 0: the next step whose weights to copy
     if (t == 0) {
-        for (int b = 0; b < NB; ++b) mbar_init(bars + b);
+        mbar_init(bars);
+        mbar_init(bars + 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        ring_offsets(p, at);
-        next = issue_weights(p, 0, 0, ring, bars, at);
+        issue_weights(p, 0, slots, bars);
+        issue_weights(p, 1, slots, bars);
     }
     Cache cache;
     read_cache(p.layer[0], p.pos, cache);
@@ -594,11 +562,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
         const CpLayer& L = p.layer[l];
         if (kind == ATT && s > 0) read_cache(L, p.pos, cache);  // earlier launches wrote it
         if (kind == HEAD) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-        const bf16* w = reinterpret_cast<const bf16*>(ring + at[s] % p.ring_bytes);
+        const bf16* w = reinterpret_cast<const bf16*>(slots + (s & 1) * p.slot_bytes);
         if (CP_EMPTY_STEPS) {
         } else if (kind == QKV) {
             load_x<CP_H>(res, res_tag, L.ln_in, p.eps, xs, red, p.error);
-            mbar_wait(bars + s % NB, (s / NB) & 1);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
             const int r0 = part(QKV_N, c, g), n = part(QKV_N, c + 1, g) - r0;
             for (int r = warp; r < n; r += 2 * WARPS) {
                 if (r + WARPS < n) {
@@ -614,7 +582,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             }
         } else if (kind == ATT) {
             attend(p, L, l == 0 ? nullptr : p.qkv, before, cache, xs);
-            mbar_wait(bars + s % NB, (s / NB) & 1);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
             uint64_t* out = flip ? p.res1 : p.res0;
             const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
             for (int r = warp; r < n; r += WARPS) {
@@ -634,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             flip ^= 1;
         } else if (kind == GU) {
             load_x<CP_H>(res, res_tag, L.ln_post, p.eps, xs, red, p.error);
-            mbar_wait(bars + s % NB, (s / NB) & 1);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
             const int f0 = part(CP_I, c, g), n = part(CP_I, c + 1, g) - f0;
             for (int f = warp; f < n; f += WARPS) {
                 const float2 y = warp_dot2<CP_H>(w + f * CP_H, w + (n + f) * CP_H, xs, lane);
@@ -646,7 +614,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             }
         } else if (kind == DOWN) {
             load_x<CP_I>(p.act, before, nullptr, p.eps, xs, red, p.error);
-            mbar_wait(bars + s % NB, (s / NB) & 1);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
             uint64_t* out = flip ? p.res1 : p.res0;
             const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
             for (int r = warp; r < n; r += WARPS) {
@@ -662,16 +630,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             flip ^= 1;
         } else {
             load_x<CP_H>(res, res_tag, p.norm, p.eps, xs, red, p.error);
-            mbar_wait(bars + s % NB, (s / NB) & 1);
+            mbar_wait(bars + (s & 1), (s >> 1) & 1);
             const int r0 = part(CP_V, c, g), n = part(CP_V, c + 1, g) - r0;
             for (int r = warp; r < n; r += WARPS) {
                 const float y = warp_dot<CP_H>(w + r * CP_H, xs, lane);
                 if (lane == 0) p.logits[r0 + r] = __float2bfloat16_rn(y);
             }
         }
-        __syncthreads();  // the step's slice is read
+        __syncthreads();  // the slot is read
         if (t == 0) {
-            next = issue_weights(p, next, s + 1, ring, bars, at);
+            issue_weights(p, s + 2, slots, bars);
             // every CTA has read `launch`: this head step read every CTA's last down outputs
             if (s == STEPS - 1 && c == 0) atomicExch(p.launches, launch + 1);
         }
