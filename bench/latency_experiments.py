@@ -354,6 +354,17 @@ def kernels_ab_times(runner, t_len: int, rounds: int = 3) -> dict:
     return out
 
 
+def draw_gathers_times(runner, t_len: int, rounds: int = 5, batches=(1, 2, 8)) -> dict:
+    """The code predictor's frame (and the frame step) with each draw's two row gathers loaded together in one block
+    each ("together": kernels/sample.py GATHER_BLOCK 4096, GATHER_TOGETHER) or in 1,024-column blocks in turn ("apart",
+    before run 28), at each of `batches`, interleaved rounds -> {batch: {key: median ms}}."""
+    from tts_engine.kernels import sample
+
+    variants = {"apart": {"GATHER_BLOCK": 1024, "GATHER_TOGETHER": False},
+                "together": {"GATHER_BLOCK": 4096, "GATHER_TOGETHER": True}}
+    return frame_times(runner, t_len, sample, variants, rounds, batches, "the draws' row gathers")
+
+
 def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
     """The code predictor's batch-1 frame (and the frame step) with passes 1-14 as the persistent CUDA kernel
     (kernels/cp_pass.py) in each of PERSISTENT_VARIANTS against the Triton passes ("triton"), interleaved rounds
@@ -385,5 +396,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "prefill_split_k": prefill_split_k_times, "draw_prefetch": draw_prefetch_times,
                "early_trigger": early_trigger_times, "talker_trigger": talker_trigger_times, "cp_l2": cp_l2_times,
                "cp_bytes": cp_bytes_times, "cp_persistent": cp_persistent_times,
+               "draw_gathers": draw_gathers_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

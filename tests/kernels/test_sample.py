@@ -169,9 +169,16 @@ def test_gathers_the_picked_ids_embedding(device):
     assert torch.equal(x, table[out]), "x_out rows are the picked ids' embeddings"
 
 
-def test_gathers_a_second_table_row_for_the_picked_id(device):
+@pytest.mark.parametrize(("block", "together"), [(4096, True), (1024, True), (1024, False), (64, True)])
+def test_gathers_a_second_table_row_for_the_picked_id(device, monkeypatch, block, together):
     """gather2 (the code predictor's first-layer qkv table): the picked id's row of a second, wider table into a
-    second output, beside the first gather, the ids those of the draw without it; every element written."""
+    second output, beside the first gather, the ids those of the draw without it; every element written. With the
+    rows' first blocks loaded together (`GATHER_TOGETHER`) or each block in turn, in one block or several (the rest
+    of a row past its first block)."""
+    from tts_engine.kernels import sample
+
+    monkeypatch.setattr(sample, "GATHER_BLOCK", block)
+    monkeypatch.setattr(sample, "GATHER_TOGETHER", together)
     g = torch.Generator().manual_seed(6)
     b, h, w = 5, 96, 2500  # w: more than two gather blocks, not a multiple of one
     logits = torch.randn(b, 2048, generator=g).to(device)

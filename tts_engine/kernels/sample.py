@@ -61,6 +61,12 @@ _MASK64 = (1 << 64) - 1
 # combine is called element by element there), too slow for the CPU tests. With it, 9 halvings tied 10.
 DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 10, "top_k_ways": 2}
 # sample_rows' prefetch: bytes a prefetch brings into L2 (a line), lines a prefetching program issues.
+# A draw's gathers (the code predictor's next input row, 1,024 wide, and its first-layer qkv row from the table, 4,096):
+# up to GATHER_BLOCK columns a load, and with GATHER_TOGETHER both rows' first blocks loaded before either is stored,
+# so that the two rows (read from DRAM: the table is 235 MB) cost one round trip, not five (1,024-column blocks in
+# turn, each load waiting for the store before it). Read at every launch (bench.latency --experiments draw_gathers).
+GATHER_BLOCK = 4096
+GATHER_TOGETHER = True
 PREFETCH_LINE = 128
 PREFETCH_LINES = 1024
 
@@ -134,7 +140,8 @@ if HAVE_TRITON:
                        n_rows, pf0_ptr, pf0_lines, pf1_ptr, pf1_lines, pf2_ptr, pf2_lines,
                        CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, GATHER2: tl.constexpr, BLOCK: tl.constexpr,
                        EMB_BLOCK: tl.constexpr, EMB2_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr,
-                       TOPK_WAYS: tl.constexpr, PF_LINES: tl.constexpr, PF_MODE: tl.constexpr):
+                       TOPK_WAYS: tl.constexpr, PF_LINES: tl.constexpr, PF_MODE: tl.constexpr,
+                       GATHER_TOGETHER: tl.constexpr):
         """Programs 0 .. n_rows - 1 draw a row each (`_draw`); the rest, if any, prefetch PF_LINES 128-byte lines each
         of the (up to three) tensors pf*_ptr, in turn, into L2 (`sample_rows`' prefetch). PF_LINES 0: no prefetch,
         and the kernel is the draw's code alone (the branch is decided when it compiles)."""
@@ -143,7 +150,8 @@ if HAVE_TRITON:
             _draw(row, logits_ptr, logits_stride, n_vocab, do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr,
                   seed_ptr, frame_ptr, codebook, penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr,
                   eos_id, out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride, emb2_ptr, emb2_dim, x2_ptr,
-                  x2_stride, CODEBOOK0, GATHER, GATHER2, BLOCK, EMB_BLOCK, EMB2_BLOCK, PDL, TOPK_WINDOW, TOPK_WAYS)
+                  x2_stride, CODEBOOK0, GATHER, GATHER2, BLOCK, EMB_BLOCK, EMB2_BLOCK, PDL, TOPK_WINDOW, TOPK_WAYS,
+                  GATHER_TOGETHER)
         else:
             first = (row - n_rows) * PF_LINES  # of the three ranges' lines, end to end
             _prefetch_range(pf0_ptr, pf0_lines, first, PF_LINES, PF_MODE)
@@ -164,7 +172,7 @@ if HAVE_TRITON:
               out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride, emb2_ptr, emb2_dim, x2_ptr, x2_stride,
               CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, GATHER2: tl.constexpr, BLOCK: tl.constexpr,
               EMB_BLOCK: tl.constexpr, EMB2_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr,
-              TOPK_WAYS: tl.constexpr):
+              TOPK_WAYS: tl.constexpr, GATHER_TOGETHER: tl.constexpr):
         ids = tl.arange(0, BLOCK)
         valid = ids < n_vocab
         neg_inf = float("-inf")
@@ -241,18 +249,36 @@ if HAVE_TRITON:
         tl.store(out_ptr + row * out_stride, code)
         if CODEBOOK0:
             tl.store(seen_ptr + slot * n_vocab + code, 1)
-        if GATHER:
-            _gather_row(emb_ptr, emb_dim, x_ptr + row * x_stride, code, EMB_BLOCK)
-        if GATHER2:
-            _gather_row(emb2_ptr, emb2_dim, x2_ptr + row * x2_stride, code, EMB2_BLOCK)
+        if GATHER and GATHER2 and GATHER_TOGETHER:
+            _gather_two_rows(emb_ptr, emb_dim, x_ptr + row * x_stride, emb2_ptr, emb2_dim, x2_ptr + row * x2_stride,
+                             code, EMB_BLOCK, EMB2_BLOCK)
+        else:
+            if GATHER:
+                _gather_row(emb_ptr, emb_dim, x_ptr + row * x_stride, code, 0, EMB_BLOCK)
+            if GATHER2:
+                _gather_row(emb2_ptr, emb2_dim, x2_ptr + row * x2_stride, code, 0, EMB2_BLOCK)
 
     @triton.jit
-    def _gather_row(table_ptr, dim, out_ptr, code, BLOCK: tl.constexpr):
-        """Row `code` of a contiguous table [V, dim] copied to out_ptr, BLOCK columns at a time."""
-        for start in range(0, dim, BLOCK):
+    def _gather_row(table_ptr, dim, out_ptr, code, first, BLOCK: tl.constexpr):
+        """Columns first .. dim - 1 of row `code` of a contiguous table [V, dim] copied to out_ptr, BLOCK columns at a
+        time."""
+        for start in range(first, dim, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             ok = cols < dim
             tl.store(out_ptr + cols, tl.load(table_ptr + code * dim + cols, mask=ok), mask=ok)
+
+    @triton.jit
+    def _gather_two_rows(t1_ptr, dim1, out1_ptr, t2_ptr, dim2, out2_ptr, code, BLOCK1: tl.constexpr,
+                         BLOCK2: tl.constexpr):
+        """`_gather_row` of two tables, the first block of each loaded before either is stored: one memory round
+        trip for both rows (at most GATHER_BLOCK columns each), not one a block in turn."""
+        c1, c2 = tl.arange(0, BLOCK1), tl.arange(0, BLOCK2)
+        r1 = tl.load(t1_ptr + code * dim1 + c1, mask=c1 < dim1)
+        r2 = tl.load(t2_ptr + code * dim2 + c2, mask=c2 < dim2)
+        tl.store(out1_ptr + c1, r1, mask=c1 < dim1)
+        tl.store(out2_ptr + c2, r2, mask=c2 < dim2)
+        _gather_row(t1_ptr, dim1, out1_ptr, code, BLOCK1, BLOCK1)
+        _gather_row(t2_ptr, dim2, out2_ptr, code, BLOCK2, BLOCK2)
 
 
 def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Tensor, temperature: torch.Tensor,
@@ -315,7 +341,8 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
         table2, emb2_dim, x2_out, x2_out.stride(0) if gather2 is not None else 0,
         b, *(x for pair in ranges for x in pair),
         CODEBOOK0=codebook0 is not None, GATHER=gather is not None, GATHER2=gather2 is not None, BLOCK=next_pow2(v),
-        EMB_BLOCK=min(1024, next_pow2(max(emb_dim, 1))), EMB2_BLOCK=min(1024, next_pow2(max(emb2_dim, 1))),
+        EMB_BLOCK=min(GATHER_BLOCK, next_pow2(max(emb_dim, 1))),
+        EMB2_BLOCK=min(GATHER_BLOCK, next_pow2(max(emb2_dim, 1))), GATHER_TOGETHER=GATHER_TOGETHER,
         num_warps=num_warps, PDL=pdl, TOPK_WINDOW=top_k_window, TOPK_WAYS=top_k_ways,
         PF_LINES=PREFETCH_LINES if total else 0,
         PF_MODE=int(logits.is_cuda) if _prefetch_mode is None else _prefetch_mode, **pdl_launch(pdl))
