@@ -374,17 +374,22 @@ def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> di
     variants = {"triton": {"persistent": None}} | {name: {"persistent": k} for name, k in kernels.items()}
     out = frame_times(runner, t_len, cp, variants, rounds, batches, "the persistent code-predictor passes")
     out["persistent_timed_out"] = {name: k.timed_out() for name, k in kernels.items()}
+    # the traced variants' last frames, CTA 0's view of each step's phases (µs)
+    out["persistent_trace"] = {name: k.trace_phases() for name, k in kernels.items() if "CP_TRACE=1" in k.macros}
+    print(f"persistent trace: {out['persistent_trace']}", flush=True)
     return out
 
 
-# The persistent passes' variants (kernels/cuda/cp_pass.cu macros): run 28 timed CP_POLL_PAUSE_NS 0-256 (a tie);
-# "noweights" copies and waits for no weight (garbage codes: a bound on the steps' chain alone, not a configuration);
-# "nowait" reads each step's input without waiting for it, "noattn" skips the attention too, "empty" runs empty steps
-# (each a bound, garbage codes: what the chain's parts cost, by difference).
-PERSISTENT_VARIANTS = {"relaxed": (), "noweights": ("CP_NO_WEIGHTS=1",),
-                       "nowait": ("CP_NO_WEIGHTS=1", "CP_NO_WAIT=1"),
-                       "noattn": ("CP_NO_WEIGHTS=1", "CP_NO_WAIT=1", "CP_NO_ATTN=1"),
-                       "empty": ("CP_NO_WEIGHTS=1", "CP_EMPTY_STEPS=1")}
+# The persistent passes' variants (kernels/cuda/cp_pass.cu macros). Run 28 timed CP_POLL_PAUSE_NS 0-256 (a tie) and
+# took its kernel apart with bounds (CP_NO_WEIGHTS, CP_NO_WAIT, CP_NO_ATTN, CP_EMPTY_STEPS: garbage codes). Run 29:
+# "run28" is run 28's kernel (the residual read after the product, k, v and q polled one after another), "smem" today's
+# default (both before the wait / together), "regs" the weights in registers one step ahead instead of shared memory,
+# "regs_l2" with the L2 asked for each slice two steps further ahead, "regs_noweights" a bound (no weight read), and the
+# "_trace" variants stamp each step's phases (CP_TRACE; a few clock reads a step).
+PERSISTENT_VARIANTS = {"run28": ("CP_EARLY_RES=0", "CP_ATT_ONE_POLL=0"), "smem": (),
+                       "regs": ("CP_REG_WEIGHTS=1",), "regs_l2": ("CP_REG_WEIGHTS=1", "CP_L2_AHEAD=2"),
+                       "regs_noweights": ("CP_REG_WEIGHTS=1", "CP_NO_WEIGHTS=1"),
+                       "smem_trace": ("CP_TRACE=1",), "regs_trace": ("CP_REG_WEIGHTS=1", "CP_TRACE=1")}
 
 
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.

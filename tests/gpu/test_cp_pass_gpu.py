@@ -12,11 +12,16 @@ import torch.nn.functional as F
 from tests.gpu.replays import graph_replays, rel_err
 from tts_engine.runtime.fused import rms_norm
 
+# kernels/cuda/cp_pass.cu's ways (macros): the default (weights through shared memory), the weights in registers,
+# run 28's order of loads, and the registers with the L2 asked ahead and the trace on
+VARIANTS = {"smem": (), "regs": ("CP_REG_WEIGHTS=1",), "run28": ("CP_EARLY_RES=0", "CP_ATT_ONE_POLL=0"),
+            "regs-l2-trace": ("CP_REG_WEIGHTS=1", "CP_L2_AHEAD=2", "CP_TRACE=1")}
 
-@pytest.fixture(scope="module")
-def persistent(runners):
+
+@pytest.fixture(scope="module", params=list(VARIANTS.values()), ids=list(VARIANTS))
+def persistent(runners, request):
     _, (fast, _) = runners
-    return fast.code_predictor.persistent_kernel()
+    return fast.code_predictor.persistent_kernel(macros=request.param)
 
 
 def test_persistent_pass_equals_torch(runners, persistent):
@@ -45,6 +50,11 @@ def test_persistent_pass_equals_torch(runners, persistent):
                 assert rel_err(new_got, new_want) < 2e-2, f"{name} at position {pos}"
             # the earlier positions are read, not written
             assert torch.equal(fast_cp.k[:, 0, :, :pos], ref_cp.k[:, 0, :, :pos])
+    if "CP_TRACE=1" in persistent.macros:  # every traced pass's phases are stamped, in order
+        phases = persistent.trace_phases()
+        assert phases["passes"] == 3 and phases["launch"] > 0, phases
+        for kind in ("qkv", "att", "gu", "down", "head"):
+            assert all(v >= 0 for v in phases[kind].values()) and sum(phases[kind].values()) > 0, (kind, phases)
 
 
 def _triton_logits_along(cp, hidden, c0, codes):

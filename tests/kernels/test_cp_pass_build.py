@@ -45,14 +45,39 @@ def test_unsupported_says_why_on_a_cpu():
     assert cp_pass.unsupported(torch.device("cpu")) == "not a CUDA device"
 
 
+def test_trace_phases_reads_the_stamps_as_the_kernel_writes_them():
+    """Two layers (8 steps: att gu down, qkv att gu down, head) at 2 GHz: every step 1 µs input, 0.5 weights, 2
+    product, after a 3 µs wait; one pass traced, the other row never written."""
+    steps = 8
+    clock, row = 1000, [0, 0, 1000]
+    row.append(clock + 6000)  # the wait: 6,000 clocks, 3 µs
+    clock += 6000
+    for _ in range(steps):
+        for d in (2000, 1000, 4000):
+            clock += d
+            row.append(clock)
+    span_ns = (clock - 1000) / 2
+    row[0], row[1] = 10_000, 10_000 + int(span_ns)
+    got = cp_pass.trace_phases([row, [0] * len(row)], layers=2)
+    assert got["passes"] == 1 and got["launch"] == pytest.approx(span_ns / 1e3)
+    assert got["wait"] == pytest.approx(3.0)
+    for kind in ("att", "gu", "down", "qkv", "head"):
+        assert got[kind] == pytest.approx({"input": 1.0, "weights": 0.5, "product": 2.0}), kind
+    assert cp_pass.trace_phases([[0] * len(row)], layers=2) == {}
+
+
 needs_nvcc = pytest.mark.skipif(cp_pass.nvcc() is None, reason="no nvcc on this machine")
 
 
 @needs_nvcc
-def test_kernel_compiles_for_sm90a_without_spills(tmp_path):
+@pytest.mark.parametrize("macros", [(), ("-DCP_REG_WEIGHTS=1",),
+                                    ("-DCP_REG_WEIGHTS=1", "-DCP_L2_AHEAD=2", "-DCP_TRACE=1"),
+                                    ("-DCP_EARLY_RES=0", "-DCP_ATT_ONE_POLL=0")],
+                         ids=["smem", "regs", "regs-l2-trace", "run28"])
+def test_kernel_compiles_for_sm90a_without_spills(tmp_path, macros):
     done = subprocess.run([cp_pass.nvcc(), "-cubin", cp_pass.ARCH, "-O3", "-std=c++17", "-Xptxas", "-v",
-                           *SHAPES_1_7B.macros(), "-o", str(tmp_path / "k.cubin"), str(cp_pass.SOURCE)],
-                          capture_output=True, text=True)
+                           *SHAPES_1_7B.macros(), f"-DCP_CTAS={H200_SMS}", *macros, "-o", str(tmp_path / "k.cubin"),
+                           str(cp_pass.SOURCE)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
     registers = re.findall(r"Used (\d+) registers", done.stderr)
@@ -65,14 +90,15 @@ def test_kernel_compiles_for_sm90a_without_spills(tmp_path):
 def test_ctypes_parameters_match_the_compiled_struct(tmp_path):
     """kernels/cp_pass.py's ctypes mirror of CpLayer / CpPassParams against the C++ compiler's layout of them."""
     fields = ["x_in", "qkv0", "norm", "head", "cos", "sin", "qkv", "res0", "res1", "act", "logits", "launches", "error",
-              "pos", "eps", "scale", "slot_bytes"]
+              "trace", "pos", "eps", "scale", "slot_bytes"]
     probe = tmp_path / "probe.cu"
     probe.write_text(f'#include "{cp_pass.SOURCE}"\n#include <cstdio>\n#include <cstddef>\nint main() {{\n'
                      '  printf("layer %zu %zu\\n", sizeof(CpLayer), offsetof(CpLayer, v_cache));\n'
                      '  printf("params %zu\\n", sizeof(CpPassParams));\n'
                      + "".join(f'  printf("{f} %zu\\n", offsetof(CpPassParams, {f}));\n' for f in fields) + "}\n")
     exe = tmp_path / "probe"
-    built = subprocess.run([cp_pass.nvcc(), cp_pass.ARCH, "-std=c++17", *SHAPES_1_7B.macros(), "-o", str(exe),
+    built = subprocess.run([cp_pass.nvcc(), cp_pass.ARCH, "-std=c++17", *SHAPES_1_7B.macros(), f"-DCP_CTAS={H200_SMS}",
+                            "-o", str(exe),
                             str(probe)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
     printed = dict(line.split(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,

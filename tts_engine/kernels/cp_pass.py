@@ -36,6 +36,9 @@ from .cp_attention import LOG2E
 SOURCE = Path(__file__).with_name("cuda") / "cp_pass.cu"
 ARCH = "-gencode=arch=compute_90a,code=sm_90a"
 ALIGN = 128  # a weight slot's bytes are a multiple of this (the bulk copies want 16)
+# The macros the runner builds its kernel with (`cp_persistent`): cp_pass.cu's defaults, the weights through shared
+# memory. Run 29 (bench.latency --experiments cp_persistent, PERSISTENT_VARIANTS) timed the other ways.
+DEFAULT_MACROS: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class CpPassShapes:
 
     def shared_bytes(self, ctas: int) -> int:
         xs = max(self.hidden, self.intermediate, self.heads * self.head_dim) * 2
-        return 2 * self.slot_bytes(ctas) + xs + 32 * 4 + 16
+        return 2 * self.slot_bytes(ctas) + 2 * xs + 32 * 4 + 16  # two weight slots, two input vectors
 
 
 def nvcc() -> str | None:
@@ -176,7 +179,7 @@ class _Layer(ctypes.Structure):
 
 def _params_type(layers: int) -> type[ctypes.Structure]:
     pointers = ("x_in", "qkv0", "norm", "head", "cos", "sin", "qkv", "res0", "res1", "act", "logits", "launches",
-                "error")
+                "error", "trace")
 
     class Params(ctypes.Structure):
         _fields_ = [("layer", _Layer * layers), *((name, ctypes.c_void_p) for name in pointers),
@@ -219,9 +222,13 @@ class CpPassKernel:
         self.logits = torch.zeros(1, s.codes, device=device, dtype=torch.bfloat16)
         self.launches = torch.zeros(1, dtype=torch.int32, device=device)
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
+        # CP_TRACE's stamps: a row a pass by position (2 .. P-1), cp_pass.cu's TRACE_WORDS
+        self.steps = 4 * s.layers
+        self.trace = torch.zeros(s.positions - 2, 4 + 3 * self.steps, dtype=torch.int64, device=device)
         self.driver = _Driver()
         self.driver.ensure_context(device)
-        self.cubin = compile_cp_pass(s, macros)
+        self.macros = (f"CP_CTAS={self.ctas}", *macros)  # the grid is compiled in: the register layout depends on it
+        self.cubin = compile_cp_pass(s, self.macros)
         self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
         lib = self.driver.lib
         self.driver.check(lib.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(self.cubin)),
@@ -257,6 +264,7 @@ class CpPassKernel:
         p.qkv, p.res0, p.res1, p.act = self.qkv.data_ptr(), self.res[0].data_ptr(), self.res[1].data_ptr(), \
             self.act.data_ptr()
         p.logits, p.launches, p.error = self.logits.data_ptr(), self.launches.data_ptr(), self.error.data_ptr()
+        p.trace = self.trace.data_ptr()
         p.pos, p.eps, p.scale = pos, self.stack.eps, LOG2E / math.sqrt(s.head_dim)
         p.slot_bytes = self.slot_bytes
         attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
@@ -272,3 +280,36 @@ class CpPassKernel:
     def timed_out(self) -> bool:
         """Did a launch's wait for the other CTAs time out (its outputs garbage)? Synchronises."""
         return bool(self.error.item())
+
+    def trace_phases(self) -> dict:
+        """A kernel built with CP_TRACE: `trace_phases` of its stamps (synchronises)."""
+        return trace_phases(self.trace.cpu().tolist(), self.shapes.layers)
+
+
+def trace_phases(rows: list[list[int]], layers: int) -> dict:
+    """CP_TRACE's stamps (CTA 0's, a row a position: cp_pass.cu's TRACE_WORDS) -> the traced passes' phases, averaged
+    (µs). `launch`: a launch's start to its end; `wait`: its start to the end of its wait for the launch before; per
+    step kind, `input`: the step's start (the step before's end) to its input read (attention + o: to the attention
+    done), `weights`: then to its weights ready, `product`: then to the step's end. clock64 is converted by the
+    launch's %globaltimer span. Empty if no pass was traced (rows never written are zeros)."""
+    kinds = ["att", "gu", "down"] + ["qkv", "att", "gu", "down"] * (layers - 1) + ["head"]
+    phases = ("input", "weights", "product")
+    rows = [r for r in rows if r[1] > r[0]]
+    if not rows:
+        return {}
+    sums = {k: dict.fromkeys(phases, 0.0) for k in kinds}
+    counts = dict.fromkeys(kinds, 0)
+    launch = wait = 0.0
+    for g0, g1, c0, c1, *steps in rows:
+        ns = (g1 - g0) / max(steps[-1] - c0, 1)  # ns a clock
+        launch += (g1 - g0) / 1e3
+        wait += (c1 - c0) * ns / 1e3
+        before = c1
+        for i, kind in enumerate(kinds):
+            stamps = steps[3 * i: 3 * i + 3]
+            for phase, a, b in zip(phases, (before, *stamps[:2]), stamps):
+                sums[kind][phase] += (b - a) * ns / 1e3
+            counts[kind] += 1
+            before = stamps[2]
+    out = {"passes": len(rows), "launch": launch / len(rows), "wait": wait / len(rows)}
+    return out | {k: {ph: v / counts[k] for ph, v in sums[k].items()} for k in sums}

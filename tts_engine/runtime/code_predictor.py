@@ -29,6 +29,7 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from ..kernels import cp_pass
 from ..kernels.backend import PDL_EARLY
 from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
 from ..kernels.cp_attention_o import cp_attention_o
@@ -204,9 +205,11 @@ class CodePredictorRunner:
         if persistent is not False:
             self.persistent = self.persistent_kernel(required=bool(persistent))
 
-    def persistent_kernel(self, required: bool = True, macros: tuple[str, ...] = ()) -> CpPassKernel | None:
-        """The persistent pass over this runner's weights, caches and tables (built with `macros`: kernels/cp_pass.py
-        `compile_cp_pass`); where it cannot run, RuntimeError (required) or None (logged)."""
+    def persistent_kernel(self, required: bool = True, macros: tuple[str, ...] | None = None) -> CpPassKernel | None:
+        """The persistent pass over this runner's weights, caches and tables (built with `macros`, default
+        kernels/cp_pass.py's DEFAULT_MACROS: `compile_cp_pass`); where it cannot run, RuntimeError (required) or None
+        (logged)."""
+        macros = cp_pass.DEFAULT_MACROS if macros is None else macros
         why = unsupported(self.device) if self.use_triton else "the torch path"
         if why is None and not (self.pdl and self.qkv_table is not None and self.dtype == torch.bfloat16):
             why = "it takes the PDL passes, the first-layer qkv table and bf16 weights"

@@ -59,6 +59,31 @@
 #ifndef CP_EMPTY_STEPS
 #define CP_EMPTY_STEPS 0
 #endif
+// Run 29's variants. CP_REG_WEIGHTS: each thread loads its rows of step s + 1's weights into registers as step s ends
+// (before it waits for step s + 1's input), as the Triton kernels hold theirs, instead of the bulk copies into shared
+// memory two steps ahead; CP_L2_AHEAD k > 0: thread 0 asks the L2 for its CTA's slice of step s + k's weights
+// (`cp.async.bulk.prefetch.L2`) as step s ends. CP_EARLY_RES: the residual word a warp adds after its product is
+// loaded before the step's wait (it was written two steps before), not after the product; CP_ATT_ONE_POLL: a warp's
+// k, v and query words are polled together, not one after another. CP_TRACE: CTA 0 stamps each step's phases into
+// `trace` (clock64; %globaltimer at the launch's start and end to convert).
+#ifndef CP_REG_WEIGHTS
+#define CP_REG_WEIGHTS 0
+#endif
+#ifndef CP_L2_AHEAD
+#define CP_L2_AHEAD 0
+#endif
+#ifndef CP_EARLY_RES
+#define CP_EARLY_RES 1
+#endif
+#ifndef CP_ATT_ONE_POLL
+#define CP_ATT_ONE_POLL 1
+#endif
+#ifndef CP_TRACE
+#define CP_TRACE 0
+#endif
+#ifndef CP_CTAS
+#error "cp_pass.cu needs CP_CTAS, the grid's CTAs (one an SM)"
+#endif
 
 #define WARPS CP_HKV
 #define THREADS (WARPS * 32)
@@ -103,6 +128,7 @@ struct CpPassParams {
     bf16* logits;        // [V]      out
     unsigned* launches;  // [1]      launches so far (kept across launches: the tags are made of it)
     unsigned* error;     // [1]      set when a wait for other CTAs' outputs timed out (then the outputs are garbage)
+    uint64_t* trace;     // [P - 2, TRACE_WORDS] CP_TRACE's stamps, a row a pass (by position)
     int pos;             // the new position (2 .. P-1)
     float eps;
     float scale;         // log2(e) / sqrt(D): scores in base 2
@@ -111,6 +137,9 @@ struct CpPassParams {
 
 enum StepKind { QKV = 0, ATT = 1, GU = 2, DOWN = 3, HEAD = 4 };
 #define STEPS (4 * CP_L)  // layer 0's three, 4 a later layer, the head
+// A pass's trace row: %globaltimer at the start and the end, clock64 at the start and after the wait for the launch
+// before, then each step's input read (for attention + o: the attention done), weights ready, step done.
+#define TRACE_WORDS (4 + 3 * STEPS)
 
 __device__ __forceinline__ int step_kind(int s) {
     if (s == STEPS - 1) return HEAD;
@@ -188,18 +217,19 @@ __device__ __forceinline__ uint64_t tagged_word(const uint64_t* at) {
     return w;
 }
 
-// Words at, at + STRIDE, .. (N of them) -> their values, once every one carries `tag`. A wait over a second means CTAs that cannot
-// start (which the runner never makes happen): the error word is set and the pass finishes with garbage rather than
-// hang the stream.
-template <int N, int STRIDE = 1>
-__device__ __forceinline__ void tagged_read(const uint64_t* at, unsigned tag, float (&out)[N], unsigned* error) {
+// Words at[0 .. N) -> their values, once every one carries `tag`. A wait over a second means CTAs that cannot start
+// (which the runner never makes happen): the error word is set and the pass finishes with garbage rather than hang the
+// stream.
+template <int N>
+__device__ __forceinline__ void tagged_gather(const uint64_t* const (&at)[N], unsigned tag, float (&out)[N],
+                                              unsigned* error) {
     uint64_t w[N];
     uint64_t t0 = 0;
     unsigned polls = 0;
     for (;;) {
         bool ready = true;
 #pragma unroll
-        for (int i = 0; i < N; ++i) w[i] = tagged_word(at + i * STRIDE);
+        for (int i = 0; i < N; ++i) w[i] = tagged_word(at[i]);
 #pragma unroll
         for (int i = 0; i < N; ++i) ready &= static_cast<unsigned>(w[i] >> 32) == tag;
         if (ready || CP_NO_WAIT) break;
@@ -219,6 +249,23 @@ __device__ __forceinline__ void tagged_read(const uint64_t* at, unsigned tag, fl
     }
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = __uint_as_float(static_cast<unsigned>(w[i]));
+}
+
+// Words at, at + STRIDE, .. (N of them), as tagged_gather.
+template <int N, int STRIDE = 1>
+__device__ __forceinline__ void tagged_read(const uint64_t* at, unsigned tag, float (&out)[N], unsigned* error) {
+    const uint64_t* each[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) each[i] = at + i * STRIDE;
+    tagged_gather<N>(each, tag, out, error);
+}
+
+// A word loaded earlier (w, from at): its value if it carried `tag`, else (never expected) the value once it does.
+__device__ __forceinline__ float tagged_value(uint64_t w, const uint64_t* at, unsigned tag, unsigned* error) {
+    if (static_cast<unsigned>(w >> 32) == tag || CP_NO_WAIT) return __uint_as_float(static_cast<unsigned>(w));
+    float v[1];
+    tagged_read<1>(at, tag, v, error);
+    return v[0];
 }
 
 // ---- products ------------------------------------------------------------------------------------------------------
@@ -357,6 +404,88 @@ __device__ void issue_weights(const CpPassParams& p, int s, unsigned char* slots
     if (sl.bytes1) bulk_load(dst + sl.bytes0, sl.src1, sl.bytes1, bar);
 }
 
+// Thread 0: its CTA's slice of step s's weights asked of the L2 (CP_L2_AHEAD), nothing waiting for it.
+__device__ void prefetch_weights_l2(const CpPassParams& p, int s) {
+    if (s >= STEPS || CP_NO_WEIGHTS) return;
+    const Slice sl = step_slice(p, s);
+    if (sl.bytes0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sl.src0), "r"(sl.bytes0) : "memory");
+    if (sl.bytes1) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sl.src1), "r"(sl.bytes1) : "memory");
+}
+
+// ---- weights in registers (CP_REG_WEIGHTS) -------------------------------------------------------------------------
+//
+// A CTA's rows of a step go to its warps in turn (row r to warp r % WARPS), a lane holding 16-byte chunks lane,
+// lane + 32, .. of each of its rows: ROWS rows at most a warp, K / 256 chunks a row.
+
+#define WARP_ROWS(n) ((((n) + CP_CTAS - 1) / CP_CTAS + WARPS - 1) / WARPS)
+constexpr int QKV_ROWS = WARP_ROWS(QKV_N), O_ROWS = WARP_ROWS(CP_H), GU_ROWS = WARP_ROWS(CP_I),
+              DOWN_ROWS = WARP_ROWS(CP_H), HEAD_ROWS = WARP_ROWS(CP_V);
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+// uint4 registers a thread holds: the largest step's (1.7B on 132 SMs: gate/up, 3 rows' gate and up, 24)
+constexpr int WREGS = cmax(cmax(QKV_ROWS * CP_H / 256, O_ROWS * CP_HQ * CP_D / 256),
+                           cmax(cmax(2 * GU_ROWS * CP_H / 256, DOWN_ROWS * CP_I / 256), HEAD_ROWS * CP_H / 256));
+
+// Rows warp, warp + WARPS, .. (ROWS of them; zeros past n) of w [n, K] -> wr [ROWS, K / 256], this lane's chunks.
+template <int ROWS, int K>
+__device__ __forceinline__ void rows_to_regs(const bf16* w, int n, uint4* wr, int warp, int lane) {
+    const uint4* w4 = reinterpret_cast<const uint4*>(w);
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) {
+        const int r = warp + j * WARPS;
+#pragma unroll
+        for (int i = 0; i < K / 256; ++i)
+            wr[j * (K / 256) + i] = r < n ? __ldg(w4 + static_cast<long>(r) * (K / 8) + lane + 32 * i) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+template <int KIND>
+struct Kind {
+    static constexpr int value = KIND;
+};
+
+// Every thread: its rows of layer l's (the head's) KIND weights into wr (gate/up: the gate rows, then the up rows). The
+// kind is a compile-time constant at every call, so that the registers live at each step are that step's alone.
+template <int KIND>
+__device__ __forceinline__ void weights_to_regs(const CpPassParams& p, int l, uint4 (&wr)[WREGS]) {
+    if (CP_NO_WEIGHTS) return;
+    const int c = blockIdx.x, g = gridDim.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const CpLayer& L = p.layer[l];
+    if constexpr (KIND == QKV) {
+        const int r0 = part(QKV_N, c, g), n = part(QKV_N, c + 1, g) - r0;
+        rows_to_regs<QKV_ROWS, CP_H>(L.w_qkv + static_cast<long>(r0) * CP_H, n, wr, warp, lane);
+    } else if constexpr (KIND == ATT) {
+        const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
+        rows_to_regs<O_ROWS, CP_HQ * CP_D>(L.w_o + static_cast<long>(r0) * (CP_HQ * CP_D), n, wr, warp, lane);
+    } else if constexpr (KIND == GU) {
+        const int f0 = part(CP_I, c, g), n = part(CP_I, c + 1, g) - f0;
+        rows_to_regs<GU_ROWS, CP_H>(L.w_gu + static_cast<long>(f0) * CP_H, n, wr, warp, lane);
+        rows_to_regs<GU_ROWS, CP_H>(L.w_gu + static_cast<long>(CP_I + f0) * CP_H, n, wr + GU_ROWS * (CP_H / 256), warp,
+                                    lane);
+    } else if constexpr (KIND == DOWN) {
+        const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
+        rows_to_regs<DOWN_ROWS, CP_I>(L.w_down + static_cast<long>(r0) * CP_I, n, wr, warp, lane);
+    } else {
+        const int r0 = part(CP_V, c, g), n = part(CP_V, c + 1, g) - r0;
+        rows_to_regs<HEAD_ROWS, CP_H>(p.head + static_cast<long>(r0) * CP_H, n, wr, warp, lane);
+    }
+}
+
+// wr's ROWS rows (K / 256 chunks a lane each) against xs (bf16 [K] in shared memory): the warp's sums, in every lane.
+template <int ROWS, int K>
+__device__ __forceinline__ void reg_dots(const uint4* wr, const bf16* xs, int lane, float (&out)[ROWS]) {
+    const uint4* x4 = reinterpret_cast<const uint4*>(xs);
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) out[j] = 0.f;
+#pragma unroll
+    for (int i = 0; i < K / 256; ++i) {
+        const uint4 xv = x4[lane + 32 * i];
+#pragma unroll
+        for (int j = 0; j < ROWS; ++j) out[j] += dot8(wr[j * (K / 256) + i], xv);
+    }
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) out[j] = warp_sum(out[j]);
+}
+
 // ---- attention -----------------------------------------------------------------------------------------------------
 
 // 16 per-lane partial sums (this lane's 4 dims of every position) -> the whole warp's sum for position
@@ -419,7 +548,35 @@ __device__ __forceinline__ uint2 pack4(const float (&v)[4]) {
     return u;
 }
 
-// The earlier positions' keys and values of this warp's kv head (written by earlier launches), this lane's 4 dims.
+// The earlier positions' keys and values of this warp's kv head (written by earlier launches), this lane's 4 dims of
+// each (zeros from `pos` on). In registers; with the weights in registers (CP_REG_WEIGHTS), which leave them too few,
+// in shared memory instead, copied there by `cp.async` (no register holds them on the way), [HKV, P, 32 lanes] uint2.
+#if CP_REG_WEIGHTS
+struct Cache {
+    uint2* k;  // this lane's column: k[q * 32] is position q's 4 dims
+    uint2* v;
+};
+
+__device__ __forceinline__ void copy8(uint2* dst, const void* src, bool real) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(real ? 8 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void read_cache(const CpLayer& L, int pos, Cache& cache) {
+    const int lane = threadIdx.x & 31, kvh = threadIdx.x >> 5;
+    const long base = static_cast<long>(kvh) * CP_P * CP_D + lane * 4;
+#pragma unroll
+    for (int q = 0; q < CP_P; ++q) {
+        copy8(cache.k + q * 32, L.k_cache + base + q * CP_D, q < pos);
+        copy8(cache.v + q * 32, L.v_cache + base + q * CP_D, q < pos);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+__device__ __forceinline__ void cache_ready() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ uint2 cache_k(const Cache& cache, int q) { return cache.k[q * 32]; }
+__device__ __forceinline__ uint2 cache_v(const Cache& cache, int q) { return cache.v[q * 32]; }
+#else
 struct Cache {
     uint2 k[CP_P];
     uint2 v[CP_P];
@@ -438,6 +595,11 @@ __device__ __forceinline__ void read_cache(const CpLayer& L, int pos, Cache& cac
         }
     }
 }
+
+__device__ __forceinline__ void cache_ready() {}
+__device__ __forceinline__ uint2 cache_k(const Cache& cache, int q) { return cache.k[q]; }
+__device__ __forceinline__ uint2 cache_v(const Cache& cache, int q) { return cache.v[q]; }
+#endif
 
 // 4 values of the qkv product at idx: layer 0's from the table row (plain bf16, the draw's), later layers' tagged.
 __device__ __forceinline__ void load_qkv4(const bf16* plain, const uint64_t* tagged, unsigned tag, int idx,
@@ -464,9 +626,33 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* 
     load4(p.sin + d0, sn);
     load4(L.k_norm + d0, kw);
     load4(L.q_norm + d0, qw);
-    float k[4], v[4];
-    load_qkv4(p.qkv0, tagged, tag, (CP_HQ + kvh) * CP_D + d0, k, p.error);
-    load_qkv4(p.qkv0, tagged, tag, (CP_HQ + CP_HKV + kvh) * CP_D + d0, v, p.error);
+    // this warp's key and value and its GROUP queries, this lane's 4 dims of each
+    const int at_k = (CP_HQ + kvh) * CP_D + d0, at_v = (CP_HQ + CP_HKV + kvh) * CP_D + d0;
+    float k[4], v[4], qs[GROUP][4];
+    if (tagged != nullptr && CP_ATT_ONE_POLL) {
+        const uint64_t* at[(2 + GROUP) * 4];
+        float got[(2 + GROUP) * 4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            at[j] = tagged + at_k + j;
+            at[4 + j] = tagged + at_v + j;
+#pragma unroll
+            for (int g = 0; g < GROUP; ++g) at[8 + 4 * g + j] = tagged + (kvh * GROUP + g) * CP_D + d0 + j;
+        }
+        tagged_gather<(2 + GROUP) * 4>(at, tag, got, p.error);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            k[j] = got[j];
+            v[j] = got[4 + j];
+#pragma unroll
+            for (int g = 0; g < GROUP; ++g) qs[g][j] = got[8 + 4 * g + j];
+        }
+    } else {  // layer 0's plain table row, or (CP_ATT_ONE_POLL 0) a poll each, one after another
+        load_qkv4(p.qkv0, tagged, tag, at_k, k, p.error);
+        load_qkv4(p.qkv0, tagged, tag, at_v, v, p.error);
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g) load_qkv4(p.qkv0, tagged, tag, (kvh * GROUP + g) * CP_D + d0, qs[g], p.error);
+    }
     norm_rope(k, kw, c, sn, p.eps, lane);
     const int pos = p.pos;
     if (blockIdx.x == 0) {
@@ -474,12 +660,12 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* 
         *reinterpret_cast<uint2*>(L.k_cache + at) = pack4(k);
         *reinterpret_cast<uint2*>(L.v_cache + at) = pack4(v);
     }
+    cache_ready();
     const int mine = butterfly_position(lane);
 #pragma unroll
     for (int g = 0; g < GROUP; ++g) {
         const int h = kvh * GROUP + g;
-        float q[4];
-        load_qkv4(p.qkv0, tagged, tag, h * CP_D + d0, q, p.error);
+        float q[4] = {qs[g][0], qs[g][1], qs[g][2], qs[g][3]};
         norm_rope(q, qw, c, sn, p.eps, lane);
 #pragma unroll
         for (int j = 0; j < 4; ++j) q[j] *= p.scale;
@@ -487,7 +673,7 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* 
 #pragma unroll
         for (int t = 0; t < CP_P; ++t) {
             float kt[4];
-            unpack4(cache.k[t], kt);
+            unpack4(cache_k(cache, t), kt);
             if (t == pos) {
 #pragma unroll
                 for (int j = 0; j < 4; ++j) kt[j] = k[j];
@@ -509,7 +695,7 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* 
             // position t's weight lives in the lane whose butterfly position is t (the map is its own inverse)
             const float w = __shfl_sync(FULL, e, butterfly_position(t));
             float vt[4];
-            unpack4(cache.v[t], vt);
+            unpack4(cache_v(cache, t), vt);
             if (t == pos) {
 #pragma unroll
                 for (int j = 0; j < 4; ++j) vt[j] = v[j];
@@ -529,26 +715,53 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_constant__ CpPassParams p) {
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char* slots = smem;                                          // 2 x slot_bytes of weights
-    bf16* xs = reinterpret_cast<bf16*>(smem + 2 * p.slot_bytes);          // [XS_MAX] the step's input vector
-    float* red = reinterpret_cast<float*>(xs + XS_MAX);                   // [WARPS]
+    bf16* xs_buf = reinterpret_cast<bf16*>(smem + 2 * p.slot_bytes);      // [2, XS_MAX] a step's input vector
+    float* red = reinterpret_cast<float*>(xs_buf + 2 * XS_MAX);           // [WARPS]
     uint64_t* bars = reinterpret_cast<uint64_t*>(red + 32);               // [2]
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int c = blockIdx.x, g = gridDim.x;
+    if (g != CP_CTAS) {  // the register layout is compiled for this many CTAs
+        if (t == 0) atomicExch(p.error, 1u);
+        return;
+    }
+#if CP_REG_WEIGHTS
+    if (2 * p.slot_bytes < 2 * CP_HKV * CP_P * CP_D * 2) {  // the cache's copies take the weight slots' place
+        if (t == 0) atomicExch(p.error, 1u);
+        return;
+    }
+#endif
+    uint64_t* trace = CP_TRACE && c == 0 && t == 0 ? p.trace + static_cast<long>(p.pos - 2) * TRACE_WORDS : nullptr;
+    if (trace) {
+        trace[0] = global_ns();
+        trace[2] = clock64();
+    }
 
     // before the wait for the launch before (the draw): constants and what earlier launches wrote
     const unsigned launch = __ldcg(p.launches);
     const unsigned tag0 = launch * STEPS + 1;  // step s's outputs carry tag0 + s
-    if (t == 0) {
+    uint4 wr[WREGS];
+    if (CP_REG_WEIGHTS) {
+        weights_to_regs<ATT>(p, 0, wr);
+    } else if (t == 0) {
         mbar_init(bars);
         mbar_init(bars + 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         issue_weights(p, 0, slots, bars);
         issue_weights(p, 1, slots, bars);
     }
+    if (CP_L2_AHEAD && t == 0) {
+        for (int s = 1; s <= CP_L2_AHEAD; ++s) prefetch_weights_l2(p, s);  // steps 1 .. k ahead of step 0
+    }
     Cache cache;
+#if CP_REG_WEIGHTS
+    // the weight slots are not used: the cache's copies go there
+    cache.k = reinterpret_cast<uint2*>(slots) + warp * CP_P * 32 + lane;
+    cache.v = cache.k + CP_HKV * CP_P * 32;
+#endif
     read_cache(p.layer[0], p.pos, cache);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     __syncthreads();
+    if (trace) trace[3] = clock64();
 
     // The residual stream: x_in (plain, the draw's) until layer 0's o product, then the tagged buffers in turn. o
     // writes one at step s (read by gate/up at s + 1, by down at s + 2), down the other (read by qkv and o), each
@@ -556,73 +769,127 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
     const uint64_t* res = nullptr;
     unsigned res_tag = 0;
     int flip = 0;
-    for (int s = 0; s < STEPS; ++s) {
-        const int kind = step_kind(s), l = step_layer(s);
+    const int h0 = part(CP_H, c, g), hn = part(CP_H, c + 1, g) - h0;  // this CTA's rows of o and down
+
+    // Step s, of kind KIND (a compile-time constant: each kind's code and registers are its own), layer l.
+    auto step = [&](auto kind_c, int s, int l) {
+        constexpr int kind = decltype(kind_c)::value;
         const unsigned tag = tag0 + s, before = tag - 1;  // this step's outputs, the step before's
         const CpLayer& L = p.layer[l];
+        // with the weights in registers no barrier ends a step: its input goes to the other buffer than the last's
+        bf16* xs = xs_buf + (CP_REG_WEIGHTS ? (s & 1) * XS_MAX : 0);
         if (kind == ATT && s > 0) read_cache(L, p.pos, cache);  // earlier launches wrote it
         if (kind == HEAD) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        // o and down add the residual's word of each row to their product: the warp's first row's, written two steps
+        // before (the step before read it whole), is loaded now, before the wait (CP_EARLY_RES)
+        float res_plain = 0.f;
+        uint64_t res_word = 0;
+        if (CP_EARLY_RES && (kind == ATT || kind == DOWN) && lane == 0 && warp < hn) {
+            if (res == nullptr) {
+                res_plain = __bfloat162float(__ldcg(p.x_in + h0 + warp));
+            } else {
+                res_word = tagged_word(res + h0 + warp);
+            }
+        }
+        auto residual = [&](int r) -> float {
+            if (res == nullptr) return CP_EARLY_RES && r == warp ? res_plain : __bfloat162float(__ldcg(p.x_in + h0 + r));
+            if (CP_EARLY_RES && r == warp) return tagged_value(res_word, res + h0 + r, res_tag, p.error);
+            float v[1];
+            tagged_read<1>(res + h0 + r, res_tag, v, p.error);
+            return v[0];
+        };
         const bf16* w = reinterpret_cast<const bf16*>(slots + (s & 1) * p.slot_bytes);
+        uint64_t* stamp = trace ? trace + 4 + 3 * s : nullptr;
+        auto weights_ready = [&]() {
+            if (stamp) stamp[0] = clock64();
+            if (!CP_REG_WEIGHTS) mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            if (stamp) stamp[1] = clock64();
+        };
         if (CP_EMPTY_STEPS) {
-        } else if (kind == QKV) {
+        } else if constexpr (kind == QKV) {
             load_x<CP_H>(res, res_tag, L.ln_in, p.eps, xs, red, p.error);
-            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            weights_ready();
             const int r0 = part(QKV_N, c, g), n = part(QKV_N, c + 1, g) - r0;
-            for (int r = warp; r < n; r += 2 * WARPS) {
-                if (r + WARPS < n) {
-                    const float2 y = warp_dot2<CP_H>(w + r * CP_H, w + (r + WARPS) * CP_H, xs, lane);
-                    if (lane == 0) {
-                        tagged_store(p.qkv + r0 + r, rb(y.x), tag);
-                        tagged_store(p.qkv + r0 + r + WARPS, rb(y.y), tag);
+            if (CP_REG_WEIGHTS) {
+                float y[QKV_ROWS];
+                reg_dots<QKV_ROWS, CP_H>(wr, xs, lane, y);
+#pragma unroll
+                for (int j = 0; j < QKV_ROWS; ++j) {
+                    if (lane == 0 && warp + j * WARPS < n) tagged_store(p.qkv + r0 + warp + j * WARPS, rb(y[j]), tag);
+                }
+            } else {
+                for (int r = warp; r < n; r += 2 * WARPS) {
+                    if (r + WARPS < n) {
+                        const float2 y = warp_dot2<CP_H>(w + r * CP_H, w + (r + WARPS) * CP_H, xs, lane);
+                        if (lane == 0) {
+                            tagged_store(p.qkv + r0 + r, rb(y.x), tag);
+                            tagged_store(p.qkv + r0 + r + WARPS, rb(y.y), tag);
+                        }
+                    } else {
+                        const float y = warp_dot<CP_H>(w + r * CP_H, xs, lane);
+                        if (lane == 0) tagged_store(p.qkv + r0 + r, rb(y), tag);
                     }
-                } else {
-                    const float y = warp_dot<CP_H>(w + r * CP_H, xs, lane);
-                    if (lane == 0) tagged_store(p.qkv + r0 + r, rb(y), tag);
                 }
             }
-        } else if (kind == ATT) {
+        } else if constexpr (kind == ATT) {
             attend(p, L, l == 0 ? nullptr : p.qkv, before, cache, xs);
-            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            weights_ready();
             uint64_t* out = flip ? p.res1 : p.res0;
-            const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
-            for (int r = warp; r < n; r += WARPS) {
-                const float y = warp_dot<CP_HQ * CP_D>(w + r * (CP_HQ * CP_D), xs, lane);
-                if (lane == 0) {
-                    float r_in[1];
-                    if (res == nullptr) {
-                        r_in[0] = __bfloat162float(__ldcg(p.x_in + r0 + r));
-                    } else {
-                        tagged_read<1>(res + r0 + r, res_tag, r_in, p.error);
-                    }
-                    tagged_store(out + r0 + r, rb(r_in[0] + rb(y)), tag);
+            if (CP_REG_WEIGHTS) {
+                float y[O_ROWS];
+                reg_dots<O_ROWS, CP_HQ * CP_D>(wr, xs, lane, y);
+#pragma unroll
+                for (int j = 0; j < O_ROWS; ++j) {
+                    const int r = warp + j * WARPS;
+                    if (lane == 0 && r < hn) tagged_store(out + h0 + r, rb(residual(r) + rb(y[j])), tag);
+                }
+            } else {
+                for (int r = warp; r < hn; r += WARPS) {
+                    const float y = warp_dot<CP_HQ * CP_D>(w + r * (CP_HQ * CP_D), xs, lane);
+                    if (lane == 0) tagged_store(out + h0 + r, rb(residual(r) + rb(y)), tag);
                 }
             }
             res = out;
             res_tag = tag;
             flip ^= 1;
-        } else if (kind == GU) {
+        } else if constexpr (kind == GU) {
             load_x<CP_H>(res, res_tag, L.ln_post, p.eps, xs, red, p.error);
-            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            weights_ready();
             const int f0 = part(CP_I, c, g), n = part(CP_I, c + 1, g) - f0;
-            for (int f = warp; f < n; f += WARPS) {
-                const float2 y = warp_dot2<CP_H>(w + f * CP_H, w + (n + f) * CP_H, xs, lane);
-                if (lane == 0) {
-                    const float gate = rb(y.x);
-                    const float a = rb(gate / (1.f + __expf(-gate)));
-                    tagged_store(p.act + f0 + f, rb(a * rb(y.y)), tag);
+            auto swiglu = [&](int f, float gate_dot, float up_dot) {
+                const float gate = rb(gate_dot);
+                const float a = rb(gate / (1.f + __expf(-gate)));
+                tagged_store(p.act + f0 + f, rb(a * rb(up_dot)), tag);
+            };
+            if (CP_REG_WEIGHTS) {
+                float y[2 * GU_ROWS];
+                reg_dots<2 * GU_ROWS, CP_H>(wr, xs, lane, y);
+#pragma unroll
+                for (int j = 0; j < GU_ROWS; ++j) {
+                    if (lane == 0 && warp + j * WARPS < n) swiglu(warp + j * WARPS, y[j], y[GU_ROWS + j]);
+                }
+            } else {
+                for (int f = warp; f < n; f += WARPS) {
+                    const float2 y = warp_dot2<CP_H>(w + f * CP_H, w + (n + f) * CP_H, xs, lane);
+                    if (lane == 0) swiglu(f, y.x, y.y);
                 }
             }
-        } else if (kind == DOWN) {
+        } else if constexpr (kind == DOWN) {
             load_x<CP_I>(p.act, before, nullptr, p.eps, xs, red, p.error);
-            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            weights_ready();
             uint64_t* out = flip ? p.res1 : p.res0;
-            const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
-            for (int r = warp; r < n; r += WARPS) {
-                const float y = warp_dot<CP_I>(w + r * CP_I, xs, lane);
-                if (lane == 0) {
-                    float r_in[1];
-                    tagged_read<1>(res + r0 + r, res_tag, r_in, p.error);
-                    tagged_store(out + r0 + r, rb(r_in[0] + rb(y)), tag);
+            if (CP_REG_WEIGHTS) {
+                float y[DOWN_ROWS];
+                reg_dots<DOWN_ROWS, CP_I>(wr, xs, lane, y);
+#pragma unroll
+                for (int j = 0; j < DOWN_ROWS; ++j) {
+                    const int r = warp + j * WARPS;
+                    if (lane == 0 && r < hn) tagged_store(out + h0 + r, rb(residual(r) + rb(y[j])), tag);
+                }
+            } else {
+                for (int r = warp; r < hn; r += WARPS) {
+                    const float y = warp_dot<CP_I>(w + r * CP_I, xs, lane);
+                    if (lane == 0) tagged_store(out + h0 + r, rb(residual(r) + rb(y)), tag);
                 }
             }
             res = out;
@@ -630,18 +897,58 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             flip ^= 1;
         } else {
             load_x<CP_H>(res, res_tag, p.norm, p.eps, xs, red, p.error);
-            mbar_wait(bars + (s & 1), (s >> 1) & 1);
+            weights_ready();
             const int r0 = part(CP_V, c, g), n = part(CP_V, c + 1, g) - r0;
-            for (int r = warp; r < n; r += WARPS) {
-                const float y = warp_dot<CP_H>(w + r * CP_H, xs, lane);
-                if (lane == 0) p.logits[r0 + r] = __float2bfloat16_rn(y);
+            if (CP_REG_WEIGHTS) {
+                float y[HEAD_ROWS];
+                reg_dots<HEAD_ROWS, CP_H>(wr, xs, lane, y);
+#pragma unroll
+                for (int j = 0; j < HEAD_ROWS; ++j) {
+                    if (lane == 0 && warp + j * WARPS < n) p.logits[r0 + warp + j * WARPS] = __float2bfloat16_rn(y[j]);
+                }
+            } else {
+                for (int r = warp; r < n; r += WARPS) {
+                    const float y = warp_dot<CP_H>(w + r * CP_H, xs, lane);
+                    if (lane == 0) p.logits[r0 + r] = __float2bfloat16_rn(y);
+                }
             }
         }
-        __syncthreads();  // the slot is read
-        if (t == 0) {
-            issue_weights(p, s + 2, slots, bars);
-            // every CTA has read `launch`: this head step read every CTA's last down outputs
-            if (s == STEPS - 1 && c == 0) atomicExch(p.launches, launch + 1);
+        if (CP_REG_WEIGHTS) {  // the next step's weights, in flight while it waits for its input
+            if constexpr (kind == ATT) {
+                weights_to_regs<GU>(p, l, wr);
+            } else if constexpr (kind == GU) {
+                weights_to_regs<DOWN>(p, l, wr);
+            } else if constexpr (kind == QKV) {
+                weights_to_regs<ATT>(p, l, wr);
+            } else if constexpr (kind == DOWN) {
+                if (l + 1 < CP_L) {
+                    weights_to_regs<QKV>(p, l + 1, wr);
+                } else {
+                    weights_to_regs<HEAD>(p, 0, wr);
+                }
+            }
+        } else {
+            __syncthreads();  // the slot is read
         }
+        if (t == 0) {
+            if (!CP_REG_WEIGHTS) issue_weights(p, s + 2, slots, bars);
+            if (CP_L2_AHEAD) prefetch_weights_l2(p, s + 1 + CP_L2_AHEAD);  // the far edge: k steps past the next
+            // every CTA has read `launch`: this head step read every CTA's last down outputs
+            if (kind == HEAD && c == 0) atomicExch(p.launches, launch + 1);
+        }
+        if (stamp) stamp[2] = clock64();
+    };
+
+    step(Kind<ATT>{}, 0, 0);  // layer 0: its qkv product is the table row
+    step(Kind<GU>{}, 1, 0);
+    step(Kind<DOWN>{}, 2, 0);
+    for (int l = 1; l < CP_L; ++l) {
+        const int s = 4 * l - 1;
+        step(Kind<QKV>{}, s, l);
+        step(Kind<ATT>{}, s + 1, l);
+        step(Kind<GU>{}, s + 2, l);
+        step(Kind<DOWN>{}, s + 3, l);
     }
+    step(Kind<HEAD>{}, STEPS - 1, 0);
+    if (trace) trace[1] = global_ns();
 }
