@@ -381,15 +381,17 @@ def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> di
 
 
 # The persistent passes' variants (kernels/cuda/cp_pass.cu macros). Run 28 timed CP_POLL_PAUSE_NS 0-256 (a tie) and
-# took its kernel apart with bounds (CP_NO_WEIGHTS, CP_NO_WAIT, CP_NO_ATTN, CP_EMPTY_STEPS: garbage codes). Run 29:
-# "run28" is run 28's kernel (the residual read after the product, k, v and q polled one after another), "smem" today's
-# default (both before the wait / together), "regs" the weights in registers one step ahead instead of shared memory,
-# "regs_l2" with the L2 asked for each slice two steps further ahead, "regs_noweights" a bound (no weight read), and the
-# "_trace" variants stamp each step's phases (CP_TRACE; a few clock reads a step).
-PERSISTENT_VARIANTS = {"run28": ("CP_EARLY_RES=0", "CP_ATT_ONE_POLL=0"), "smem": (),
-                       "regs": ("CP_REG_WEIGHTS=1",), "regs_l2": ("CP_REG_WEIGHTS=1", "CP_L2_AHEAD=2"),
-                       "regs_noweights": ("CP_REG_WEIGHTS=1", "CP_NO_WEIGHTS=1"),
-                       "smem_trace": ("CP_TRACE=1",), "regs_trace": ("CP_REG_WEIGHTS=1", "CP_TRACE=1")}
+# took its kernel apart with bounds (CP_NO_WEIGHTS, CP_NO_WAIT, CP_NO_ATTN, CP_EMPTY_STEPS: garbage codes). Run 29,
+# call 1: run 28's order of loads (CP_EARLY_RES=0 CP_ATT_ONE_POLL=0) 1.942 ms, today's default 1.869, the weights in
+# registers (CP_REG_WEIGHTS) 1.873, the L2 asked two steps ahead (CP_L2_AHEAD=2) 1.983, against the Triton passes'
+# 1.370. Call 2: the traced ways (CP_TRACE: CTA 0 stamps each step's phases; a few clock reads a step), the cache
+# copied a layer ahead (CP_CACHE_AHEAD), and two bounds with the weights in registers: none read (zeros), no attention.
+PERSISTENT_VARIANTS = {"smem_trace": ("CP_TRACE=1",), "regs_trace": ("CP_REG_WEIGHTS=1", "CP_TRACE=1"),
+                       "regs_ahead": ("CP_REG_WEIGHTS=1", "CP_CACHE_AHEAD=1"),
+                       "regs_ahead_trace": ("CP_REG_WEIGHTS=1", "CP_CACHE_AHEAD=1", "CP_TRACE=1"),
+                       "regs_noweights_trace": ("CP_REG_WEIGHTS=1", "CP_CACHE_AHEAD=1", "CP_NO_WEIGHTS=1",
+                                                "CP_TRACE=1"),
+                       "regs_noattn_trace": ("CP_REG_WEIGHTS=1", "CP_NO_ATTN=1", "CP_TRACE=1")}
 
 
 # Batch-1 experiments `--experiments` runs instead of the stage table: name -> fn(runner, t_len) -> result.

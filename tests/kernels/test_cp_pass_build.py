@@ -46,14 +46,14 @@ def test_unsupported_says_why_on_a_cpu():
 
 
 def test_trace_phases_reads_the_stamps_as_the_kernel_writes_them():
-    """Two layers (8 steps: att gu down, qkv att gu down, head) at 2 GHz: every step 1 µs input, 0.5 weights, 2
-    product, after a 3 µs wait; one pass traced, the other row never written."""
+    """Two layers (8 steps: att gu down, qkv att gu down, head) at 2 GHz: every step 1 µs poll, 0.25 cache, 0.75 norm,
+    0.5 weights, 2 product, after a 3 µs wait; one pass traced, the other row never written."""
     steps = 8
     clock, row = 1000, [0, 0, 1000]
     row.append(clock + 6000)  # the wait: 6,000 clocks, 3 µs
     clock += 6000
     for _ in range(steps):
-        for d in (2000, 1000, 4000):
+        for d in (2000, 500, 1500, 1000, 4000):
             clock += d
             row.append(clock)
     span_ns = (clock - 1000) / 2
@@ -62,7 +62,8 @@ def test_trace_phases_reads_the_stamps_as_the_kernel_writes_them():
     assert got["passes"] == 1 and got["launch"] == pytest.approx(span_ns / 1e3)
     assert got["wait"] == pytest.approx(3.0)
     for kind in ("att", "gu", "down", "qkv", "head"):
-        assert got[kind] == pytest.approx({"input": 1.0, "weights": 0.5, "product": 2.0}), kind
+        want = {"poll": 1.0, "cache": 0.25, "norm": 0.75, "weights": 0.5, "product": 2.0}
+        assert got[kind] == pytest.approx(want), kind
     assert cp_pass.trace_phases([[0] * len(row)], layers=2) == {}
 
 
@@ -71,9 +72,9 @@ needs_nvcc = pytest.mark.skipif(cp_pass.nvcc() is None, reason="no nvcc on this 
 
 @needs_nvcc
 @pytest.mark.parametrize("macros", [(), ("-DCP_REG_WEIGHTS=1",),
-                                    ("-DCP_REG_WEIGHTS=1", "-DCP_L2_AHEAD=2", "-DCP_TRACE=1"),
+                                    ("-DCP_REG_WEIGHTS=1", "-DCP_L2_AHEAD=2", "-DCP_CACHE_AHEAD=1", "-DCP_TRACE=1"),
                                     ("-DCP_EARLY_RES=0", "-DCP_ATT_ONE_POLL=0")],
-                         ids=["smem", "regs", "regs-l2-trace", "run28"])
+                         ids=["smem", "regs", "regs-ahead-trace", "run28"])
 def test_kernel_compiles_for_sm90a_without_spills(tmp_path, macros):
     done = subprocess.run([cp_pass.nvcc(), "-cubin", cp_pass.ARCH, "-O3", "-std=c++17", "-Xptxas", "-v",
                            *SHAPES_1_7B.macros(), f"-DCP_CTAS={H200_SMS}", *macros, "-o", str(tmp_path / "k.cubin"),

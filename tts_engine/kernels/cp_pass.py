@@ -224,7 +224,7 @@ class CpPassKernel:
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
         # CP_TRACE's stamps: a row a pass by position (2 .. P-1), cp_pass.cu's TRACE_WORDS
         self.steps = 4 * s.layers
-        self.trace = torch.zeros(s.positions - 2, 4 + 3 * self.steps, dtype=torch.int64, device=device)
+        self.trace = torch.zeros(s.positions - 2, 4 + 5 * self.steps, dtype=torch.int64, device=device)
         self.driver = _Driver()
         self.driver.ensure_context(device)
         self.macros = (f"CP_CTAS={self.ctas}", *macros)  # the grid is compiled in: the register layout depends on it
@@ -289,11 +289,13 @@ class CpPassKernel:
 def trace_phases(rows: list[list[int]], layers: int) -> dict:
     """CP_TRACE's stamps (CTA 0's, a row a position: cp_pass.cu's TRACE_WORDS) -> the traced passes' phases, averaged
     (µs). `launch`: a launch's start to its end; `wait`: its start to the end of its wait for the launch before; per
-    step kind, `input`: the step's start (the step before's end) to its input read (attention + o: to the attention
-    done), `weights`: then to its weights ready, `product`: then to the step's end. clock64 is converted by the
-    launch's %globaltimer span. Empty if no pass was traced (rows never written are zeros)."""
+    step kind, from the step's start (the step before's end): `poll` until thread 0's input words arrived, `cache` until
+    the cache's copies arrived (attention; else 0), `norm` until the input is ready (the norm; attention + o: the
+    attention), `weights` until the weights are ready (in registers: 0, the product waits for them), `product` until
+    the step's end. clock64 is converted by the launch's %globaltimer span. Empty if no pass was traced (rows never
+    written are zeros)."""
     kinds = ["att", "gu", "down"] + ["qkv", "att", "gu", "down"] * (layers - 1) + ["head"]
-    phases = ("input", "weights", "product")
+    phases = ("poll", "cache", "norm", "weights", "product")
     rows = [r for r in rows if r[1] > r[0]]
     if not rows:
         return {}
@@ -306,10 +308,10 @@ def trace_phases(rows: list[list[int]], layers: int) -> dict:
         wait += (c1 - c0) * ns / 1e3
         before = c1
         for i, kind in enumerate(kinds):
-            stamps = steps[3 * i: 3 * i + 3]
-            for phase, a, b in zip(phases, (before, *stamps[:2]), stamps):
+            stamps = steps[len(phases) * i: len(phases) * (i + 1)]
+            for phase, a, b in zip(phases, (before, *stamps[:-1]), stamps):
                 sums[kind][phase] += (b - a) * ns / 1e3
             counts[kind] += 1
-            before = stamps[2]
+            before = stamps[-1]
     out = {"passes": len(rows), "launch": launch / len(rows), "wait": wait / len(rows)}
     return out | {k: {ph: v / counts[k] for ph, v in sums[k].items()} for k in sums}

@@ -81,6 +81,11 @@
 #ifndef CP_TRACE
 #define CP_TRACE 0
 #endif
+// With CP_REG_WEIGHTS, CP_CACHE_AHEAD: layer l's cache is copied into shared memory while layer l - 2's attention ends
+// (two layers' copies in the weight slots' place), not as its own attention step begins.
+#ifndef CP_CACHE_AHEAD
+#define CP_CACHE_AHEAD 0
+#endif
 #ifndef CP_CTAS
 #error "cp_pass.cu needs CP_CTAS, the grid's CTAs (one an SM)"
 #endif
@@ -95,6 +100,7 @@
 static_assert(CP_D == 128, "a lane holds 4 dims of a 128-dim head");
 static_assert(CP_HQ % CP_HKV == 0 && GROUP <= 4, "query heads a kv head");
 static_assert(CP_P == 16, "the score reduction below is written for 16 positions");
+static_assert(!CP_CACHE_AHEAD || (CP_REG_WEIGHTS && CP_L >= 2), "the cache ahead takes the weight slots of two layers");
 static_assert(CP_H % (THREADS * 2) == 0 && CP_H % 256 == 0 && CP_I % 256 == 0 && (CP_HQ * CP_D) % 256 == 0,
               "rows are read as 16-byte chunks, 32 a warp-wide round");
 
@@ -138,8 +144,10 @@ struct CpPassParams {
 enum StepKind { QKV = 0, ATT = 1, GU = 2, DOWN = 3, HEAD = 4 };
 #define STEPS (4 * CP_L)  // layer 0's three, 4 a later layer, the head
 // A pass's trace row: %globaltimer at the start and the end, clock64 at the start and after the wait for the launch
-// before, then each step's input read (for attention + o: the attention done), weights ready, step done.
-#define TRACE_WORDS (4 + 3 * STEPS)
+// before, then each step's: its input words arrived (thread 0's), the cache's copies arrived (attention; else the same),
+// its input ready (normed in shared memory; attention + o: the attention done), its weights ready, the step done.
+#define TRACE_STEP 5
+#define TRACE_WORDS (4 + TRACE_STEP * STEPS)
 
 __device__ __forceinline__ int step_kind(int s) {
     if (s == STEPS - 1) return HEAD;
@@ -316,12 +324,13 @@ __device__ __forceinline__ float warp_dot(const bf16* a, const bf16* x, int lane
 // consecutive bytes.
 template <int N>
 __device__ void load_x(const uint64_t* src, unsigned tag, const bf16* ln, float eps, bf16* xs, float* red,
-                       unsigned* error) {
+                       unsigned* error, uint64_t* stamp) {
     constexpr int PER = N / THREADS;
     static_assert(N % THREADS == 0, "whole rounds of the CTA");
     const int t = threadIdx.x;
     float v[PER];
     tagged_read<PER, THREADS>(src + t, tag, v, error);
+    if (stamp) stamp[0] = stamp[1] = clock64();
     if (ln != nullptr) {
         float ss = 0.f;
 #pragma unroll
@@ -573,7 +582,14 @@ __device__ __forceinline__ void read_cache(const CpLayer& L, int pos, Cache& cac
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-__device__ __forceinline__ void cache_ready() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// the copies of this layer's cache (ahead: all but the last group, the next layer's)
+__device__ __forceinline__ void cache_ready() {
+    if (CP_CACHE_AHEAD) {
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+    } else {
+        asm volatile("cp.async.wait_all;" ::: "memory");
+    }
+}
 __device__ __forceinline__ uint2 cache_k(const Cache& cache, int q) { return cache.k[q * 32]; }
 __device__ __forceinline__ uint2 cache_v(const Cache& cache, int q) { return cache.v[q * 32]; }
 #else
@@ -614,9 +630,10 @@ __device__ __forceinline__ void load_qkv4(const bf16* plain, const uint64_t* tag
 // Warp kvh: its GROUP query heads' attention over positions 0 .. pos -> xs [HQ D] (bf16, the o product's input); the
 // new key (normed, rotated) and value into the cache by CTA 0. The qkv product: qkv0 (plain) or tagged with `tag`.
 __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* tagged, unsigned tag,
-                       const Cache& cache, bf16* xs) {
+                       const Cache& cache, bf16* xs, uint64_t* stamp) {
     const int lane = threadIdx.x & 31, kvh = threadIdx.x >> 5, d0 = lane * 4;
     if (CP_NO_ATTN) {
+        if (stamp) stamp[0] = stamp[1] = clock64();
         for (int i = threadIdx.x; i < CP_HQ * CP_D; i += THREADS) xs[i] = __float2bfloat16_rn(0.f);
         __syncthreads();
         return;
@@ -653,6 +670,7 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* 
 #pragma unroll
         for (int g = 0; g < GROUP; ++g) load_qkv4(p.qkv0, tagged, tag, (kvh * GROUP + g) * CP_D + d0, qs[g], p.error);
     }
+    if (stamp) stamp[0] = clock64();
     norm_rope(k, kw, c, sn, p.eps, lane);
     const int pos = p.pos;
     if (blockIdx.x == 0) {
@@ -661,6 +679,7 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* 
         *reinterpret_cast<uint2*>(L.v_cache + at) = pack4(v);
     }
     cache_ready();
+    if (stamp) stamp[1] = clock64();
     const int mine = butterfly_position(lane);
 #pragma unroll
     for (int g = 0; g < GROUP; ++g) {
@@ -725,7 +744,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
         return;
     }
 #if CP_REG_WEIGHTS
-    if (2 * p.slot_bytes < 2 * CP_HKV * CP_P * CP_D * 2) {  // the cache's copies take the weight slots' place
+    // the cache's copies (one layer's or, ahead, two) take the weight slots' place
+    if (2 * p.slot_bytes < (CP_CACHE_AHEAD ? 2 : 1) * 2 * CP_HKV * CP_P * CP_D * 2) {
         if (t == 0) atomicExch(p.error, 1u);
         return;
     }
@@ -740,6 +760,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
     const unsigned launch = __ldcg(p.launches);
     const unsigned tag0 = launch * STEPS + 1;  // step s's outputs carry tag0 + s
     uint4 wr[WREGS];
+    if (CP_NO_WEIGHTS) {  // a bound's products multiply zeros (garbage registers could make the draws' scores NaN)
+#pragma unroll
+        for (int i = 0; i < WREGS; ++i) wr[i] = make_uint4(0, 0, 0, 0);
+    }
     if (CP_REG_WEIGHTS) {
         weights_to_regs<ATT>(p, 0, wr);
     } else if (t == 0) {
@@ -754,11 +778,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
     }
     Cache cache;
 #if CP_REG_WEIGHTS
-    // the weight slots are not used: the cache's copies go there
-    cache.k = reinterpret_cast<uint2*>(slots) + warp * CP_P * 32 + lane;
-    cache.v = cache.k + CP_HKV * CP_P * 32;
-#endif
+    // the weight slots are not used: the cache's copies go there, layer l's to buffer l % 2 (CP_CACHE_AHEAD; else 0)
+    auto cache_of = [&](int l) {
+        Cache at;
+        at.k = reinterpret_cast<uint2*>(slots) + (CP_CACHE_AHEAD ? (l & 1) : 0) * 2 * CP_HKV * CP_P * 32 +
+               warp * CP_P * 32 + lane;
+        at.v = at.k + CP_HKV * CP_P * 32;
+        return at;
+    };
+    cache = cache_of(0);
+    if (CP_CACHE_AHEAD && CP_L > 1) {
+        read_cache(p.layer[0], p.pos, cache);
+        Cache next = cache_of(1);
+        read_cache(p.layer[1], p.pos, next);
+    } else {
+        read_cache(p.layer[0], p.pos, cache);
+    }
+#else
     read_cache(p.layer[0], p.pos, cache);
+#endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
     __syncthreads();
     if (trace) trace[3] = clock64();
@@ -778,7 +816,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
         const CpLayer& L = p.layer[l];
         // with the weights in registers no barrier ends a step: its input goes to the other buffer than the last's
         bf16* xs = xs_buf + (CP_REG_WEIGHTS ? (s & 1) * XS_MAX : 0);
-        if (kind == ATT && s > 0) read_cache(L, p.pos, cache);  // earlier launches wrote it
+        uint64_t* stamp = trace ? trace + 4 + TRACE_STEP * s : nullptr;
+#if CP_REG_WEIGHTS
+        if (kind == ATT) cache = cache_of(l);
+#endif
+        if (kind == ATT && s > 0 && !CP_CACHE_AHEAD) read_cache(L, p.pos, cache);  // earlier launches wrote it
         if (kind == HEAD) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
         // o and down add the residual's word of each row to their product: the warp's first row's, written two steps
         // before (the step before read it whole), is loaded now, before the wait (CP_EARLY_RES)
@@ -799,15 +841,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             return v[0];
         };
         const bf16* w = reinterpret_cast<const bf16*>(slots + (s & 1) * p.slot_bytes);
-        uint64_t* stamp = trace ? trace + 4 + 3 * s : nullptr;
         auto weights_ready = [&]() {
-            if (stamp) stamp[0] = clock64();
+            if (stamp) stamp[2] = clock64();
             if (!CP_REG_WEIGHTS) mbar_wait(bars + (s & 1), (s >> 1) & 1);
-            if (stamp) stamp[1] = clock64();
+            if (stamp) stamp[3] = clock64();
         };
         if (CP_EMPTY_STEPS) {
         } else if constexpr (kind == QKV) {
-            load_x<CP_H>(res, res_tag, L.ln_in, p.eps, xs, red, p.error);
+            load_x<CP_H>(res, res_tag, L.ln_in, p.eps, xs, red, p.error, stamp);
             weights_ready();
             const int r0 = part(QKV_N, c, g), n = part(QKV_N, c + 1, g) - r0;
             if (CP_REG_WEIGHTS) {
@@ -832,7 +873,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
                 }
             }
         } else if constexpr (kind == ATT) {
-            attend(p, L, l == 0 ? nullptr : p.qkv, before, cache, xs);
+            attend(p, L, l == 0 ? nullptr : p.qkv, before, cache, xs, stamp);
+#if CP_REG_WEIGHTS
+            if (CP_CACHE_AHEAD) {  // layer l + 2's into this layer's buffer, or an empty group (cache_ready counts them)
+                if (l + 2 < CP_L) {
+                    read_cache(p.layer[l + 2], p.pos, cache);  // cache_of(l + 2) is this layer's buffer
+                } else {
+                    asm volatile("cp.async.commit_group;" ::: "memory");
+                }
+            }
+#endif
             weights_ready();
             uint64_t* out = flip ? p.res1 : p.res0;
             if (CP_REG_WEIGHTS) {
@@ -853,7 +903,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             res_tag = tag;
             flip ^= 1;
         } else if constexpr (kind == GU) {
-            load_x<CP_H>(res, res_tag, L.ln_post, p.eps, xs, red, p.error);
+            load_x<CP_H>(res, res_tag, L.ln_post, p.eps, xs, red, p.error, stamp);
             weights_ready();
             const int f0 = part(CP_I, c, g), n = part(CP_I, c + 1, g) - f0;
             auto swiglu = [&](int f, float gate_dot, float up_dot) {
@@ -875,7 +925,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
                 }
             }
         } else if constexpr (kind == DOWN) {
-            load_x<CP_I>(p.act, before, nullptr, p.eps, xs, red, p.error);
+            load_x<CP_I>(p.act, before, nullptr, p.eps, xs, red, p.error, stamp);
             weights_ready();
             uint64_t* out = flip ? p.res1 : p.res0;
             if (CP_REG_WEIGHTS) {
@@ -896,7 +946,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             res_tag = tag;
             flip ^= 1;
         } else {
-            load_x<CP_H>(res, res_tag, p.norm, p.eps, xs, red, p.error);
+            load_x<CP_H>(res, res_tag, p.norm, p.eps, xs, red, p.error, stamp);
             weights_ready();
             const int r0 = part(CP_V, c, g), n = part(CP_V, c + 1, g) - r0;
             if (CP_REG_WEIGHTS) {
@@ -936,7 +986,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             // every CTA has read `launch`: this head step read every CTA's last down outputs
             if (kind == HEAD && c == 0) atomicExch(p.launches, launch + 1);
         }
-        if (stamp) stamp[2] = clock64();
+        if (stamp) stamp[4] = clock64();
     };
 
     step(Kind<ATT>{}, 0, 0);  // layer 0: its qkv product is the table row
