@@ -12,10 +12,11 @@ import torch.nn.functional as F
 from tests.gpu.replays import graph_replays, rel_err
 from tts_engine.runtime.fused import rms_norm
 
-# kernels/cuda/cp_pass.cu's ways (macros): the default (weights through shared memory), the weights in registers,
-# run 28's order of loads, and the registers with the L2 and the cache asked ahead and the trace on
-VARIANTS = {"smem": (), "regs": ("CP_REG_WEIGHTS=1",), "run28": ("CP_EARLY_RES=0", "CP_ATT_ONE_POLL=0"),
-            "regs-ahead-trace": ("CP_REG_WEIGHTS=1", "CP_L2_AHEAD=2", "CP_CACHE_AHEAD=1", "CP_TRACE=1")}
+# kernels/cuda/cp_pass.cu's ways (macros): the default (the products read the weights in shared memory), the weights
+# in registers from global memory, staged through shared memory into registers (with the L2 asked ahead and the trace
+# on), run 28's order of loads
+VARIANTS = {"smem": (), "regs": ("CP_REG_WEIGHTS=1",), "staged": ("CP_REG_WEIGHTS=2", "CP_L2_AHEAD=2", "CP_TRACE=1"),
+            "run28": ("CP_EARLY_RES=0", "CP_ATT_ONE_POLL=0")}
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS.values()), ids=list(VARIANTS))

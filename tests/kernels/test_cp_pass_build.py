@@ -23,8 +23,9 @@ SHARED_LIMIT = 227 * 1024  # an sm90 block's opt-in shared memory
 
 def test_the_1_7b_shapes_fit_an_h200():
     assert SHAPES_1_7B.problems() == []
-    # gate/up's slice is the largest: 24 intermediate features' gate and up rows of 1,024 bf16
-    assert SHAPES_1_7B.slot_bytes(H200_SMS) == 2 * 24 * 1024 * 2
+    # the odd steps' largest slice is gate/up's, 24 intermediate features' gate and up rows of 1,024 bf16; the even
+    # steps' down's, 8 rows of 3,072
+    assert SHAPES_1_7B.slot_bytes(H200_SMS) == (8 * 3072 * 2, 2 * 24 * 1024 * 2)
     assert SHAPES_1_7B.shared_bytes(H200_SMS) <= SHARED_LIMIT
     # fewer SMs, larger slices: past the limit, and the class says so by the number
     assert SHAPES_1_7B.shared_bytes(100) > SHARED_LIMIT
@@ -72,9 +73,9 @@ needs_nvcc = pytest.mark.skipif(cp_pass.nvcc() is None, reason="no nvcc on this 
 
 @needs_nvcc
 @pytest.mark.parametrize("macros", [(), ("-DCP_REG_WEIGHTS=1",),
-                                    ("-DCP_REG_WEIGHTS=1", "-DCP_L2_AHEAD=2", "-DCP_CACHE_AHEAD=1", "-DCP_TRACE=1"),
+                                    ("-DCP_REG_WEIGHTS=2", "-DCP_L2_AHEAD=2", "-DCP_TRACE=1"),
                                     ("-DCP_EARLY_RES=0", "-DCP_ATT_ONE_POLL=0")],
-                         ids=["smem", "regs", "regs-ahead-trace", "run28"])
+                         ids=["smem", "regs", "staged-l2-trace", "run28"])
 def test_kernel_compiles_for_sm90a_without_spills(tmp_path, macros):
     done = subprocess.run([cp_pass.nvcc(), "-cubin", cp_pass.ARCH, "-O3", "-std=c++17", "-Xptxas", "-v",
                            *SHAPES_1_7B.macros(), f"-DCP_CTAS={H200_SMS}", *macros, "-o", str(tmp_path / "k.cubin"),
@@ -91,7 +92,7 @@ def test_kernel_compiles_for_sm90a_without_spills(tmp_path, macros):
 def test_ctypes_parameters_match_the_compiled_struct(tmp_path):
     """kernels/cp_pass.py's ctypes mirror of CpLayer / CpPassParams against the C++ compiler's layout of them."""
     fields = ["x_in", "qkv0", "norm", "head", "cos", "sin", "qkv", "res0", "res1", "act", "logits", "launches", "error",
-              "trace", "pos", "eps", "scale", "slot_bytes"]
+              "trace", "pos", "eps", "scale", "slot1_at", "cache_at"]
     probe = tmp_path / "probe.cu"
     probe.write_text(f'#include "{cp_pass.SOURCE}"\n#include <cstdio>\n#include <cstddef>\nint main() {{\n'
                      '  printf("layer %zu %zu\\n", sizeof(CpLayer), offsetof(CpLayer, v_cache));\n'

@@ -72,19 +72,25 @@ class CpPassShapes:
             out.append(f"hidden {self.hidden} / intermediate {self.intermediate} in {threads}-thread pairs")
         return out
 
-    def slot_bytes(self, ctas: int) -> int:
-        """The largest slice of one step's weights a CTA holds (gate/up: its gate and its up rows)."""
+    def slot_bytes(self, ctas: int) -> tuple[int, int]:
+        """The two weight slots' bytes: the largest slice of an even step's weights a CTA holds (attention + o's,
+        down's) and of an odd step's (gate/up's, its gate and its up rows; qkv's; the head's). Steps alternate."""
         def rows(n: int) -> int:
             return -(-n // ctas)
         h, q = self.hidden, self.heads * self.head_dim
         qkv_n = (self.heads + 2 * self.kv_heads) * self.head_dim
-        largest = max(rows(qkv_n) * h, rows(h) * q, 2 * rows(self.intermediate) * h, rows(h) * self.intermediate,
-                      rows(self.codes) * h) * 2
-        return -(-largest // ALIGN) * ALIGN
+        even = max(rows(h) * q, rows(h) * self.intermediate) * 2
+        odd = max(rows(qkv_n) * h, 2 * rows(self.intermediate) * h, rows(self.codes) * h) * 2
+        return -(-even // ALIGN) * ALIGN, -(-odd // ALIGN) * ALIGN
+
+    def cache_bytes(self) -> int:
+        """One layer's keys and values of the batch-1 row (the kernel's copy of them in shared memory)."""
+        return 2 * self.kv_heads * self.positions * self.head_dim * 2
 
     def shared_bytes(self, ctas: int) -> int:
         xs = max(self.hidden, self.intermediate, self.heads * self.head_dim) * 2
-        return 2 * self.slot_bytes(ctas) + 2 * xs + 32 * 4 + 16  # two weight slots, two input vectors
+        # two weight slots, the cache, two input vectors, the norm's partial sums, two barriers
+        return sum(self.slot_bytes(ctas)) + self.cache_bytes() + 2 * xs + 32 * 4 + 16
 
 
 def nvcc() -> str | None:
@@ -184,7 +190,7 @@ def _params_type(layers: int) -> type[ctypes.Structure]:
     class Params(ctypes.Structure):
         _fields_ = [("layer", _Layer * layers), *((name, ctypes.c_void_p) for name in pointers),
                     ("pos", ctypes.c_int), ("eps", ctypes.c_float), ("scale", ctypes.c_float),
-                    ("slot_bytes", ctypes.c_uint)]
+                    ("slot1_at", ctypes.c_uint), ("cache_at", ctypes.c_uint)]
     return Params
 
 
@@ -212,7 +218,7 @@ class CpPassKernel:
         self.k_cache, self.v_cache, self.cos, self.sin = k_cache, v_cache, cos, sin
         s = self.shapes
         self.ctas = torch.cuda.get_device_properties(device).multi_processor_count
-        self.slot_bytes = s.slot_bytes(self.ctas)
+        self.slot_bytes = s.slot_bytes(self.ctas)  # (even steps', odd steps')
         self.shared_bytes = s.shared_bytes(self.ctas)
         # scratch in tagged words (the kernel's value + step tag, int64 here), zero: no step's tag
         tagged = dict(device=device, dtype=torch.int64)
@@ -266,7 +272,7 @@ class CpPassKernel:
         p.logits, p.launches, p.error = self.logits.data_ptr(), self.launches.data_ptr(), self.error.data_ptr()
         p.trace = self.trace.data_ptr()
         p.pos, p.eps, p.scale = pos, self.stack.eps, LOG2E / math.sqrt(s.head_dim)
-        p.slot_bytes = self.slot_bytes
+        p.slot1_at, p.cache_at = self.slot_bytes[0], sum(self.slot_bytes)
         attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
         cfg = _LaunchConfig(grid=(ctypes.c_uint * 3)(self.ctas, 1, 1), block=(ctypes.c_uint * 3)(32 * s.kv_heads, 1, 1),
                             shared=self.shared_bytes, stream=torch.cuda.current_stream(self.device).cuda_stream,

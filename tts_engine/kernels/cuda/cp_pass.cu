@@ -59,9 +59,11 @@
 #ifndef CP_EMPTY_STEPS
 #define CP_EMPTY_STEPS 0
 #endif
-// Run 29's variants. CP_REG_WEIGHTS: each thread loads its rows of step s + 1's weights into registers as step s ends
-// (before it waits for step s + 1's input), as the Triton kernels hold theirs, instead of the bulk copies into shared
-// memory two steps ahead; CP_L2_AHEAD k > 0: thread 0 asks the L2 for its CTA's slice of step s + k's weights
+// Run 29's variants. CP_REG_WEIGHTS 1: each thread loads its rows of step s + 1's weights into registers as step s
+// ends (before it waits for step s + 1's input), as the Triton kernels hold theirs, instead of the dot products reading
+// the bulk copies in shared memory; 2: the bulk copies stream into shared memory three steps ahead and each thread
+// moves its rows of step s + 1's into registers as step s ends (staged: the products read registers, the bytes are
+// asked for early); CP_L2_AHEAD k > 0: thread 0 asks the L2 for its CTA's slice of step s + k's weights
 // (`cp.async.bulk.prefetch.L2`) as step s ends. CP_EARLY_RES: the residual word a warp adds after its product is
 // loaded before the step's wait (it was written two steps before), not after the product; CP_ATT_ONE_POLL: a warp's
 // k, v and query words are polled together, not one after another. CP_TRACE: CTA 0 stamps each step's phases into
@@ -69,6 +71,8 @@
 #ifndef CP_REG_WEIGHTS
 #define CP_REG_WEIGHTS 0
 #endif
+// the cache in shared memory where the weights are in registers (which leave too few for it)
+#define CACHE_IN_SMEM (CP_REG_WEIGHTS != 0)
 #ifndef CP_L2_AHEAD
 #define CP_L2_AHEAD 0
 #endif
@@ -80,11 +84,6 @@
 #endif
 #ifndef CP_TRACE
 #define CP_TRACE 0
-#endif
-// With CP_REG_WEIGHTS, CP_CACHE_AHEAD: layer l's cache is copied into shared memory while layer l - 2's attention ends
-// (two layers' copies in the weight slots' place), not as its own attention step begins.
-#ifndef CP_CACHE_AHEAD
-#define CP_CACHE_AHEAD 0
 #endif
 #ifndef CP_CTAS
 #error "cp_pass.cu needs CP_CTAS, the grid's CTAs (one an SM)"
@@ -100,7 +99,6 @@
 static_assert(CP_D == 128, "a lane holds 4 dims of a 128-dim head");
 static_assert(CP_HQ % CP_HKV == 0 && GROUP <= 4, "query heads a kv head");
 static_assert(CP_P == 16, "the score reduction below is written for 16 positions");
-static_assert(!CP_CACHE_AHEAD || (CP_REG_WEIGHTS && CP_L >= 2), "the cache ahead takes the weight slots of two layers");
 static_assert(CP_H % (THREADS * 2) == 0 && CP_H % 256 == 0 && CP_I % 256 == 0 && (CP_HQ * CP_D) % 256 == 0,
               "rows are read as 16-byte chunks, 32 a warp-wide round");
 
@@ -138,7 +136,8 @@ struct CpPassParams {
     int pos;             // the new position (2 .. P-1)
     float eps;
     float scale;         // log2(e) / sqrt(D): scores in base 2
-    unsigned slot_bytes; // one weight slot of shared memory (two)
+    unsigned slot1_at;   // shared memory: weight slot 0 (even steps' slices) at 0, slot 1 (odd steps') here,
+    unsigned cache_at;   //   the cache (CACHE_IN_SMEM) here, [2, HKV, P, 32 lanes] uint2, then the input vectors
 };
 
 enum StepKind { QKV = 0, ATT = 1, GU = 2, DOWN = 3, HEAD = 4 };
@@ -404,7 +403,7 @@ __device__ Slice step_slice(const CpPassParams& p, int s) {
 __device__ void issue_weights(const CpPassParams& p, int s, unsigned char* slots, uint64_t* bars) {
     if (s >= STEPS || CP_NO_WEIGHTS) return;
     const Slice sl = step_slice(p, s);
-    unsigned char* dst = slots + (s & 1) * p.slot_bytes;
+    unsigned char* dst = slots + ((s & 1) ? p.slot1_at : 0);
     uint64_t* bar = bars + (s & 1);
     // the slot's last readers were generic loads, the copy is the async proxy's
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -434,16 +433,19 @@ constexpr int cmax(int a, int b) { return a > b ? a : b; }
 constexpr int WREGS = cmax(cmax(QKV_ROWS * CP_H / 256, O_ROWS * CP_HQ * CP_D / 256),
                            cmax(cmax(2 * GU_ROWS * CP_H / 256, DOWN_ROWS * CP_I / 256), HEAD_ROWS * CP_H / 256));
 
-// Rows warp, warp + WARPS, .. (ROWS of them; zeros past n) of w [n, K] -> wr [ROWS, K / 256], this lane's chunks.
-template <int ROWS, int K>
+// Rows warp, warp + WARPS, .. (ROWS of them; zeros past n) of w [n, K] (global memory, or a slot in shared memory)
+// -> wr [ROWS, K / 256], this lane's chunks.
+template <int ROWS, int K, bool SLOT>
 __device__ __forceinline__ void rows_to_regs(const bf16* w, int n, uint4* wr, int warp, int lane) {
     const uint4* w4 = reinterpret_cast<const uint4*>(w);
 #pragma unroll
     for (int j = 0; j < ROWS; ++j) {
         const int r = warp + j * WARPS;
 #pragma unroll
-        for (int i = 0; i < K / 256; ++i)
-            wr[j * (K / 256) + i] = r < n ? __ldg(w4 + static_cast<long>(r) * (K / 8) + lane + 32 * i) : make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < K / 256; ++i) {
+            const uint4* at = w4 + static_cast<long>(r) * (K / 8) + lane + 32 * i;
+            wr[j * (K / 256) + i] = r >= n ? make_uint4(0, 0, 0, 0) : SLOT ? *at : __ldg(at);
+        }
     }
 }
 
@@ -452,30 +454,40 @@ struct Kind {
     static constexpr int value = KIND;
 };
 
-// Every thread: its rows of layer l's (the head's) KIND weights into wr (gate/up: the gate rows, then the up rows). The
-// kind is a compile-time constant at every call, so that the registers live at each step are that step's alone.
+// Every thread: its rows of layer l's (the head's) KIND weights into wr (gate/up: the gate rows, then the up rows), from
+// global memory or (slot) from the step's slot in shared memory, laid out as issue_weights copies it. The kind is a
+// compile-time constant at every call, so that the registers live at each step are that step's alone.
 template <int KIND>
-__device__ __forceinline__ void weights_to_regs(const CpPassParams& p, int l, uint4 (&wr)[WREGS]) {
+__device__ __forceinline__ void weights_to_regs(const CpPassParams& p, int l, uint4 (&wr)[WREGS],
+                                                const bf16* slot = nullptr) {
     if (CP_NO_WEIGHTS) return;
     const int c = blockIdx.x, g = gridDim.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const CpLayer& L = p.layer[l];
+    auto rows = [&](auto rows_c, auto k_c, const bf16* global, int n, int slot_row0, uint4* out) {
+        constexpr int ROWS = decltype(rows_c)::value, K = decltype(k_c)::value;
+        if (slot != nullptr) {
+            rows_to_regs<ROWS, K, true>(slot + static_cast<long>(slot_row0) * K, n, out, warp, lane);
+        } else {
+            rows_to_regs<ROWS, K, false>(global, n, out, warp, lane);
+        }
+    };
     if constexpr (KIND == QKV) {
         const int r0 = part(QKV_N, c, g), n = part(QKV_N, c + 1, g) - r0;
-        rows_to_regs<QKV_ROWS, CP_H>(L.w_qkv + static_cast<long>(r0) * CP_H, n, wr, warp, lane);
+        rows(Kind<QKV_ROWS>{}, Kind<CP_H>{}, L.w_qkv + static_cast<long>(r0) * CP_H, n, 0, wr);
     } else if constexpr (KIND == ATT) {
         const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
-        rows_to_regs<O_ROWS, CP_HQ * CP_D>(L.w_o + static_cast<long>(r0) * (CP_HQ * CP_D), n, wr, warp, lane);
+        rows(Kind<O_ROWS>{}, Kind<CP_HQ * CP_D>{}, L.w_o + static_cast<long>(r0) * (CP_HQ * CP_D), n, 0, wr);
     } else if constexpr (KIND == GU) {
         const int f0 = part(CP_I, c, g), n = part(CP_I, c + 1, g) - f0;
-        rows_to_regs<GU_ROWS, CP_H>(L.w_gu + static_cast<long>(f0) * CP_H, n, wr, warp, lane);
-        rows_to_regs<GU_ROWS, CP_H>(L.w_gu + static_cast<long>(CP_I + f0) * CP_H, n, wr + GU_ROWS * (CP_H / 256), warp,
-                                    lane);
+        rows(Kind<GU_ROWS>{}, Kind<CP_H>{}, L.w_gu + static_cast<long>(f0) * CP_H, n, 0, wr);
+        rows(Kind<GU_ROWS>{}, Kind<CP_H>{}, L.w_gu + static_cast<long>(CP_I + f0) * CP_H, n, n,
+             wr + GU_ROWS * (CP_H / 256));
     } else if constexpr (KIND == DOWN) {
         const int r0 = part(CP_H, c, g), n = part(CP_H, c + 1, g) - r0;
-        rows_to_regs<DOWN_ROWS, CP_I>(L.w_down + static_cast<long>(r0) * CP_I, n, wr, warp, lane);
+        rows(Kind<DOWN_ROWS>{}, Kind<CP_I>{}, L.w_down + static_cast<long>(r0) * CP_I, n, 0, wr);
     } else {
         const int r0 = part(CP_V, c, g), n = part(CP_V, c + 1, g) - r0;
-        rows_to_regs<HEAD_ROWS, CP_H>(p.head + static_cast<long>(r0) * CP_H, n, wr, warp, lane);
+        rows(Kind<HEAD_ROWS>{}, Kind<CP_H>{}, p.head + static_cast<long>(r0) * CP_H, n, 0, wr);
     }
 }
 
@@ -497,20 +509,27 @@ __device__ __forceinline__ void reg_dots(const uint4* wr, const bf16* xs, int la
 
 // ---- attention -----------------------------------------------------------------------------------------------------
 
-// 16 per-lane partial sums (this lane's 4 dims of every position) -> the whole warp's sum for position
-// `butterfly_position(lane)`, in 16 shuffles: each round halves the values a lane holds, keeping the half its lane bit
-// names.
-__device__ __forceinline__ float reduce_positions(float (&v)[16], int lane) {
+// One butterfly round: a lane keeps the half of its HALF * 2 values that its lane bit (8 / HALF: 1, 2, 4, 8) names, and
+// adds the partner lane's copy of that half to it. Templated so that every index is a constant: with the rounds as
+// a loop (run 28's kernel) nvcc kept the 16 values in local memory (a 64-byte stack frame, ~240 local loads and stores).
+template <int HALF>
+__device__ __forceinline__ void butterfly_round(float (&v)[16], int lane) {
+    const bool upper = lane & (8 / HALF);
 #pragma unroll
-    for (int half = 8, bit = 1; half >= 1; half >>= 1, bit <<= 1) {
-        const bool upper = lane & bit;
-#pragma unroll
-        for (int i = 0; i < half; ++i) {
-            const float send = upper ? v[i] : v[i + half];
-            const float keep = upper ? v[i + half] : v[i];
-            v[i] = keep + __shfl_xor_sync(FULL, send, bit);
-        }
+    for (int i = 0; i < HALF; ++i) {
+        const float send = upper ? v[i] : v[i + HALF];
+        const float keep = upper ? v[i + HALF] : v[i];
+        v[i] = keep + __shfl_xor_sync(FULL, send, 8 / HALF);
     }
+}
+
+// 16 per-lane partial sums (this lane's 4 dims of every position) -> the whole warp's sum for position
+// `butterfly_position(lane)`, in 16 shuffles: each round halves the values a lane holds.
+__device__ __forceinline__ float reduce_positions(float (&v)[16], int lane) {
+    butterfly_round<8>(v, lane);
+    butterfly_round<4>(v, lane);
+    butterfly_round<2>(v, lane);
+    butterfly_round<1>(v, lane);
     return v[0] + __shfl_xor_sync(FULL, v[0], 16);
 }
 
@@ -558,9 +577,10 @@ __device__ __forceinline__ uint2 pack4(const float (&v)[4]) {
 }
 
 // The earlier positions' keys and values of this warp's kv head (written by earlier launches), this lane's 4 dims of
-// each (zeros from `pos` on). In registers; with the weights in registers (CP_REG_WEIGHTS), which leave them too few,
-// in shared memory instead, copied there by `cp.async` (no register holds them on the way), [HKV, P, 32 lanes] uint2.
-#if CP_REG_WEIGHTS
+// each (zeros from `pos` on). In registers; with the weights in registers straight from global memory (CP_REG_WEIGHTS
+// 1), which leave them too few, in shared memory instead, copied there by `cp.async` (no register holds them on the
+// way), [HKV, P, 32 lanes] uint2.
+#if CACHE_IN_SMEM
 struct Cache {
     uint2* k;  // this lane's column: k[q * 32] is position q's 4 dims
     uint2* v;
@@ -582,14 +602,7 @@ __device__ __forceinline__ void read_cache(const CpLayer& L, int pos, Cache& cac
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-// the copies of this layer's cache (ahead: all but the last group, the next layer's)
-__device__ __forceinline__ void cache_ready() {
-    if (CP_CACHE_AHEAD) {
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
-    } else {
-        asm volatile("cp.async.wait_all;" ::: "memory");
-    }
-}
+__device__ __forceinline__ void cache_ready() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 __device__ __forceinline__ uint2 cache_k(const Cache& cache, int q) { return cache.k[q * 32]; }
 __device__ __forceinline__ uint2 cache_v(const Cache& cache, int q) { return cache.v[q * 32]; }
 #else
@@ -733,8 +746,8 @@ __device__ void attend(const CpPassParams& p, const CpLayer& L, const uint64_t* 
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_constant__ CpPassParams p) {
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char* slots = smem;                                          // 2 x slot_bytes of weights
-    bf16* xs_buf = reinterpret_cast<bf16*>(smem + 2 * p.slot_bytes);      // [2, XS_MAX] a step's input vector
+    unsigned char* slots = smem;                                          // the two weight slots
+    bf16* xs_buf = reinterpret_cast<bf16*>(smem + p.cache_at + 2 * CP_HKV * CP_P * CP_D * 2);  // [2, XS_MAX] inputs
     float* red = reinterpret_cast<float*>(xs_buf + 2 * XS_MAX);           // [WARPS]
     uint64_t* bars = reinterpret_cast<uint64_t*>(red + 32);               // [2]
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -743,13 +756,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
         if (t == 0) atomicExch(p.error, 1u);
         return;
     }
-#if CP_REG_WEIGHTS
-    // the cache's copies (one layer's or, ahead, two) take the weight slots' place
-    if (2 * p.slot_bytes < (CP_CACHE_AHEAD ? 2 : 1) * 2 * CP_HKV * CP_P * CP_D * 2) {
-        if (t == 0) atomicExch(p.error, 1u);
-        return;
-    }
-#endif
     uint64_t* trace = CP_TRACE && c == 0 && t == 0 ? p.trace + static_cast<long>(p.pos - 2) * TRACE_WORDS : nullptr;
     if (trace) {
         trace[0] = global_ns();
@@ -764,39 +770,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
 #pragma unroll
         for (int i = 0; i < WREGS; ++i) wr[i] = make_uint4(0, 0, 0, 0);
     }
-    if (CP_REG_WEIGHTS) {
+    if (CP_REG_WEIGHTS == 1) {
         weights_to_regs<ATT>(p, 0, wr);
-    } else if (t == 0) {
-        mbar_init(bars);
-        mbar_init(bars + 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        issue_weights(p, 0, slots, bars);
-        issue_weights(p, 1, slots, bars);
+    } else {
+        if (t == 0) {
+            mbar_init(bars);
+            mbar_init(bars + 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            issue_weights(p, 0, slots, bars);
+            issue_weights(p, 1, slots, bars);
+        }
+        if (CP_REG_WEIGHTS == 2) {  // step 0's into registers, and its slot refilled with step 2's
+            __syncthreads();          // the barriers' init
+            mbar_wait(bars, 0);
+            weights_to_regs<ATT>(p, 0, wr, reinterpret_cast<const bf16*>(slots));
+            __syncthreads();
+            if (t == 0) issue_weights(p, 2, slots, bars);
+        }
     }
     if (CP_L2_AHEAD && t == 0) {
         for (int s = 1; s <= CP_L2_AHEAD; ++s) prefetch_weights_l2(p, s);  // steps 1 .. k ahead of step 0
     }
     Cache cache;
-#if CP_REG_WEIGHTS
-    // the weight slots are not used: the cache's copies go there, layer l's to buffer l % 2 (CP_CACHE_AHEAD; else 0)
-    auto cache_of = [&](int l) {
-        Cache at;
-        at.k = reinterpret_cast<uint2*>(slots) + (CP_CACHE_AHEAD ? (l & 1) : 0) * 2 * CP_HKV * CP_P * 32 +
-               warp * CP_P * 32 + lane;
-        at.v = at.k + CP_HKV * CP_P * 32;
-        return at;
-    };
-    cache = cache_of(0);
-    if (CP_CACHE_AHEAD && CP_L > 1) {
-        read_cache(p.layer[0], p.pos, cache);
-        Cache next = cache_of(1);
-        read_cache(p.layer[1], p.pos, next);
-    } else {
-        read_cache(p.layer[0], p.pos, cache);
-    }
-#else
-    read_cache(p.layer[0], p.pos, cache);
+#if CACHE_IN_SMEM
+    cache.k = reinterpret_cast<uint2*>(smem + p.cache_at) + warp * CP_P * 32 + lane;
+    cache.v = cache.k + CP_HKV * CP_P * 32;
 #endif
+    read_cache(p.layer[0], p.pos, cache);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     __syncthreads();
     if (trace) trace[3] = clock64();
@@ -815,12 +815,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
         const unsigned tag = tag0 + s, before = tag - 1;  // this step's outputs, the step before's
         const CpLayer& L = p.layer[l];
         // with the weights in registers no barrier ends a step: its input goes to the other buffer than the last's
-        bf16* xs = xs_buf + (CP_REG_WEIGHTS ? (s & 1) * XS_MAX : 0);
+        bf16* xs = xs_buf + (CP_REG_WEIGHTS == 1 ? (s & 1) * XS_MAX : 0);
         uint64_t* stamp = trace ? trace + 4 + TRACE_STEP * s : nullptr;
-#if CP_REG_WEIGHTS
-        if (kind == ATT) cache = cache_of(l);
-#endif
-        if (kind == ATT && s > 0 && !CP_CACHE_AHEAD) read_cache(L, p.pos, cache);  // earlier launches wrote it
+        if (kind == ATT && s > 0) read_cache(L, p.pos, cache);  // earlier launches wrote it
         if (kind == HEAD) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
         // o and down add the residual's word of each row to their product: the warp's first row's, written two steps
         // before (the step before read it whole), is loaded now, before the wait (CP_EARLY_RES)
@@ -840,7 +837,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             tagged_read<1>(res + h0 + r, res_tag, v, p.error);
             return v[0];
         };
-        const bf16* w = reinterpret_cast<const bf16*>(slots + (s & 1) * p.slot_bytes);
+        const bf16* w = reinterpret_cast<const bf16*>(slots + ((s & 1) ? p.slot1_at : 0));
         auto weights_ready = [&]() {
             if (stamp) stamp[2] = clock64();
             if (!CP_REG_WEIGHTS) mbar_wait(bars + (s & 1), (s >> 1) & 1);
@@ -874,15 +871,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             }
         } else if constexpr (kind == ATT) {
             attend(p, L, l == 0 ? nullptr : p.qkv, before, cache, xs, stamp);
-#if CP_REG_WEIGHTS
-            if (CP_CACHE_AHEAD) {  // layer l + 2's into this layer's buffer, or an empty group (cache_ready counts them)
-                if (l + 2 < CP_L) {
-                    read_cache(p.layer[l + 2], p.pos, cache);  // cache_of(l + 2) is this layer's buffer
-                } else {
-                    asm volatile("cp.async.commit_group;" ::: "memory");
-                }
-            }
-#endif
             weights_ready();
             uint64_t* out = flip ? p.res1 : p.res0;
             if (CP_REG_WEIGHTS) {
@@ -963,25 +951,30 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
                 }
             }
         }
-        if (CP_REG_WEIGHTS) {  // the next step's weights, in flight while it waits for its input
+        if (CP_REG_WEIGHTS) {  // the next step's weights into registers, while it waits for its input
+            const bf16* slot = nullptr;  // from global memory, or (2) from step s + 1's slot
+            if (CP_REG_WEIGHTS == 2 && kind != HEAD) {
+                mbar_wait(bars + ((s + 1) & 1), ((s + 1) >> 1) & 1);
+                slot = reinterpret_cast<const bf16*>(slots + (((s + 1) & 1) ? p.slot1_at : 0));
+            }
             if constexpr (kind == ATT) {
-                weights_to_regs<GU>(p, l, wr);
+                weights_to_regs<GU>(p, l, wr, slot);
             } else if constexpr (kind == GU) {
-                weights_to_regs<DOWN>(p, l, wr);
+                weights_to_regs<DOWN>(p, l, wr, slot);
             } else if constexpr (kind == QKV) {
-                weights_to_regs<ATT>(p, l, wr);
+                weights_to_regs<ATT>(p, l, wr, slot);
             } else if constexpr (kind == DOWN) {
                 if (l + 1 < CP_L) {
-                    weights_to_regs<QKV>(p, l + 1, wr);
+                    weights_to_regs<QKV>(p, l + 1, wr, slot);
                 } else {
-                    weights_to_regs<HEAD>(p, 0, wr);
+                    weights_to_regs<HEAD>(p, 0, wr, slot);
                 }
             }
-        } else {
-            __syncthreads();  // the slot is read
         }
+        if (CP_REG_WEIGHTS != 1) __syncthreads();  // the slot is read (2: step s + 1's, moved to registers)
         if (t == 0) {
-            if (!CP_REG_WEIGHTS) issue_weights(p, s + 2, slots, bars);
+            if (CP_REG_WEIGHTS == 0) issue_weights(p, s + 2, slots, bars);
+            if (CP_REG_WEIGHTS == 2) issue_weights(p, s + 3, slots, bars);  // into step s + 1's slot
             if (CP_L2_AHEAD) prefetch_weights_l2(p, s + 1 + CP_L2_AHEAD);  // the far edge: k steps past the next
             // every CTA has read `launch`: this head step read every CTA's last down outputs
             if (kind == HEAD && c == 0) atomicExch(p.launches, launch + 1);
