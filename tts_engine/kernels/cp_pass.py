@@ -5,10 +5,12 @@ loaded and launched.
     kernel.launch(pos, x_in, qkv0, codebook)  -> logits [1, V]  one pass at position pos (passes 1-14 of a frame)
 
 Why CUDA C++ and not Triton: the pass's 20 steps run in one launch, each CTA polling the step before's outputs, which
-travel as tagged 8-byte words (value and step: no barrier or fence between steps), while the bulk-copy engine streams
-each CTA's slice of the weights two steps ahead into shared memory. Triton exposes neither the bulk copies with their
-barriers nor a way to keep a weight stream running across waits (run 16's Triton persistent chain with a grid barrier
-lost to PDL launches, and so did this kernel with one: 1.70 ms a frame against 1.39, run 28).
+travel as tagged 8-byte words (value and step: no barrier or fence between steps), while each CTA's slice of the
+weights streams ahead of the products (into registers a step ahead, or by the bulk-copy engine into shared memory:
+the kernel's CP_REG_WEIGHTS). Triton exposes neither the bulk copies with their barriers nor a way to keep a weight
+stream running across waits (run 16's Triton persistent chain with a grid barrier lost to PDL launches, and so did
+this kernel with one: 1.70 ms a frame against 1.39, run 28). Built with CP_TRACE, `trace_phases` says where each
+step's time goes (run 29).
 
 The kernel is compiled for sm_90a by nvcc at first use, with the model's shapes as macros, into a cache
 ($CADENCE_CUDA_CACHE, else ~/.cache/cadence/cuda) keyed by the source and the flags, and loaded through the CUDA
@@ -36,9 +38,10 @@ from .cp_attention import LOG2E
 SOURCE = Path(__file__).with_name("cuda") / "cp_pass.cu"
 ARCH = "-gencode=arch=compute_90a,code=sm_90a"
 ALIGN = 128  # a weight slot's bytes are a multiple of this (the bulk copies want 16)
-# The macros the runner builds its kernel with (`cp_persistent`): cp_pass.cu's defaults, the weights through shared
-# memory. Run 29 (bench.latency --experiments cp_persistent, PERSISTENT_VARIANTS) timed the other ways.
-DEFAULT_MACROS: tuple[str, ...] = ()
+# The macros the runner builds its kernel with (`cp_persistent`): the weights in registers, loaded one step ahead, the
+# fastest way run 29 timed (bench.latency --experiments cp_persistent: 1.787 ms a frame against 1.876 with the products
+# reading shared memory, 1.860 staged; the Triton passes 1.380). Still slower than the Triton passes: the option is off.
+DEFAULT_MACROS: tuple[str, ...] = ("CP_REG_WEIGHTS=1",)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ class FastPathOptions:
     # pass's 20 steps in one launch, each step's outputs handed to the next as tagged words, the weights streamed two
     # steps ahead by the bulk-copy engine), built by nvcc at load (kernels/cp_pass.py); True: required, None: where it
     # can run (an sm90 GPU, nvcc, the qkv table and PDL passes), else the Triton passes. Off: run 28 (bench.latency
-    # --experiments cp_persistent) measured 1.765 ms a frame against the Triton passes' 1.41 (1.405 with no weights).
+    # --experiments cp_persistent) measured 1.765 ms a frame against the Triton passes' 1.41 (1.405 with no weights),
+    # run 29 its best way 1.787 against 1.38 (kernels/cp_pass.py DEFAULT_MACROS picks the way this option builds).
     cp_persistent: bool | None = False
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,

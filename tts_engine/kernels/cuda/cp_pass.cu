@@ -10,11 +10,11 @@
 //
 // with no launch boundary between steps (a step's outputs travel as tagged words that the next step polls: below), and
 // each CTA's slice of every step's weights streamed into shared memory by the bulk-copy engine two steps ahead (the
-// weights are constants: nothing waits for them but the product that reads them). A step's work after its wait is: read the step's input vector
-// from L2 (bf16, a few KB), the RMSNorm's one block reduction, one warp-wide dot product a weight row out of shared
-// memory, the epilogue. The attention is computed by every CTA for all heads (a few hundred FMAs a lane), so that
-// attention + o needs no wait between them; the earlier positions' keys and values are read into registers before
-// the step's wait.
+// weights are constants: nothing waits for them but the product that reads them; CP_REG_WEIGHTS: other ways, below).
+// A step's work after its wait is: read the step's input vector from L2 (bf16, a few KB), the RMSNorm's one block
+// reduction, one warp-wide dot product a weight row, the epilogue. The attention is computed by every CTA for all
+// heads (a few hundred FMAs a lane), so that attention + o needs no wait between them; the earlier positions' keys
+// and values are read before the step's wait.
 //
 // Arithmetic and rounding are the reference's (and the Triton path's): every product in fp32 rounded to bf16, the
 // RMSNorm as `fused.rms_norm` rounds it, q/k norm + RoPE as `qk_norm_rope_ref`, the residual adds and SwiGLU rounded
@@ -25,9 +25,11 @@
 // positions (16). A warp a kv head: CP_HKV warps, its CP_HQ / CP_HKV query heads.
 //
 // Run 28 (docs/benchmarks.md): correct, and slower than the Triton passes (1.765 ms a frame against 1.41; 1.405 with no
-// weights copied at all): a step here costs ~4 µs of chain, as a launch does. Opt-in (`cp_persistent`).
+// weights copied at all): a step here costs ~4 µs of chain, as a launch does. Run 29 traced it (CP_TRACE): 1.787 ms
+// at best (CP_REG_WEIGHTS=1) against 1.38; the attention + o step is ~10 µs of a ~22 µs layer, and without the
+// attention the frame would still take 1.21-1.24 ms. Opt-in (`cp_persistent`).
 //
-// Grid: one CTA an SM, all resident at once (each takes > half an SM's shared memory). The runner never launches two
+// Grid: one CTA an SM (CP_CTAS of them, compiled in), all resident at once (each takes > half an SM's shared memory). The runner never launches two
 // of these at once (the newcomer lane keeps the Triton passes), so the CTAs never wait on CTAs that cannot start.
 
 #include <cuda_bf16.h>
