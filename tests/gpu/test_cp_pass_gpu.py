@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from tests.gpu.replays import graph_replays, rel_err
 from tts_engine.runtime.fused import rms_norm
 
-# kernels/cuda/cp_pass.cu's ways (macros): the default (the products read the weights in shared memory), the weights
-# in registers from global memory, staged through shared memory into registers (with the L2 asked ahead and the trace
-# on), run 28's order of loads
+# kernels/cuda/cp_pass.cu's ways (macros): its defaults (the products read the weights in shared memory), the weights
+# in registers from global memory (what `cp_persistent` builds: kernels/cp_pass.py DEFAULT_MACROS), staged through
+# shared memory into registers (with the L2 asked ahead and the trace on), run 28's order of loads
 VARIANTS = {"smem": (), "regs": ("CP_REG_WEIGHTS=1",), "staged": ("CP_REG_WEIGHTS=2", "CP_L2_AHEAD=2", "CP_TRACE=1"),
             "run28": ("CP_EARLY_RES=0", "CP_ATT_ONE_POLL=0")}
 

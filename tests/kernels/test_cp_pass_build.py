@@ -100,8 +100,7 @@ def test_ctypes_parameters_match_the_compiled_struct(tmp_path):
                      + "".join(f'  printf("{f} %zu\\n", offsetof(CpPassParams, {f}));\n' for f in fields) + "}\n")
     exe = tmp_path / "probe"
     built = subprocess.run([cp_pass.nvcc(), cp_pass.ARCH, "-std=c++17", *SHAPES_1_7B.macros(), f"-DCP_CTAS={H200_SMS}",
-                            "-o", str(exe),
-                            str(probe)], capture_output=True, text=True)
+                            "-o", str(exe), str(probe)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
     printed = dict(line.split(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
                                                                  check=True).stdout.splitlines())

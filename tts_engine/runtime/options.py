@@ -63,8 +63,8 @@ class FastPathOptions:
     # 1.402 ms at batch 1, 1.785 -> 1.769 at 2.
     cp_early_trigger: bool = True
     # The code predictor's batch-1 passes 1-14 as one persistent CUDA kernel each (kernels/cuda/cp_pass.cu: the
-    # pass's 20 steps in one launch, each step's outputs handed to the next as tagged words, the weights streamed two
-    # steps ahead by the bulk-copy engine), built by nvcc at load (kernels/cp_pass.py); True: required, None: where it
+    # pass's 20 steps in one launch, each step's outputs handed to the next as tagged words, the weights streamed ahead
+    # of the products), built by nvcc at load (kernels/cp_pass.py); True: required, None: where it
     # can run (an sm90 GPU, nvcc, the qkv table and PDL passes), else the Triton passes. Off: run 28 (bench.latency
     # --experiments cp_persistent) measured 1.765 ms a frame against the Triton passes' 1.41 (1.405 with no weights),
     # run 29 its best way 1.787 against 1.38 (kernels/cp_pass.py DEFAULT_MACROS picks the way this option builds).

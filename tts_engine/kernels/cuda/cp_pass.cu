@@ -29,8 +29,9 @@
 // at best (CP_REG_WEIGHTS=1) against 1.38; the attention + o step is ~10 µs of a ~22 µs layer, and without the
 // attention the frame would still take 1.21-1.24 ms. Opt-in (`cp_persistent`).
 //
-// Grid: one CTA an SM (CP_CTAS of them, compiled in), all resident at once (each takes > half an SM's shared memory). The runner never launches two
-// of these at once (the newcomer lane keeps the Triton passes), so the CTAs never wait on CTAs that cannot start.
+// Grid: one CTA an SM (CP_CTAS of them, compiled in), all resident at once (each takes > half an SM's shared memory).
+// The runner never launches two of these at once (the newcomer lane keeps the Triton passes), so the CTAs never wait
+// on CTAs that cannot start.
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -145,7 +146,8 @@ struct CpPassParams {
 enum StepKind { QKV = 0, ATT = 1, GU = 2, DOWN = 3, HEAD = 4 };
 #define STEPS (4 * CP_L)  // layer 0's three, 4 a later layer, the head
 // A pass's trace row: %globaltimer at the start and the end, clock64 at the start and after the wait for the launch
-// before, then each step's: its input words arrived (thread 0's), the cache's copies arrived (attention; else the same),
+// before, then each step's: its input words arrived (thread 0's), the cache's copies arrived (attention; else the
+// same),
 // its input ready (normed in shared memory; attention + o: the attention done), its weights ready, the step done.
 #define TRACE_STEP 5
 #define TRACE_WORDS (4 + TRACE_STEP * STEPS)
@@ -418,8 +420,12 @@ __device__ void issue_weights(const CpPassParams& p, int s, unsigned char* slots
 __device__ void prefetch_weights_l2(const CpPassParams& p, int s) {
     if (s >= STEPS || CP_NO_WEIGHTS) return;
     const Slice sl = step_slice(p, s);
-    if (sl.bytes0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sl.src0), "r"(sl.bytes0) : "memory");
-    if (sl.bytes1) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sl.src1), "r"(sl.bytes1) : "memory");
+    if (sl.bytes0) {
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sl.src0), "r"(sl.bytes0) : "memory");
+    }
+    if (sl.bytes1) {
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sl.src1), "r"(sl.bytes1) : "memory");
+    }
 }
 
 // ---- weights in registers (CP_REG_WEIGHTS) -------------------------------------------------------------------------
@@ -456,9 +462,9 @@ struct Kind {
     static constexpr int value = KIND;
 };
 
-// Every thread: its rows of layer l's (the head's) KIND weights into wr (gate/up: the gate rows, then the up rows), from
-// global memory or (slot) from the step's slot in shared memory, laid out as issue_weights copies it. The kind is a
-// compile-time constant at every call, so that the registers live at each step are that step's alone.
+// Every thread: its rows of layer l's (the head's) KIND weights into wr (gate/up: the gate rows, then the up rows),
+// from global memory or (slot) from the step's slot in shared memory, laid out as issue_weights copies it. The kind
+// is a compile-time constant at every call, so that the registers live at each step are that step's alone.
 template <int KIND>
 __device__ __forceinline__ void weights_to_regs(const CpPassParams& p, int l, uint4 (&wr)[WREGS],
                                                 const bf16* slot = nullptr) {
@@ -513,7 +519,8 @@ __device__ __forceinline__ void reg_dots(const uint4* wr, const bf16* xs, int la
 
 // One butterfly round: a lane keeps the half of its HALF * 2 values that its lane bit (8 / HALF: 1, 2, 4, 8) names, and
 // adds the partner lane's copy of that half to it. Templated so that every index is a constant: with the rounds as
-// a loop (run 28's kernel) nvcc kept the 16 values in local memory (a 64-byte stack frame, ~240 local loads and stores).
+// a loop (run 28's kernel) nvcc kept the 16 values in local memory (a 64-byte stack frame, ~240 local loads and
+// stores).
 template <int HALF>
 __device__ __forceinline__ void butterfly_round(float (&v)[16], int lane) {
     const bool upper = lane & (8 / HALF);
@@ -833,7 +840,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             }
         }
         auto residual = [&](int r) -> float {
-            if (res == nullptr) return CP_EARLY_RES && r == warp ? res_plain : __bfloat162float(__ldcg(p.x_in + h0 + r));
+            if (res == nullptr) {
+                return CP_EARLY_RES && r == warp ? res_plain : __bfloat162float(__ldcg(p.x_in + h0 + r));
+            }
             if (CP_EARLY_RES && r == warp) return tagged_value(res_word, res + h0 + r, res_tag, p.error);
             float v[1];
             tagged_read<1>(res + h0 + r, res_tag, v, p.error);
