@@ -854,6 +854,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
             if (!CP_REG_WEIGHTS) mbar_wait(bars + (s & 1), (s >> 1) & 1);
             if (stamp) stamp[3] = clock64();
         };
+        // o and down: this CTA's rows of a K-wide product (ROWS a warp at most, in registers) plus the residual, into
+        // the residual buffer not being read, which becomes the residual stream
+        auto add_to_residual = [&](auto rows_c, auto k_c) {
+            constexpr int ROWS = decltype(rows_c)::value, K = decltype(k_c)::value;
+            uint64_t* out = flip ? p.res1 : p.res0;
+            if (CP_REG_WEIGHTS) {
+                float y[ROWS];
+                reg_dots<ROWS, K>(wr, xs, lane, y);
+#pragma unroll
+                for (int j = 0; j < ROWS; ++j) {
+                    const int r = warp + j * WARPS;
+                    if (lane == 0 && r < hn) tagged_store(out + h0 + r, rb(residual(r) + rb(y[j])), tag);
+                }
+            } else {
+                for (int r = warp; r < hn; r += WARPS) {
+                    const float y = warp_dot<K>(w + r * K, xs, lane);
+                    if (lane == 0) tagged_store(out + h0 + r, rb(residual(r) + rb(y)), tag);
+                }
+            }
+            res = out;
+            res_tag = tag;
+            flip ^= 1;
+        };
         if (CP_EMPTY_STEPS) {
         } else if constexpr (kind == QKV) {
             load_x<CP_H>(res, res_tag, L.ln_in, p.eps, xs, red, p.error, stamp);
@@ -883,24 +906,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
         } else if constexpr (kind == ATT) {
             attend(p, L, l == 0 ? nullptr : p.qkv, before, cache, xs, stamp);
             weights_ready();
-            uint64_t* out = flip ? p.res1 : p.res0;
-            if (CP_REG_WEIGHTS) {
-                float y[O_ROWS];
-                reg_dots<O_ROWS, CP_HQ * CP_D>(wr, xs, lane, y);
-#pragma unroll
-                for (int j = 0; j < O_ROWS; ++j) {
-                    const int r = warp + j * WARPS;
-                    if (lane == 0 && r < hn) tagged_store(out + h0 + r, rb(residual(r) + rb(y[j])), tag);
-                }
-            } else {
-                for (int r = warp; r < hn; r += WARPS) {
-                    const float y = warp_dot<CP_HQ * CP_D>(w + r * (CP_HQ * CP_D), xs, lane);
-                    if (lane == 0) tagged_store(out + h0 + r, rb(residual(r) + rb(y)), tag);
-                }
-            }
-            res = out;
-            res_tag = tag;
-            flip ^= 1;
+            add_to_residual(Kind<O_ROWS>{}, Kind<CP_HQ * CP_D>{});
         } else if constexpr (kind == GU) {
             load_x<CP_H>(res, res_tag, L.ln_post, p.eps, xs, red, p.error, stamp);
             weights_ready();
@@ -926,24 +932,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) cp_pass(const __grid_co
         } else if constexpr (kind == DOWN) {
             load_x<CP_I>(p.act, before, nullptr, p.eps, xs, red, p.error, stamp);
             weights_ready();
-            uint64_t* out = flip ? p.res1 : p.res0;
-            if (CP_REG_WEIGHTS) {
-                float y[DOWN_ROWS];
-                reg_dots<DOWN_ROWS, CP_I>(wr, xs, lane, y);
-#pragma unroll
-                for (int j = 0; j < DOWN_ROWS; ++j) {
-                    const int r = warp + j * WARPS;
-                    if (lane == 0 && r < hn) tagged_store(out + h0 + r, rb(residual(r) + rb(y[j])), tag);
-                }
-            } else {
-                for (int r = warp; r < hn; r += WARPS) {
-                    const float y = warp_dot<CP_I>(w + r * CP_I, xs, lane);
-                    if (lane == 0) tagged_store(out + h0 + r, rb(residual(r) + rb(y)), tag);
-                }
-            }
-            res = out;
-            res_tag = tag;
-            flip ^= 1;
+            add_to_residual(Kind<DOWN_ROWS>{}, Kind<CP_I>{});
         } else {
             load_x<CP_H>(res, res_tag, p.norm, p.eps, xs, red, p.error, stamp);
             weights_ready();
