@@ -380,6 +380,20 @@ def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> di
     return out
 
 
+def cp_draw_times(runner, t_len: int, rounds: int = 5, batches=(1, 8, 32)) -> dict:
+    """The code predictor's frame (and the frame step) with its draws on the CUDA kernel (kernels/cp_draw.py) in each
+    of CP_DRAW_VARIANTS against the Triton draw ("triton"), at each of `batches`, interleaved rounds -> {batch: {key:
+    median ms}}."""
+    cp = runner.code_predictor
+    variants = {"triton": {"draw_kernel": None}} | {
+        name: {"draw_kernel": cp.cuda_draw_kernel(macros=macros)} for name, macros in CP_DRAW_VARIANTS.items()}
+    return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA code-predictor draw")
+
+
+# The CUDA draw's variants (kernels/cuda/cp_draw.cu macros): the top-k search's 8-way passes before its walk.
+CP_DRAW_VARIANTS = {"cuda": (), "cuda_p3": ("CD_PASSES=3",), "cuda_p5": ("CD_PASSES=5",)}
+
+
 # The persistent passes' variants (kernels/cuda/cp_pass.cu macros). Run 28 timed CP_POLL_PAUSE_NS 0-256 (a tie) and
 # took its kernel apart with bounds (CP_NO_WEIGHTS, CP_NO_WAIT, CP_NO_ATTN, CP_EMPTY_STEPS: garbage codes). Run 29,
 # call 1: run 28's order of loads (CP_EARLY_RES=0 CP_ATT_ONE_POLL=0) 1.942 ms, today's default 1.869, the weights in
@@ -403,6 +417,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "prefill_split_k": prefill_split_k_times, "draw_prefetch": draw_prefetch_times,
                "early_trigger": early_trigger_times, "talker_trigger": talker_trigger_times, "cp_l2": cp_l2_times,
                "cp_bytes": cp_bytes_times, "cp_persistent": cp_persistent_times,
-               "draw_gathers": draw_gathers_times,
+               "draw_gathers": draw_gathers_times, "cp_draw": cp_draw_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

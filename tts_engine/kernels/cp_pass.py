@@ -12,31 +12,26 @@ stream running across waits (run 16's Triton persistent chain with a grid barrie
 this kernel with one: 1.70 ms a frame against 1.39, run 28). Built with CP_TRACE, `trace_phases` says where each
 step's time goes (run 29).
 
-The kernel is compiled for sm_90a by nvcc at first use, with the model's shapes as macros, into a cache
-($CADENCE_CUDA_CACHE, else ~/.cache/cadence/cuda) keyed by the source and the flags, and loaded through the CUDA
-driver (ctypes over libcuda, which PyTorch has loaded): no extension build, no new dependency. A launch is a
-`cuLaunchKernelEx` on PyTorch's current stream with programmatic dependent launch, so it is captured in the runner's
-CUDA graphs like any kernel. Where there is no nvcc, no sm90 GPU or other shapes, `unsupported` says why and the
-runner keeps its Triton passes.
+The kernel is compiled for sm_90a by nvcc at first use, with the model's shapes as macros, and launched with
+programmatic dependent launch (kernels/cuda_build.py: cached cubins, the CUDA driver through ctypes, captured in the
+runner's CUDA graphs like any kernel). Where there is no nvcc, no sm90 GPU or other shapes, `unsupported` says why and
+the runner keeps its Triton passes.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from . import cuda_build
 from .cp_attention import LOG2E
+from .cuda_build import ARCH, CudaKernel, nvcc  # noqa: F401 (ARCH and nvcc: the build tests' too)
 
 SOURCE = Path(__file__).with_name("cuda") / "cp_pass.cu"
-ARCH = "-gencode=arch=compute_90a,code=sm_90a"
 ALIGN = 128  # a weight slot's bytes are a multiple of this (the bulk copies want 16)
 # The macros the runner builds its kernel with (`cp_persistent`): the weights in registers, loaded one step ahead, the
 # fastest way run 29 timed (bench.latency --experiments cp_persistent: 1.787 ms a frame against 1.876 with the products
@@ -96,87 +91,18 @@ class CpPassShapes:
         return sum(self.slot_bytes(ctas)) + self.cache_bytes() + 2 * xs + 32 * 4 + 16
 
 
-def nvcc() -> str | None:
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    path = Path(home) / "bin" / "nvcc"
-    return str(path) if path.exists() else None
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("CADENCE_CUDA_CACHE") or Path.home() / ".cache" / "cadence" / "cuda")
-
-
 def compile_cp_pass(shapes: CpPassShapes, macros: tuple[str, ...] = ()) -> bytes:
     """The kernel's cubin for sm_90a at these shapes (and `macros`, e.g. "CP_POLL_PAUSE_NS=0"): from the cache, else
     built by nvcc (RuntimeError with nvcc's output if it fails)."""
-    flags = [ARCH, "-O3", "-std=c++17", *shapes.macros(), *(f"-D{m}" for m in macros)]
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:24]
-    out = cache_dir() / f"cp_pass-{key}.cubin"
-    if out.exists():
-        return out.read_bytes()
-    compiler = nvcc()
-    if compiler is None:
-        raise RuntimeError("cp_pass: no nvcc (set CUDA_HOME) to build kernels/cuda/cp_pass.cu")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    done = subprocess.run([compiler, "-cubin", *flags, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"cp_pass: nvcc failed:\n{done.stderr[-4000:]}")
-    tmp.replace(out)
-    return out.read_bytes()
+    return cuda_build.compile_cubin(SOURCE, [*shapes.macros(), *(f"-D{m}" for m in macros)], "cp_pass")
 
 
 def unsupported(device: torch.device, shapes: CpPassShapes | None = None) -> str | None:
     """Why the kernel cannot run on `device` here (None: it can)."""
-    if device.type != "cuda":
-        return "not a CUDA device"
-    if torch.cuda.get_device_capability(device) != (9, 0):
-        return f"built for sm_90a, the device is sm_{''.join(map(str, torch.cuda.get_device_capability(device)))}"
-    if nvcc() is None and not any(cache_dir().glob("cp_pass-*.cubin")):
-        return "no nvcc to build it"
-    if shapes is not None and shapes.problems():
+    why = cuda_build.unsupported(device, "cp_pass")
+    if why is None and shapes is not None and shapes.problems():
         return "shapes: " + "; ".join(shapes.problems())
-    return None
-
-
-# ---- the CUDA driver, through ctypes ---------------------------------------------------------------------------------
-
-_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
-_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute
-
-
-class _LaunchAttribute(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
-                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
-
-
-class _Driver:
-    def __init__(self):
-        self.lib = ctypes.CDLL("libcuda.so.1")
-
-    def check(self, status: int, what: str) -> None:
-        if status:
-            text = ctypes.c_char_p()
-            self.lib.cuGetErrorString(status, ctypes.byref(text))
-            raise RuntimeError(f"cp_pass: {what}: CUDA error {status} ({(text.value or b'?').decode()})")
-
-    def ensure_context(self, device: torch.device) -> None:
-        """PyTorch's primary context current on this thread (the driver calls below need one)."""
-        current = ctypes.c_void_p()
-        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
-        if current.value:
-            return
-        ctx = ctypes.c_void_p()
-        self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), ctypes.c_int(device.index or 0)),
-                   "cuDevicePrimaryCtxRetain")
-        self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return why
 
 
 # ---- the kernel's parameters (kernels/cuda/cp_pass.cu CpLayer, CpPassParams) ---------------------------------------
@@ -234,18 +160,8 @@ class CpPassKernel:
         # CP_TRACE's stamps: a row a pass by position (2 .. P-1), cp_pass.cu's TRACE_WORDS
         self.steps = 4 * s.layers
         self.trace = torch.zeros(s.positions - 2, 4 + 5 * self.steps, dtype=torch.int64, device=device)
-        self.driver = _Driver()
-        self.driver.ensure_context(device)
         self.macros = (f"CP_CTAS={self.ctas}", *macros)  # the grid is compiled in: the register layout depends on it
-        self.cubin = compile_cp_pass(s, self.macros)
-        self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
-        lib = self.driver.lib
-        self.driver.check(lib.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(self.cubin)),
-                          "cuModuleLoadData")
-        self.driver.check(lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, b"cp_pass"),
-                          "cuModuleGetFunction")
-        self.driver.check(lib.cuFuncSetAttribute(self.function, _MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                 ctypes.c_int(self.shared_bytes)), "cuFuncSetAttribute")
+        self.kernel = CudaKernel(compile_cp_pass(s, self.macros), "cp_pass", device, self.shared_bytes)
         self._params = _params_type(s.layers)
         self._layers = (_Layer * s.layers)(*(
             _Layer(layer.w_qkv.data_ptr(), layer.w_o.data_ptr(), layer.w_gate_up.data_ptr(), layer.w_down.data_ptr(),
@@ -276,14 +192,7 @@ class CpPassKernel:
         p.trace = self.trace.data_ptr()
         p.pos, p.eps, p.scale = pos, self.stack.eps, LOG2E / math.sqrt(s.head_dim)
         p.slot1_at, p.cache_at = self.slot_bytes[0], sum(self.slot_bytes)
-        attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
-        cfg = _LaunchConfig(grid=(ctypes.c_uint * 3)(self.ctas, 1, 1), block=(ctypes.c_uint * 3)(32 * s.kv_heads, 1, 1),
-                            shared=self.shared_bytes, stream=torch.cuda.current_stream(self.device).cuda_stream,
-                            attrs=ctypes.pointer(attr), num_attrs=1 if pdl else 0)
-        args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(p), ctypes.c_void_p))
-        self.driver.ensure_context(self.device)
-        self.driver.check(self.driver.lib.cuLaunchKernelEx(ctypes.byref(cfg), self.function, args, None),
-                          "cuLaunchKernelEx")
+        self.kernel.launch(self.ctas, 32 * s.kv_heads, p, pdl)
         return self.logits
 
     def timed_out(self) -> bool:

@@ -33,6 +33,8 @@ from ..kernels import cp_pass
 from ..kernels.backend import PDL_EARLY
 from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
 from ..kernels.cp_attention_o import cp_attention_o
+from ..kernels.cp_draw import CpDrawKernel
+from ..kernels.cp_draw import unsupported as cp_draw_unsupported
 from ..kernels.cp_pass import CpPassKernel, unsupported
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
@@ -133,9 +135,10 @@ class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
                  qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0,
-                 early_trigger: bool = False, persistent: bool | None = False):
+                 early_trigger: bool = False, persistent: bool | None = False, cuda_draw: bool | None = False):
         """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits, early_trigger,
-        persistent: `FastPathOptions`' cp_* (validated there; the splits also against the model's shapes here)."""
+        persistent, cuda_draw: `FastPathOptions`' cp_* (validated there; the splits also against the model's shapes
+        here)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -204,6 +207,27 @@ class CodePredictorRunner:
         self.persistent: CpPassKernel | None = None
         if persistent is not False:
             self.persistent = self.persistent_kernel(required=bool(persistent))
+        # The draws of codebooks 1-15 as a CUDA kernel (kernels/cp_draw.py), or None: the Triton draw (`sample_rows`).
+        # Read at every draw.
+        self.draw_kernel: CpDrawKernel | None = None
+        if cuda_draw is not False:
+            self.draw_kernel = self.cuda_draw_kernel(required=bool(cuda_draw))
+
+    def cuda_draw_kernel(self, required: bool = True, macros: tuple[str, ...] = ()) -> CpDrawKernel | None:
+        """The CUDA draw for this runner's codebooks (built with kernels/cuda/cp_draw.cu's `macros`); where it
+        cannot run, RuntimeError (required) or None (logged)."""
+        why = cp_draw_unsupported(self.device, self.vocab_size) if self.use_triton else "the torch path"
+        if why is None and self.dtype != torch.bfloat16:
+            why = f"it takes bf16 logits, the model is {self.dtype}"
+        if why is None:
+            try:
+                return CpDrawKernel(self.vocab_size, self.device, macros)
+            except RuntimeError as e:
+                why = str(e)
+        if required:
+            raise RuntimeError(f"the CUDA code-predictor draw cannot run: {why}")
+        log.info("code predictor: Triton draws (the CUDA draw: %s)", why)
+        return None
 
     def persistent_kernel(self, required: bool = True, macros: tuple[str, ...] | None = None) -> CpPassKernel | None:
         """The persistent pass over this runner's weights, caches and tables (built with `macros`, default
@@ -373,11 +397,11 @@ class CodePredictorRunner:
         logits = self.logits(out, normed, 0)
         for j in range(15):
             last = j == 14
-            sample_rows(logits, codes[:, j], codebook=j + 1,
-                        gather=None if last else (self.inputs[j], x[:, 0]),
-                        gather2=None if last or table is None else (table[j], first_qkv),
-                        prefetch=() if last else self.prefetch_weights[:self.draw_prefetch],
-                        pdl=pdl if last or persistent is not None else self.trigger("draw", pdl), **settings)
+            self._draw(logits, codes[:, j], codebook=j + 1,
+                       gather=None if last else (self.inputs[j], x[:, 0]),
+                       gather2=None if last or table is None else (table[j], first_qkv),
+                       prefetch=() if last else self.prefetch_weights[:self.draw_prefetch],
+                       pdl=pdl if last or persistent is not None else self.trigger("draw", pdl), **settings)
             if last:
                 break
             if persistent is not None:
@@ -386,3 +410,12 @@ class CodePredictorRunner:
                 out, normed = self.layers(x, b, j + 2, first_qkv)
                 logits = self.logits(out, normed, j + 1)
         return codes
+
+    def _draw(self, logits: torch.Tensor, out: torch.Tensor, *, prefetch: tuple, **kw) -> None:
+        """A codebook's draw: the CUDA kernel where it takes these logits and no prefetch is asked for, else
+        `sample_rows`."""
+        kernel = self.draw_kernel
+        if kernel is not None and not prefetch and kernel.takes(logits):
+            kernel.draw(logits, out, **kw)
+        else:
+            sample_rows(logits, out, prefetch=prefetch, **kw)

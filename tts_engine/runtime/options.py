@@ -69,6 +69,11 @@ class FastPathOptions:
     # --experiments cp_persistent) measured 1.765 ms a frame against the Triton passes' 1.41 (1.405 with no weights),
     # run 29 its best way 1.787 against 1.38 (kernels/cp_pass.py DEFAULT_MACROS picks the way this option builds).
     cp_persistent: bool | None = False
+    # The code predictor's draws (codebooks 1-15) as a CUDA kernel (kernels/cuda/cp_draw.cu through
+    # kernels/cp_draw.py: one CTA a row, its block-wide sums single warp reductions and one barrier each), built by
+    # nvcc at load; True: required, None: where it can run (an sm90 GPU and nvcc, bf16 logits), else the Triton draw
+    # (kernels/sample.py). Timed with bench.latency --experiments cp_draw.
+    cp_cuda_draw: bool | None = False
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
