@@ -390,8 +390,12 @@ def cp_draw_times(runner, t_len: int, rounds: int = 5, batches=(1, 8, 32)) -> di
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA code-predictor draw")
 
 
-# The CUDA draw's variants (kernels/cuda/cp_draw.cu macros): the top-k search's 8-way passes before its walk.
-CP_DRAW_VARIANTS = {"cuda": (), "cuda_p3": ("CD_PASSES=3",), "cuda_p5": ("CD_PASSES=5",)}
+# The CUDA draw's variants (kernels/cuda/cp_draw.cu macros): the top-k search's 8-way passes before its walk (run 30,
+# call 1, frame ms at batch 1 / 8 / 32: 4 passes 1.376 / 2.490 / 2.664, 3 passes 1.365 / 2.487 / 2.658, 5 passes
+# 1.380 / 2.500 / 2.672, the Triton draw 1.375 / 2.498 / 2.676), and bounds with wrong ids (CD_BOUND): every id kept
+# (no top-k search), no draw (id 0 after the logits' load, then the gathers), nor the gathers.
+CP_DRAW_VARIANTS = {"cuda": (), "cuda_p3": ("CD_PASSES=3",), "bound_keep_all": ("CD_BOUND=1",),
+                    "bound_no_draw": ("CD_BOUND=2",), "bound_no_gather": ("CD_BOUND=3",)}
 
 
 # The persistent passes' variants (kernels/cuda/cp_pass.cu macros). Run 28 timed CP_POLL_PAUSE_NS 0-256 (a tie) and

@@ -149,7 +149,7 @@ def test_frames_draw_what_the_triton_draw_would(runners, kernel, batch, sampled)
     rows.sub_top_k.fill_(50)
     rows.sub_top_p.fill_(1.0)
     outs = {}
-    was = cp.draw_kernel
+    was, launched = cp.draw_kernel, kernel.launches
     with torch.inference_mode():
         try:
             for name, k in (("triton", None), ("cuda", kernel)):
@@ -158,6 +158,7 @@ def test_frames_draw_what_the_triton_draw_would(runners, kernel, batch, sampled)
                                            before=alternate)
         finally:
             cp.draw_kernel = was
+    assert kernel.launches - launched == 2 * 15, "the frames' draws are the CUDA kernel's (one frame, one capture)"
     for name, replays in outs.items():
         differ = [i for i, got in enumerate(replays) if not torch.equal(got, replays[i % 2])]
         assert not differ, f"{name}: replays {differ} differ from their input's first"

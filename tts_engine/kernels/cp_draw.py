@@ -69,8 +69,11 @@ class CpDrawKernel:
         why = unsupported(device, vocab)
         if why:
             raise RuntimeError(f"cp_draw: {why}")
+        if device.index is None:  # "cuda": the current device, named, so that tensors' devices compare equal to it
+            device = torch.device("cuda", torch.cuda.current_device())
         self.vocab, self.device, self.macros = vocab, device, macros
         self.kernel = cuda_build.CudaKernel(compile_cp_draw(vocab, macros), "cp_draw", device)
+        self.launches = 0  # draws launched (captured launches count once)
 
     def takes(self, logits: torch.Tensor) -> bool:
         """Does this kernel draw from these logits (bf16 rows of its vocabulary, contiguous, on its device)?"""
@@ -118,3 +121,4 @@ class CpDrawKernel:
                     top_k.data_ptr(), top_p.data_ptr(), seed.data_ptr(), frame.data_ptr(), out.data_ptr(),
                     out.stride(0), t1, x1, s1, t2, x2, s2, d1, d2, codebook, int(pdl == 2))
         self.kernel.launch(b, THREADS, p, bool(pdl))
+        self.launches += 1

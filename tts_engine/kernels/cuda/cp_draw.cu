@@ -36,6 +36,11 @@
 #ifndef CD_PASSES
 #define CD_PASSES 4  // top-k's 8-way passes over the value range before the walk
 #endif
+// Bounds for benchmarks, never for use (wrong ids): CD_BOUND 1 no top-k or top-p (every id kept), 2 no draw at all (id
+// 0 for every row after the logits are read), 3 as 2 without the gathers.
+#ifndef CD_BOUND
+#define CD_BOUND 0
+#endif
 
 constexpr int V = CD_V;
 constexpr int THREADS = CD_THREADS;
@@ -295,7 +300,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_draw(const CpDrawParams
     }
 
     long long code;
-    if (!sample) {
+    if (CD_BOUND >= 2) {
+        code = s[0] == 12345.f;  // 0 unless a score is exactly that: the logits' load is kept
+        if (CD_BOUND == 3) {
+            if (threadIdx.x == 0) p.out[row * p.out_stride] = code;
+            return;
+        }
+    } else if (!sample) {
         int best = INT_MIN;
 #pragma unroll
         for (int i = 0; i < PER; ++i) best = max(best, order_key(s[i]));
@@ -317,13 +328,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_draw(const CpDrawParams
             }
         }
         min_max(x, lo_key, hi_key);
-        if (top_k > 0 && top_k < V && hi_key != INT_MIN) {
+        if (top_k > 0 && top_k < V && hi_key != INT_MIN && CD_BOUND == 0) {
             const float kth = top_k_threshold(x, s, int(top_k), key_value(lo_key), key_value(hi_key));
 #pragma unroll
             for (int i = 0; i < PER; ++i)
                 if (!(s[i] >= kth)) s[i] = -INFINITY;
         }
-        if (top_p < 1.f) {
+        if (top_p < 1.f && CD_BOUND == 0) {
             top_p_filter(x, s, top_p, hi_key);  // top-k keeps the largest score: the shift is the row's max
             int unused = INT_MAX, kept_max = INT_MIN;
 #pragma unroll
