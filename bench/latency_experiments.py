@@ -390,11 +390,13 @@ def cp_draw_times(runner, t_len: int, rounds: int = 5, batches=(1, 8, 32)) -> di
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA code-predictor draw")
 
 
-# The CUDA draw's variants (kernels/cuda/cp_draw.cu macros): the top-k search's 8-way passes before its walk (run 30,
-# call 1, frame ms at batch 1 / 8 / 32: 4 passes 1.376 / 2.490 / 2.664, 3 passes 1.365 / 2.487 / 2.658, 5 passes
-# 1.380 / 2.500 / 2.672, the Triton draw 1.375 / 2.498 / 2.676), and bounds with wrong ids (CD_BOUND): every id kept
-# (no top-k search), no draw (id 0 after the logits' load, then the gathers), nor the gathers.
-CP_DRAW_VARIANTS = {"cuda": (), "cuda_p3": ("CD_PASSES=3",), "bound_keep_all": ("CD_BOUND=1",),
+# The CUDA draw's variants (kernels/cuda/cp_draw.cu macros): the top-k search's 8-way passes before its walk, and bounds
+# with wrong ids (CD_BOUND): every id kept (no top-k search), no draw (id 0 after the logits' load, then the gathers),
+# nor the gathers. Run 30, frame ms at batch 1 / 8 / 32 (call 1): 4 passes 1.376 / 2.490 / 2.664, 3 passes 1.365 / 2.487
+# / 2.658, 5 passes 1.380 / 2.500 / 2.672, the Triton draw 1.375 / 2.498 / 2.676; (call 2) 4 passes 1.379 / 2.482 /
+# 2.677, 3 passes 1.373 / 2.481 / 2.669, every id kept 1.355 / 2.440 / 2.625, no draw 1.340 / 2.416 / 2.603, nor the
+# gathers 1.321 / 2.416 / 2.602, the Triton draw 1.386 / 2.494 / 2.684.
+CP_DRAW_VARIANTS = {"cuda": (), "cuda_p4": ("CD_PASSES=4",), "bound_keep_all": ("CD_BOUND=1",),
                     "bound_no_draw": ("CD_BOUND=2",), "bound_no_gather": ("CD_BOUND=3",)}
 
 

@@ -8,7 +8,8 @@ afresh every frame, so it needs no per-stream state):
 `predict(hidden, c0, frames, rows)` runs the 2-position prefill and the 14 one-position steps with a
 draw after each, entirely on the device (captured inside the runner's frame-step graph).
 With `use_triton` the layers run through the Triton kernels and each draw is the fused sampling
-kernel (which also gathers the next input row); otherwise plain torch and the torch sampler.
+kernel (which also gathers the next input row): on an sm90 GPU with nvcc the CUDA one (`cuda_draw`, kernels/cp_draw.py),
+else Triton's (kernels/sample.py); otherwise plain torch and the torch sampler.
 With `use_triton`, a pass over at most `gemv_rows` token rows (b for a one-position step, 2 b for the
 prefill) runs its products through the fused small-batch GEMV (`fused.decoder_step_gemv`: 5 launches
 a layer instead of 9, the final norm in the head's prologue), with `pdl` (the default on sm90+) the

@@ -72,8 +72,10 @@ class FastPathOptions:
     # The code predictor's draws (codebooks 1-15) as a CUDA kernel (kernels/cuda/cp_draw.cu through
     # kernels/cp_draw.py: one CTA a row, its block-wide sums single warp reductions and one barrier each), built by
     # nvcc at load; True: required, None: where it can run (an sm90 GPU and nvcc, bf16 logits), else the Triton draw
-    # (kernels/sample.py). Timed with bench.latency --experiments cp_draw.
-    cp_cuda_draw: bool | None = False
+    # (kernels/sample.py). Run 30 (bench.latency --experiments cp_draw, two calls of 5 interleaved rounds): frame
+    # 1.375 -> 1.365 and 1.386 -> 1.373 ms at batch 1, 2.498 -> 2.487 and 2.494 -> 2.481 at 8, 2.676 -> 2.658 and
+    # 2.684 -> 2.669 at 32; the ids those of the Triton draw.
+    cp_cuda_draw: bool | None = None
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms

@@ -5,7 +5,8 @@
 // reductions, ~20 of them, each a tree of shuffles, a shared-memory round trip and a broadcast. Here a reduction is a
 // warp's `redux.sync` (one instruction for an int sum, min or max) or five shuffles for a float, one word a warp in
 // shared memory and one barrier (`Exchange`); the top-k search cuts the value range into 8 parts a pass (7 counts in
-// one exchange), so 4 passes narrow it as far as the Triton draw's 10 halvings.
+// one exchange), so 3 passes narrow it 512-fold (the Triton draw's 10 halvings 1,024-fold), and the walk after them takes
+// the rest.
 //
 // What a row computes is the Triton draw's, for the code predictor's codebooks (no repetition penalty, EOS or
 // suppression: those are codebook 0's, which stays on the Triton kernel):
@@ -34,7 +35,7 @@
 #define CD_THREADS 256
 #endif
 #ifndef CD_PASSES
-#define CD_PASSES 4  // top-k's 8-way passes over the value range before the walk
+#define CD_PASSES 3  // top-k's 8-way passes over the value range before the walk (run 30: 3 beat 4 and 5 in the frame)
 #endif
 // Bounds for benchmarks, never for use (wrong ids): CD_BOUND 1 no top-k or top-p (every id kept), 2 no draw at all (id
 // 0 for every row after the logits are read), 3 as 2 without the gathers.
