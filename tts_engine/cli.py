@@ -154,6 +154,10 @@ def _add_serve(sub) -> None:
                    help="the code predictor's batch-1 passes 1-14 as one persistent CUDA kernel each, built by nvcc "
                         "at load (kernels/cuda/cp_pass.cu; needs an sm90 GPU, nvcc, --cp-pdl and --cp-qkv-table; "
                         "default: off, slower than the Triton passes in run 28)")
+    p.add_argument("--cp-cuda-draw", action=argparse.BooleanOptionalAction, default=None,
+                   help="the code predictor's draws (codebooks 1-15) as a CUDA kernel built by nvcc at load "
+                        "(kernels/cuda/cp_draw.cu); --cp-cuda-draw: required, --no-cp-cuda-draw: the Triton draw "
+                        "(default: the CUDA kernel where it can run: an sm90 GPU with nvcc)")
     p.add_argument("--cp-down-splits", type=int, default=None,
                    help="the code predictor's cuBLAS passes (past --cp-gemv-rows) make each down product as this "
                         "many fp32 split-K partials that the next norm sums, not cuBLAS' own split-K product and its "
