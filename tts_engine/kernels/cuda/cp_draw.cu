@@ -17,8 +17,8 @@
 //   top-p (< 1): the largest order key whose ascending mass stays within (1 - top_p) of the total, by bisection over
 //     int64 keys (34 exchanges: rare settings pay for it, the default 1.0 skips it);
 //   the pick: the inverse CDF in id order at the counter uniform of (seed, frame, codebook)
-//     (`sampling.counter_uniform`, bit for bit), the CDF an fp32 scan in id order (summed in another order than the Triton draw's or torch's: an
-//     id can differ only where the uniform falls within rounding of a CDF boundary);
+//     (`sampling.counter_uniform`, bit for bit), the CDF an fp32 scan in id order (summed in another order than the
+//     Triton draw's or torch's: an id can differ only where the uniform falls within rounding of a CDF boundary);
 //   greedy rows (do_sample 0): the first id of the largest score, exact.
 // Then the picked id's rows of up to two tables are copied to the next pass's inputs (the projected embedding and the
 // first layer's qkv row), every load issued before any store.
