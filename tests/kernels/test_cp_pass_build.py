@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tts_engine.kernels import cp_pass
+from tts_engine.kernels import cp_pass, cuda_build
 from tts_engine.kernels.cp_pass import CpPassShapes
 
 SHAPES_1_7B = CpPassShapes(hidden=1024, intermediate=3072, heads=16, kv_heads=8, head_dim=128, layers=5, codes=2048,
@@ -68,7 +68,7 @@ def test_trace_phases_reads_the_stamps_as_the_kernel_writes_them():
     assert cp_pass.trace_phases([[0] * len(row)], layers=2) == {}
 
 
-needs_nvcc = pytest.mark.skipif(cp_pass.nvcc() is None, reason="no nvcc on this machine")
+needs_nvcc = pytest.mark.skipif(cuda_build.nvcc() is None, reason="no nvcc on this machine")
 
 
 @needs_nvcc
@@ -77,7 +77,7 @@ needs_nvcc = pytest.mark.skipif(cp_pass.nvcc() is None, reason="no nvcc on this 
                                     ("-DCP_EARLY_RES=0", "-DCP_ATT_ONE_POLL=0")],
                          ids=["smem", "regs", "staged-l2-trace", "run28"])
 def test_kernel_compiles_for_sm90a_without_spills(tmp_path, macros):
-    done = subprocess.run([cp_pass.nvcc(), "-cubin", cp_pass.ARCH, "-O3", "-std=c++17", "-Xptxas", "-v",
+    done = subprocess.run([cuda_build.nvcc(), "-cubin", cuda_build.ARCH, "-O3", "-std=c++17", "-Xptxas", "-v",
                            *SHAPES_1_7B.macros(), f"-DCP_CTAS={H200_SMS}", *macros, "-o", str(tmp_path / "k.cubin"),
                            str(cp_pass.SOURCE)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -99,8 +99,8 @@ def test_ctypes_parameters_match_the_compiled_struct(tmp_path):
                      '  printf("params %zu\\n", sizeof(CpPassParams));\n'
                      + "".join(f'  printf("{f} %zu\\n", offsetof(CpPassParams, {f}));\n' for f in fields) + "}\n")
     exe = tmp_path / "probe"
-    built = subprocess.run([cp_pass.nvcc(), cp_pass.ARCH, "-std=c++17", *SHAPES_1_7B.macros(), f"-DCP_CTAS={H200_SMS}",
-                            "-o", str(exe), str(probe)], capture_output=True, text=True)
+    built = subprocess.run([cuda_build.nvcc(), cuda_build.ARCH, "-std=c++17", *SHAPES_1_7B.macros(),
+                            f"-DCP_CTAS={H200_SMS}", "-o", str(exe), str(probe)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
     printed = dict(line.split(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
                                                                  check=True).stdout.splitlines())

@@ -29,7 +29,7 @@ import torch
 
 from . import cuda_build
 from .cp_attention import LOG2E
-from .cuda_build import ARCH, CudaKernel, nvcc  # noqa: F401 (ARCH and nvcc: the build tests' too)
+from .cuda_build import CudaKernel
 
 SOURCE = Path(__file__).with_name("cuda") / "cp_pass.cu"
 ALIGN = 128  # a weight slot's bytes are a multiple of this (the bulk copies want 16)

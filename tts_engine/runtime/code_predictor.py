@@ -132,6 +132,20 @@ def attention_warps(rows: int, pdl: bool) -> int:
     return 4 if rows <= 16 else 2
 
 
+def _cuda_kernel(build, why: str | None, required: bool, what: str, instead: str):
+    """build() where nothing says why it cannot run (`why` None) and it builds; else RuntimeError (required) or None,
+    logged with what runs `instead`."""
+    if why is None:
+        try:
+            return build()
+        except RuntimeError as e:
+            why = str(e)
+    if required:
+        raise RuntimeError(f"{what} cannot run: {why}")
+    log.info("code predictor: %s (%s: %s)", instead, what, why)
+    return None
+
+
 class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
@@ -220,15 +234,8 @@ class CodePredictorRunner:
         why = cp_draw_unsupported(self.device, self.vocab_size) if self.use_triton else "the torch path"
         if why is None and self.dtype != torch.bfloat16:
             why = f"it takes bf16 logits, the model is {self.dtype}"
-        if why is None:
-            try:
-                return CpDrawKernel(self.vocab_size, self.device, macros)
-            except RuntimeError as e:
-                why = str(e)
-        if required:
-            raise RuntimeError(f"the CUDA code-predictor draw cannot run: {why}")
-        log.info("code predictor: Triton draws (the CUDA draw: %s)", why)
-        return None
+        return _cuda_kernel(lambda: CpDrawKernel(self.vocab_size, self.device, macros), why, required,
+                            "the CUDA code-predictor draw", "Triton draws")
 
     def persistent_kernel(self, required: bool = True, macros: tuple[str, ...] | None = None) -> CpPassKernel | None:
         """The persistent pass over this runner's weights, caches and tables (built with `macros`, default
@@ -238,15 +245,8 @@ class CodePredictorRunner:
         why = unsupported(self.device) if self.use_triton else "the torch path"
         if why is None and not (self.pdl and self.qkv_table is not None and self.dtype == torch.bfloat16):
             why = "it takes the PDL passes, the first-layer qkv table and bf16 weights"
-        if why is None:
-            try:
-                return CpPassKernel(self.stack, self.heads, self.k, self.v, *self.rope, macros=macros)
-            except RuntimeError as e:
-                why = str(e)
-        if required:
-            raise RuntimeError(f"the persistent code-predictor pass cannot run: {why}")
-        log.info("code predictor: Triton passes (the persistent pass: %s)", why)
-        return None
+        return _cuda_kernel(lambda: CpPassKernel(self.stack, self.heads, self.k, self.v, *self.rope, macros=macros),
+                            why, required, "the persistent code-predictor pass", "Triton passes")
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
