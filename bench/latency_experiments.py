@@ -390,6 +390,22 @@ def cp_draw_times(runner, t_len: int, rounds: int = 5, batches=(1, 8, 32)) -> di
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA code-predictor draw")
 
 
+def cp_gemv_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
+    """The code predictor's batch-1 frame (and the frame step) with its one-row products on the CUDA tensor-core kernel
+    (kernels/cp_gemv.py) in each of CP_GEMV_VARIANTS against the Triton GEMVs ("triton"), interleaved rounds ->
+    {batch: {key: median ms}}."""
+    from tts_engine.kernels.cp_gemv import CpGemv
+
+    cp = runner.code_predictor
+    variants = {"triton": {"gemv_kernel": None}} | {name: {"gemv_kernel": CpGemv(cp.device, kw=kw, macros=macros)}
+                                                    for name, (kw, macros) in CP_GEMV_VARIANTS.items()}
+    return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA one-row products")
+
+
+# The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).
+CP_GEMV_VARIANTS = {"cuda": (256, ()), "cuda_kw512": (512, ())}
+
+
 # The CUDA draw's variants (kernels/cuda/cp_draw.cu macros): the top-k search's 8-way passes before its walk, and bounds
 # with wrong ids (CD_BOUND): every id kept (no top-k search), no draw (id 0 after the logits' load, then the gathers),
 # nor the gathers. Run 30, frame ms at batch 1 / 8 / 32 (call 1): 4 passes 1.376 / 2.490 / 2.664, 3 passes 1.365 / 2.487
@@ -423,6 +439,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "prefill_split_k": prefill_split_k_times, "draw_prefetch": draw_prefetch_times,
                "early_trigger": early_trigger_times, "talker_trigger": talker_trigger_times, "cp_l2": cp_l2_times,
                "cp_bytes": cp_bytes_times, "cp_persistent": cp_persistent_times,
-               "draw_gathers": draw_gathers_times, "cp_draw": cp_draw_times,
+               "draw_gathers": draw_gathers_times, "cp_draw": cp_draw_times, "cp_gemv": cp_gemv_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

@@ -36,6 +36,8 @@ from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attenti
 from ..kernels.cp_attention_o import cp_attention_o
 from ..kernels.cp_draw import CpDrawKernel
 from ..kernels.cp_draw import unsupported as cp_draw_unsupported
+from ..kernels.cp_gemv import CpGemv
+from ..kernels.cp_gemv import unsupported as cp_gemv_unsupported
 from ..kernels.cp_pass import CpPassKernel, unsupported
 from ..kernels.gemv import LATE_SUM, gemv
 from ..kernels.sample import sample_rows
@@ -150,10 +152,11 @@ class CodePredictorRunner:
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
                  qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0,
-                 early_trigger: bool = False, persistent: bool | None = False, cuda_draw: bool | None = False):
+                 early_trigger: bool = False, persistent: bool | None = False, cuda_draw: bool | None = False,
+                 cuda_gemv: bool | None = False):
         """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits, early_trigger,
-        persistent, cuda_draw: `FastPathOptions`' cp_* (validated there; the splits also against the model's shapes
-        here)."""
+        persistent, cuda_draw, cuda_gemv: `FastPathOptions`' cp_* (validated there; the splits also against the model's
+        shapes here)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -227,6 +230,11 @@ class CodePredictorRunner:
         self.draw_kernel: CpDrawKernel | None = None
         if cuda_draw is not False:
             self.draw_kernel = self.cuda_draw_kernel(required=bool(cuda_draw))
+        # The PDL passes' one-row products as a CUDA kernel on the tensor cores (kernels/cp_gemv.py), or None: the
+        # Triton GEMVs. Read at every pass.
+        self.gemv_kernel: CpGemv | None = None
+        if cuda_gemv is not False:
+            self.gemv_kernel = self.cuda_gemv_kernel(required=bool(cuda_gemv))
 
     def cuda_draw_kernel(self, required: bool = True, macros: tuple[str, ...] = ()) -> CpDrawKernel | None:
         """The CUDA draw for this runner's codebooks (built with kernels/cuda/cp_draw.cu's `macros`); where it
@@ -236,6 +244,15 @@ class CodePredictorRunner:
             why = f"it takes bf16 logits, the model is {self.dtype}"
         return _cuda_kernel(lambda: CpDrawKernel(self.vocab_size, self.device, macros), why, required,
                             "the CUDA code-predictor draw", "Triton draws")
+
+    def cuda_gemv_kernel(self, required: bool = True, macros: tuple[str, ...] = ()) -> CpGemv | None:
+        """The one-row tensor-core products (built with kernels/cuda/cp_gemv.cu's `macros`); where they cannot run,
+        RuntimeError (required) or None (logged)."""
+        why = cp_gemv_unsupported(self.device) if self.use_triton else "the torch path"
+        if why is None and not (self.pdl and self.dtype == torch.bfloat16):
+            why = "it takes the PDL passes and bf16 weights"
+        return _cuda_kernel(lambda: CpGemv(self.device, macros=macros), why, required,
+                            "the CUDA code-predictor products", "Triton GEMVs")
 
     def persistent_kernel(self, required: bool = True, macros: tuple[str, ...] | None = None) -> CpPassKernel | None:
         """The persistent pass over this runner's weights, caches and tables (built with `macros`, default
@@ -317,7 +334,8 @@ class CodePredictorRunner:
                 if fuse and self.attention_o and b * n <= self.gemv_rows:
                     fused["attention_o"] = attention_o
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused,
-                                        l2_policy=self.l2_policy if pdl and b * n <= self.gemv_rows else None)
+                                        l2_policy=self.l2_policy if pdl and b * n <= self.gemv_rows else None,
+                                        product=self.product(b * n))
                 return out.view(b, n, -1)[:, -1], False
             out = decoder_step_triton(*args, **fused, split_k=self.split_k)
             return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
@@ -329,6 +347,13 @@ class CodePredictorRunner:
 
         cos, sin = (t[start:start + n] for t in self.rope)  # [n, D]: static slices
         return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1], True
+
+    def product(self, rows: int):
+        """What computes a pass's products (`gemv`'s signature): the CUDA one-row kernel (`gemv_kernel`) in PDL passes
+        of one row, else `gemv`."""
+        if self.gemv_kernel is not None and rows == 1 and self.uses_pdl(rows) and rows <= self.gemv_rows:
+            return self.gemv_kernel
+        return gemv
 
     def uses_pdl(self, rows: int) -> bool:
         """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows and
@@ -359,7 +384,8 @@ class CodePredictorRunner:
             return F.linear(out, self.heads[j])
         launch = self.launch(out.shape[0])["head"]
         evict = self.l2_policy.get(("head", j), "") if launch.get("whole_rows") else ""
-        return gemv(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **launch, evict=evict)
+        return self.product(out.shape[0])(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **launch,
+                                          evict=evict)
 
     def predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
                 variant: SamplerVariant = GENERAL) -> torch.Tensor:

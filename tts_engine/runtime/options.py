@@ -76,6 +76,12 @@ class FastPathOptions:
     # 1.375 -> 1.365 and 1.386 -> 1.373 ms at batch 1, 2.498 -> 2.487 and 2.494 -> 2.481 at 8, 2.676 -> 2.658 and
     # 2.684 -> 2.669 at 32; the ids those of the Triton draw.
     cp_cuda_draw: bool | None = None
+    # The code predictor's batch-1 products (qkv, gate/up, down, the heads: one row of x) on the tensor cores as a CUDA
+    # kernel (kernels/cuda/cp_gemv.cu through kernels/cp_gemv.py: a warp's weights the A operand of mma.sync in
+    # registers, x the B operand, so that after the PDL wait a warp does ~16 MMAs where the Triton kernel converts,
+    # multiplies and reduces each weight), built by nvcc at load; True: required, None: where it can run (an sm90 GPU
+    # and nvcc, the PDL passes), else the Triton GEMVs. Untimed until run 31: off.
+    cp_cuda_gemv: bool | None = False
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
@@ -128,6 +134,8 @@ class FastPathOptions:
             out.append(("cp_pdl", "needs cp_gemv_rows > 0 (PDL launches the code predictor's GEMVs)"))
         if self.cp_persistent and not (self.cp_gemv_rows and self.cp_qkv_table and self.cp_pdl is not False):
             out.append(("cp_persistent", "needs the code predictor's PDL GEMV passes and its qkv table"))
+        if self.cp_cuda_gemv and not (self.cp_gemv_rows and self.cp_pdl is not False):
+            out.append(("cp_cuda_gemv", "needs the code predictor's PDL GEMV passes"))
         if self.talker_pdl and not self.talker_gemv_rows:
             out.append(("talker_pdl", "needs talker_gemv_rows > 0 (PDL launches the talker's GEMV steps)"))
         for name in ("cp_down_splits", "cp_o_splits", "talker_down_splits", "talker_o_splits"):

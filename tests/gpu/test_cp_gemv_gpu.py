@@ -1,0 +1,181 @@
+"""The one-row tensor-core products (kernels/cuda/cp_gemv.cu through kernels/cp_gemv.py) on an sm90 GPU: each of the
+code predictor's products with its fusions against `gemv_ref` and bit for bit (but for rare one-ulp roundings) against
+the Triton whole-row GEMV they stand in for; the fixed-point sum they read; the calls they do not take; a PDL chain of
+them in a graph; and in the runner's batch-1 passes, the steps against the torch path and frames that replay bit for
+bit. The runners: tests/gpu/conftest.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.gpu.replays import graph_replays, rel_err
+from tts_engine.kernels.backend import FIXED_ONE, PDL_EARLY
+from tts_engine.kernels.cp_gemv import CpGemv
+from tts_engine.kernels.gemv import gemv, gemv_ref
+
+WHOLE = dict(whole_rows=True, block_n=4, num_warps=4)
+
+
+@pytest.fixture(scope="module")
+def products(cuda):
+    return CpGemv(cuda)
+
+
+def _bf16(g, *shape, scale=1.0):
+    return (torch.randn(*shape, generator=g, device="cuda") * scale).bfloat16()
+
+
+def _fixed(g, *shape):  # an attention + o sum: int64 multiples of 2^-32 of values ~N(0, 1)
+    return (torch.randn(*shape, generator=g, device="cuda", dtype=torch.float64) * FIXED_ONE).to(torch.int64)
+
+
+def _check(got, want, triton, what):
+    assert got.shape == want.shape and got.dtype == want.dtype, what
+    assert rel_err(got, want) < 1e-2, f"{what}: against the reference"
+    same = (got == triton).float().mean().item()
+    assert same > 0.98, f"{what}: {same:.3%} of the outputs equal the Triton kernel's"
+
+
+@pytest.mark.parametrize("case", ["qkv", "head", "gate_up", "gate_up_delta", "down", "down_delta", "o"])
+def test_products_are_the_triton_gemvs(products, case):
+    g = torch.Generator(device="cuda").manual_seed(len(case))
+    n, k = {"qkv": (4096, 1024), "head": (2048, 1024), "gate_up": (6144, 1024), "gate_up_delta": (6144, 1024),
+            "down": (1024, 3072), "down_delta": (1024, 3072), "o": (1024, 2048)}[case]
+    x, w = _bf16(g, 1, k), _bf16(g, n, k, scale=k ** -0.5)
+    kw: dict = {}
+    if case in ("qkv", "head") or case.startswith("gate_up"):
+        kw["norm"] = (_bf16(g, k, scale=0.2) + 1, 1e-6)
+    if case.startswith("gate_up"):
+        kw["silu_mul"] = True
+    if case == "gate_up_delta":
+        kw["x_delta"] = _fixed(g, 2, k)
+    if case.startswith("down") or case == "o":
+        kw["residual"] = _bf16(g, 1, n)
+    if case == "down_delta":
+        kw["residual_delta"] = _fixed(g, 2, n)
+    before = products.launches
+    kept = {name: t.clone() for name, t in kw.items() if name.endswith("delta")}
+    want = gemv_ref(x, w, **{**kw, **{name: t.clone() for name, t in kept.items()}})  # zeroes a residual's delta
+    triton = gemv(x, w, **{**kw, **{name: t.clone() for name, t in kept.items()}}, **WHOLE)
+    got = products(x, w, **kw)
+    torch.cuda.synchronize()
+    assert products.launches == before + 1, "the CUDA kernel computed it"
+    _check(got, want, triton, case)
+    if "residual_delta" in kw:
+        d = kw["residual_delta"]
+        assert not d[0].any() and torch.equal(d[1], kept["residual_delta"][1]), "row 0's delta zeroed once read"
+    if "x_delta" in kw:
+        assert torch.equal(kw["x_delta"], kept["x_delta"]), "x's delta is read, not changed"
+
+
+def test_residual_read_before_or_after_the_wait_is_the_same(products):
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x, w, r = _bf16(g, 1, 3072), _bf16(g, 1024, 3072, scale=3072 ** -0.5), _bf16(g, 1, 1024)
+    d = _fixed(g, 1, 1024)
+    late = products(x, w, residual=r, residual_delta=d.clone())
+    early = products(x, w, residual=r, residual_delta=d.clone(), residual_early=True)
+    assert torch.equal(late, early)
+
+
+def test_calls_it_does_not_take_go_to_the_triton_gemv(products):
+    g = torch.Generator(device="cuda").manual_seed(6)
+    w, ln = _bf16(g, 1024, 1024, scale=1 / 32), _bf16(g, 1024) + 1
+    refused = {"two rows": (_bf16(g, 2, 1024), w), "fp32": (_bf16(g, 1, 1024).float(), w.float()),
+               "K not whole warps": (_bf16(g, 1, 1000), _bf16(g, 1024, 1000)),
+               "N not 16 rows": (_bf16(g, 1, 1024), w[:1000])}
+    for what, (x, ww) in refused.items():
+        assert not products.takes(x, ww), what
+        before = products.launches
+        got = products(x, ww, **WHOLE)
+        assert products.launches == before, what
+        assert rel_err(got, gemv_ref(x, ww)) < 1e-2, what
+    x = _bf16(g, 1, 1024)
+    assert products.takes(x, w, norm=(ln, 1e-6))
+    assert not products.takes(x, w, norm=(ln, 1e-6), residual=_bf16(g, 1, 1024)), "a norm with a residual"
+    assert not products.takes(x, w, residual=_bf16(g, 1, 1024), x_delta=_fixed(g, 1, 1024)), "x's delta, mode 1"
+
+
+def test_a_pdl_chain_in_a_graph_is_the_chain_without(products):
+    """qkv-like -> gate/up -> down with PDL (early triggers where the passes take them) captured in a graph and
+    replayed with two inputs in turn: each replay is its input's result launched without PDL, eagerly."""
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w1, w2, w3 = _bf16(g, 1024, 1024, scale=1 / 32), _bf16(g, 6144, 1024, scale=1 / 32), _bf16(g, 1024, 3072,
+                                                                                                   scale=3072 ** -0.5)
+    ln1, ln2 = _bf16(g, 1024, scale=0.2) + 1, _bf16(g, 1024, scale=0.2) + 1
+    x = _bf16(g, 1, 1024)
+    inputs = (x.clone(), _bf16(g, 1, 1024))
+    delta = torch.zeros(1, 1024, dtype=torch.int64, device="cuda")
+
+    def chain(pdl):
+        h = products(x, w1, norm=(ln1, 1e-6), pdl=PDL_EARLY if pdl else False)
+        delta.copy_((h.double() * FIXED_ONE).to(torch.int64))  # as attention + o writes its sum
+        act = products(h, w2, norm=(ln2, 1e-6), silu_mul=True, x_delta=delta, pdl=pdl)
+        return products(act, w3, residual=h, residual_delta=delta, pdl=PDL_EARLY if pdl else False,
+                        residual_early=pdl)
+
+    want = []
+    with torch.inference_mode():
+        for inp in inputs:
+            x.copy_(inp)
+            want.append(chain(False).clone())
+        replays = graph_replays(lambda: chain(True), n=6, before=lambda i: x.copy_(inputs[i % 2]))
+    assert not torch.equal(want[0], want[1])
+    for i, got in enumerate(replays):
+        assert torch.equal(got, want[i % 2]), f"replay {i}"
+
+
+def test_batch_1_steps_with_the_cuda_products_equal_torch(runners, products):
+    """The runner's batch-1 passes (a 2-position prefill on the Triton GEMVs, then one-position passes and the heads on
+    the CUDA products) against the torch path, as tests/gpu/test_code_predictor_gpu.py compares the Triton passes."""
+    from tests.gpu.test_code_predictor_gpu import _compare_code_predictor_steps
+
+    cfg, (fast, ref) = runners
+    cp = fast.code_predictor
+    was, before = cp.gemv_kernel, products.launches
+    cp.gemv_kernel = products
+    try:
+        assert cp.product(1) is products and cp.product(2) is gemv
+        _compare_code_predictor_steps(cp, ref.code_predictor, 1, cfg.talker.code_predictor.hidden_size)
+    finally:
+        cp.gemv_kernel = was
+    # the prefill's head, then two one-position passes of 15 products (qkv launched: no table here) and their heads
+    assert products.launches - before == 1 + 2 * 16, "the one-row products are the CUDA kernel's"
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_frames_with_the_cuda_products_replay_bit_for_bit(runners, products, sampled):
+    """Whole batch-1 frames (PDL passes, early triggers, the CUDA draw where it runs) on the CUDA products, captured in
+    a graph, inputs alternating between two: every replay gives its input's codes, and the sum of attention + o is
+    zero between frames. (Their codes are not compared with the Triton GEMVs' frames: a one-ulp rounding of a logit may
+    change a pick, and every later pass follows it.)"""
+    from tts_engine.runtime.sampler import GENERAL
+
+    cfg, (fast, _) = runners
+    cp = fast.code_predictor
+    g = torch.Generator(device="cuda").manual_seed(11)
+    hidden = _bf16(g, 1, cfg.talker.hidden_size)
+    inputs = (hidden.clone(), _bf16(g, 1, cfg.talker.hidden_size))
+    c0, frames = torch.tensor([37], device="cuda"), torch.tensor([3], device="cuda")
+    rows = fast.rows.gather(torch.zeros(1, dtype=torch.long, device="cuda"))
+    rows.sub_do_sample.fill_(sampled)
+    rows.sub_temperature.fill_(0.9)
+    rows.sub_top_k.fill_(50)
+    rows.sub_top_p.fill_(1.0)
+    outs, was, before = {}, cp.gemv_kernel, products.launches
+    with torch.inference_mode():
+        try:
+            for name, k in (("triton", None), ("cuda", products)):
+                cp.gemv_kernel = k
+                outs[name] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL), n=6,
+                                           before=lambda i: hidden.copy_(inputs[i % 2]))
+                assert not cp.o_sum.any(), f"{name}: the attention + o sum is not zero after the frames"
+        finally:
+            cp.gemv_kernel = was
+    # a frame: the prefill's head, then 14 passes of 14 products (the first qkv from the table) and a head; run once
+    # before its capture and once captured
+    assert products.launches - before == 2 * (14 * 15 + 1), "the frames' products are the CUDA kernel's"
+    for name, replays in outs.items():
+        differ = [i for i, got in enumerate(replays) if not torch.equal(got, replays[i % 2])]
+        assert not differ, f"{name}: replays {differ} differ from their input's first"
+    assert not torch.equal(outs["cuda"][0], outs["cuda"][1]), "two inputs, one frame of codes"

@@ -1,0 +1,123 @@
+"""One-row products on the tensor cores for the code predictor's batch-1 passes (kernels/cuda/cp_gemv.cu).
+
+    products = CpGemv(device)                    at load: nothing built yet (a cubin a product shape, at first use)
+    products.takes(x, w, ...)                    -> can the kernel compute this `gemv` call
+    products(x, w, norm=, residual=, silu_mul=, x_delta=, residual_delta=, pdl=, residual_early=)  -> y [1, N]
+
+It computes what kernels/gemv.py's `gemv` computes for one row of x, with the same fusions and the same rounding (the
+fp32 sums in the tensor core's order: a few outputs may differ by one bf16 ulp), launched with programmatic dependent
+launch like the whole-row Triton kernel it stands in for (its weights, and with residual_early its residual, read
+before the wait). Why: see the .cu file; in short, after the wait a warp does ~16 MMAs where the Triton kernel's
+threads convert, multiply and reduce every weight.
+
+Where it cannot run (no sm90 GPU or nvcc) the runner keeps the Triton GEMVs (`unsupported`); a call it does not take
+(`takes`) goes to `gemv`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+
+from . import cuda_build
+from .gemv import gemv
+
+SOURCE = Path(__file__).with_name("cuda") / "cp_gemv.cu"
+KW = 256  # columns a warp (cp_gemv.cu CG_KW): 64 registers of weights a lane
+
+
+class _Params(ctypes.Structure):  # kernels/cuda/cp_gemv.cu CpGemvParams
+    _fields_ = [("x", ctypes.c_void_p), ("w", ctypes.c_void_p), ("ln", ctypes.c_void_p), ("residual", ctypes.c_void_p),
+                ("delta", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n_out", ctypes.c_int), ("eps", ctypes.c_float),
+                ("early", ctypes.c_int), ("residual_early", ctypes.c_int)]
+
+
+def unsupported(device: torch.device) -> str | None:
+    """Why the kernel cannot run on `device` here (None: it can)."""
+    return cuda_build.unsupported(device, "cp_gemv")
+
+
+def compile_cp_gemv(k: int, mode: int, norm: bool, delta: bool, kw: int = KW, macros: tuple[str, ...] = ()) -> bytes:
+    return cuda_build.compile_cubin(SOURCE, [f"-DCG_K={k}", f"-DCG_KW={kw}", f"-DCG_MODE={mode}",
+                                             f"-DCG_NORM={int(norm)}", f"-DCG_DELTA={int(delta)}",
+                                             *(f"-D{m}" for m in macros)], "cp_gemv")
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    return t.data_ptr() % 16 == 0
+
+
+class CpGemv:
+    """The one-row products on `device` (an sm90 GPU), a kernel a (K, mode, norm, delta) built at its first call;
+    `kw`: columns a warp, `macros`: cp_gemv.cu's."""
+
+    def __init__(self, device: torch.device, kw: int = KW, macros: tuple[str, ...] = ()):
+        why = unsupported(device)
+        if why:
+            raise RuntimeError(f"cp_gemv: {why}")
+        if device.index is None:  # "cuda": the current device, named, so that tensors' devices compare equal to it
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device, self.kw, self.macros = device, kw, macros
+        self.kernels: dict[tuple, cuda_build.CudaKernel] = {}
+        self.launches = 0  # products launched (captured launches count once)
+
+    def kernel(self, k: int, mode: int, norm: bool, delta: bool) -> cuda_build.CudaKernel:
+        key = (k, mode, norm, delta)
+        if key not in self.kernels:
+            cubin = compile_cp_gemv(k, mode, norm, delta, self.kw, self.macros)
+            self.kernels[key] = cuda_build.CudaKernel(cubin, "cp_gemv", self.device)
+        return self.kernels[key]
+
+    def takes(self, x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
+              silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
+              x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None, **_) -> bool:
+        """Does the kernel compute `gemv(x, w, ...)`: one bf16 row of x on this device, K a multiple of `kw` (at most
+        32 warps), w [N, K] contiguous with N a multiple of 16 (of 8 output features with silu_mul), everything read
+        16-byte aligned."""
+        if x.dim() != 2 or x.shape[0] != 1 or x.dtype != torch.bfloat16 or x.device != self.device:
+            return False
+        k = x.shape[1]
+        if k % self.kw or k // self.kw > 32 or w.dtype != x.dtype or w.dim() != 2 or w.shape[1] != k \
+                or not w.is_contiguous() or x.stride(1) != 1 or not (_aligned(x) and _aligned(w)):
+            return False
+        if w.shape[0] % 16 or (residual is not None and silu_mul):
+            return False
+        if norm is not None and (norm[0].shape != (k,) or norm[0].dtype != x.dtype or not norm[0].is_contiguous()
+                                 or not _aligned(norm[0]) or residual is not None):
+            return False
+        n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
+        if residual is not None and (residual.shape != (1, n_out) or residual.dtype != x.dtype
+                                     or residual.stride(1) != 1):
+            return False
+        for d, width in ((x_delta, k), (residual_delta, n_out)):
+            if d is not None and (d.dtype != torch.int64 or d.dim() != 2 or d.shape[1] != width or d.stride(1) != 1
+                                  or not _aligned(d)):
+                return False
+        return (residual_delta is None or residual is not None) and (x_delta is None or residual is None)
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
+                 silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
+                 x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None,
+                 pdl: bool | int = False, residual_early: bool = False, **launch) -> torch.Tensor:
+        """`gemv(x, w, ...)` for one row (`takes`), else `gemv` itself with `launch` (its Triton launch keywords,
+        which this kernel does not need). pdl: launched with programmatic dependent launch, 2 (`backend.PDL_EARLY`):
+        the next launch may start before this one's wait; residual_early: the residual (and residual_delta) read
+        before the wait, right where they were written two launches back or more."""
+        kw = dict(residual=residual, silu_mul=silu_mul, norm=norm, x_delta=x_delta, residual_delta=residual_delta)
+        if not self.takes(x, w, **kw):
+            return gemv(x, w, **kw, pdl=pdl, residual_early=residual_early, **launch)
+        k = x.shape[1]
+        mode = 2 if silu_mul else 1 if residual is not None else 0
+        n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
+        delta = x_delta if x_delta is not None else residual_delta
+        y = torch.empty(1, n_out, device=x.device, dtype=x.dtype)
+        ln, eps = norm if norm is not None else (None, 0.0)
+        p = _Params(x.data_ptr(), w.data_ptr(), None if ln is None else ln.data_ptr(),
+                    None if residual is None else residual.data_ptr(), None if delta is None else delta.data_ptr(),
+                    y.data_ptr(), n_out, eps, int(pdl == 2), int(residual_early))
+        kernel = self.kernel(k, mode, norm is not None, delta is not None)
+        kernel.launch(n_out // (8 if silu_mul else 16), (k // self.kw) * 32, p, bool(pdl))
+        self.launches += 1
+        return y

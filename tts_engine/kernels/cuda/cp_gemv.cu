@@ -1,0 +1,250 @@
+// One row of x times a weight matrix on the tensor cores, for the code predictor's batch-1 passes: the products of
+// kernels/gemv.py's whole-row PDL kernel (`_gemv_rows_kernel`) with its fusions (the RMSNorm before, the residual add
+// or SwiGLU after, the attention + o launch's fixed-point sum added to x or to the residual).
+//
+// Why: in a batch-1 pass every product's work after its PDL wait lands on all SMs at once, and the Triton kernel's is
+// ~970 instructions a thread (run 30, compiled offline): each weight converted to fp32, FMUL + FADD trees, 9 block-wide
+// reductions. A gate/up launch puts ~12 of its 2-warp programs on an SM, ~11,000 warp-instructions, ~2,800 issue cycles
+// (1.4 µs) after the wait. Here a warp's weights stay packed bf16 in registers as the A operand of
+// `mma.sync.m16n8k16` (16 weight rows by 16 columns), x is the B operand (every one of its 8 columns the same x,
+// output column 0 used), and the tensor core does the multiply and the sum over K: ~16 MMAs and a few dozen other
+// instructions a warp after the wait, and two barriers a CTA (the norm's sum of squares, the warps' partial products).
+// The order of the columns inside a dot product is free, so a lane's 16-byte load of 8 consecutive weights of a row
+// feeds two MMAs as it is, and x is laid out to match (`x_fragment`).
+//
+// A CTA: 16 weight rows (mode 0 / 1: output features f0 .. f0 + 15; mode 2: the gate rows of features f0 .. f0 + 7
+// in A's rows 0-7 and their up rows in 8-15, so one lane holds a feature's gate and up sums), K / KW warps, warp w
+// the columns w KW .. w KW + KW - 1. Lane (g, c) = (lane / 4, lane % 4) holds A's rows g and g + 8: for each 32-column
+// block j of its warp's columns, the 8 weights at j 32 + c 8 of both rows (A's fragment of two MMAs).
+//
+// Rounding is the reference's, as gemv.py's kernels round: x plus the fixed-point delta rounded to bf16 and added,
+// the norm rounded twice (`rms_norm_ref`), the product rounded to bf16, then the residual add or SwiGLU rounded as
+// torch rounds them. The tensor core's fp32 sum runs in its own order (a few outputs may differ by one bf16 ulp from
+// the Triton kernel's or cuBLAS'); the order is fixed, so a replay gives the same bits.
+//
+// Shapes as macros (kernels/cp_gemv.py compiles one cubin a product): CG_K columns, CG_KW columns a warp, CG_MODE 0
+// plain, 1 + residual, 2 SwiGLU; CG_NORM 1: RMSNorm of x with ln first; CG_DELTA 1: x (modes 0, 2) or the residual
+// (mode 1) plus the int64 multiples of 2^-32 at delta (kernels/cp_attention_o.py's o_sum), a residual's delta zeroed
+// once read.
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#if !defined(CG_K) || !defined(CG_MODE)
+#error "cp_gemv.cu needs CG_K and CG_MODE"
+#endif
+#ifndef CG_KW
+#define CG_KW 256
+#endif
+#ifndef CG_NORM
+#define CG_NORM 0
+#endif
+#ifndef CG_DELTA
+#define CG_DELTA 0
+#endif
+
+constexpr int K = CG_K;
+constexpr int KW = CG_KW;
+constexpr int MODE = CG_MODE;
+constexpr bool NORM = CG_NORM != 0;
+constexpr bool DELTA = CG_DELTA != 0;
+constexpr int WARPS = K / KW;
+constexpr int THREADS = WARPS * 32;
+constexpr int J = KW / 32;       // 32-column blocks of a warp's columns: 2 MMAs each
+constexpr int GROUPS = KW / 256;  // x's 8-column groups a lane loads (its warp's columns over 32 lanes)
+constexpr int CHAINS = J < 2 ? 2 * J : 4;  // independent MMA accumulators (the tensor core's latency hidden)
+constexpr unsigned FULL = 0xffffffffu;
+static_assert(KW % 256 == 0 && WARPS * KW == K && THREADS <= 1024, "K whole warps of KW columns");
+static_assert(MODE >= 0 && MODE <= 2, "mode 0 plain, 1 residual, 2 SwiGLU");
+static_assert(!(NORM && MODE == 1), "a residual product takes no norm (the o and down products)");
+static_assert((2 * J) % CHAINS == 0, "MMAs spread over the chains evenly");
+
+struct CpGemvParams {
+    const __nv_bfloat16* x;         // [K]
+    const __nv_bfloat16* w;         // [N, K] (mode 2: gate rows 0 .. n_out - 1, up rows n_out .. 2 n_out - 1)
+    const __nv_bfloat16* ln;        // [K] (CG_NORM)
+    const __nv_bfloat16* residual;  // [n_out] (mode 1)
+    long long* delta;               // CG_DELTA: [K] added to x (modes 0, 2) or [n_out] to the residual (mode 1)
+    __nv_bfloat16* y;               // [n_out]
+    int n_out;
+    float eps;
+    int early;           // 1: the next launch may start before this one's wait (PDL_EARLY), else after it
+    int residual_early;  // mode 1: the residual and its delta read before the wait (written two launches back or more)
+};
+
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// int64 multiples of 2^-32 -> fp32 holding the value rounded to bf16 (backend.from_fixed)
+__device__ __forceinline__ float from_fixed(long long q) { return round_bf16(__ll2float_rn(q) * 2.3283064365386963e-10f); }
+
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+}
+
+// mode 1: residual f plus its delta, as the reference rounds the sum (gemv's `residual_of`)
+__device__ __forceinline__ float read_residual(const CpGemvParams& p, int f) {
+    float r = __bfloat162float(p.residual[f]);
+    if constexpr (DELTA) r = round_bf16(r + from_fixed(p.delta[f]));
+    return r;
+}
+
+// D += A B: A the 16 x 16 weight fragment (a0-a3), B the 16 x 8 x fragment (b0, b1), D fp32 16 x 8.
+__device__ __forceinline__ void mma(float d[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                    unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams p) {
+    __shared__ __align__(16) __nv_bfloat16 xs[K];  // x as the products take it (normed, rounded), for B's layout
+    __shared__ float partial[WARPS][16];           // each warp's sums of the 16 rows
+    __shared__ float squares[WARPS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int col0 = warp * KW;
+
+    // Before the wait, what no launch ahead writes: the weights (constants), the norm's weights, and with
+    // residual_early a residual's row with its delta (the launch ahead has passed its own wait on them).
+    const long long row_g = MODE == 2 ? (long long)blockIdx.x * 8 + g : (long long)blockIdx.x * 16 + g;
+    const long long row_g8 = MODE == 2 ? row_g + p.n_out : row_g + 8;
+    uint4 wa[J], wb[J];  // rows g and g + 8, block j: columns col0 + 32 j + 8 c .. + 7
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        wa[j] = *reinterpret_cast<const uint4*>(p.w + row_g * K + col0 + 32 * j + 8 * c);
+        wb[j] = *reinterpret_cast<const uint4*>(p.w + row_g8 * K + col0 + 32 * j + 8 * c);
+    }
+    float ln[GROUPS][8];
+    if constexpr (NORM) {
+#pragma unroll
+        for (int q = 0; q < GROUPS; ++q) {
+            const uint4 raw = *reinterpret_cast<const uint4*>(p.ln + col0 + 8 * (lane + 32 * q));
+            const __nv_bfloat16* v = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) ln[q][i] = __bfloat162float(v[i]);
+        }
+    }
+    const int out_row = threadIdx.x;  // modes 0 / 1: threads 0-15 finish rows 0-15
+    float residual = 0.f;
+    if constexpr (MODE == 1) {
+        if (out_row < 16 && p.residual_early) residual = read_residual(p, blockIdx.x * 16 + out_row);
+    }
+    if (p.early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (!p.early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+
+    // x into shared memory as the products take it: lane l of warp w holds groups l + 32 q of its 8 columns.
+    if constexpr (NORM || (DELTA && MODE != 1)) {
+        float v[GROUPS][8];
+        float ss = 0.f;
+#pragma unroll
+        for (int q = 0; q < GROUPS; ++q) {
+            const int at = col0 + 8 * (lane + 32 * q);
+            const uint4 raw = *reinterpret_cast<const uint4*>(p.x + at);
+            const __nv_bfloat16* xv = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[q][i] = __bfloat162float(xv[i]);
+            if constexpr (DELTA && MODE != 1) {
+#pragma unroll
+                for (int i = 0; i < 8; i += 2) {
+                    const longlong2 d = *reinterpret_cast<const longlong2*>(p.delta + at + i);
+                    v[q][i] = round_bf16(v[q][i] + from_fixed(d.x));
+                    v[q][i + 1] = round_bf16(v[q][i + 1] + from_fixed(d.y));
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 8; ++i) ss = fmaf(v[q][i], v[q][i], ss);
+        }
+        if constexpr (NORM) {
+            ss = warp_sum(ss);
+            if (lane == 0) squares[warp] = ss;
+            __syncthreads();
+            float total = 0.f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) total += squares[w];
+            const float inv = rsqrtf(total / K + p.eps);
+#pragma unroll
+            for (int q = 0; q < GROUPS; ++q)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) v[q][i] = round_bf16(ln[q][i] * round_bf16(v[q][i] * inv));
+        }
+#pragma unroll
+        for (int q = 0; q < GROUPS; ++q) {
+            uint4 packed;
+            packed.x = pack_bf16(v[q][0], v[q][1]);
+            packed.y = pack_bf16(v[q][2], v[q][3]);
+            packed.z = pack_bf16(v[q][4], v[q][5]);
+            packed.w = pack_bf16(v[q][6], v[q][7]);
+            *reinterpret_cast<uint4*>(xs + col0 + 8 * (lane + 32 * q)) = packed;
+        }
+        __syncwarp();
+    }
+
+    // The products: block j's 8 columns of lane (g, c) are two MMAs' k pairs (2c, 2c + 1) and (2c + 8, 2c + 9), in
+    // A and B alike; every lane's B column is the same x.
+    float acc[CHAINS][4];
+#pragma unroll
+    for (int i = 0; i < CHAINS; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        const int at = col0 + 32 * j + 8 * c;
+        uint4 b;
+        if constexpr (NORM || (DELTA && MODE != 1)) {
+            b = *reinterpret_cast<const uint4*>(xs + at);
+        } else {
+            b = *reinterpret_cast<const uint4*>(p.x + at);
+        }
+        mma(acc[(2 * j) % CHAINS], wa[j].x, wb[j].x, wa[j].y, wb[j].y, b.x, b.y);
+        mma(acc[(2 * j + 1) % CHAINS], wa[j].z, wb[j].z, wa[j].w, wb[j].w, b.z, b.w);
+    }
+    float top = 0.f, bottom = 0.f;  // rows g and g + 8 (D's column 2c: every column holds the same sums)
+#pragma unroll
+    for (int i = 0; i < CHAINS; ++i) {
+        top += acc[i][0];
+        bottom += acc[i][2];
+    }
+    if (c == 0) {
+        partial[warp][g] = top;
+        partial[warp][g + 8] = bottom;
+    }
+    __syncthreads();
+
+    // The epilogue: the warps' sums added in warp order, rounded as the reference rounds, stored.
+    if constexpr (MODE == 2) {
+        if (threadIdx.x < 8) {
+            const int r = threadIdx.x;
+            float gate = 0.f, up = 0.f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                gate += partial[w][r];
+                up += partial[w][r + 8];
+            }
+            const float gr = round_bf16(gate);
+            const float act = round_bf16(gr / (1.f + expf(-gr)));
+            p.y[blockIdx.x * 8 + r] = __float2bfloat16_rn(act * round_bf16(up));
+        }
+    } else {
+        if (out_row < 16) {
+            const int r = out_row;
+            float sum = 0.f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) sum += partial[w][r];
+            float out = round_bf16(sum);
+            const int f = blockIdx.x * 16 + r;
+            if constexpr (MODE == 1) {
+                if (!p.residual_early) residual = read_residual(p, f);
+                out = residual + out;
+                if constexpr (DELTA) p.delta[f] = 0;
+            }
+            p.y[f] = __float2bfloat16_rn(out);
+        }
+    }
+}
