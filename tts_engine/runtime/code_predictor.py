@@ -348,12 +348,12 @@ class CodePredictorRunner:
         cos, sin = (t[start:start + n] for t in self.rope)  # [n, D]: static slices
         return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1], True
 
-    def product(self, rows: int):
+    def product(self, rows: int) -> CpGemv | None:
         """What computes a pass's products (`gemv`'s signature): the CUDA one-row kernel (`gemv_kernel`) in PDL passes
-        of one row, else `gemv`."""
+        of one row, else None (`gemv`)."""
         if self.gemv_kernel is not None and rows == 1 and self.uses_pdl(rows) and rows <= self.gemv_rows:
             return self.gemv_kernel
-        return gemv
+        return None
 
     def uses_pdl(self, rows: int) -> bool:
         """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows and
@@ -384,8 +384,8 @@ class CodePredictorRunner:
             return F.linear(out, self.heads[j])
         launch = self.launch(out.shape[0])["head"]
         evict = self.l2_policy.get(("head", j), "") if launch.get("whole_rows") else ""
-        return self.product(out.shape[0])(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **launch,
-                                          evict=evict)
+        product = self.product(out.shape[0]) or gemv
+        return product(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **launch, evict=evict)
 
     def predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
                 variant: SamplerVariant = GENERAL) -> torch.Tensor:

@@ -201,8 +201,8 @@ def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor
                       positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                       attend: TritonAttend, launch: dict[str, dict], pdl: bool = False,
                       qkv_attend: QkvAttend | None = None, first_qkv: torch.Tensor | None = None,
-                      attention_o: AttentionO | None = None,
-                      l2_policy: dict[tuple[str, int], str] | None = None, product: Callable = gemv) -> torch.Tensor:
+                      attention_o: AttentionO | None = None, l2_policy: dict[tuple[str, int], str] | None = None,
+                      product: Callable | None = None) -> torch.Tensor:
     """`decoder_step_triton` for a few tokens (as many as the launch's kernel holds), 6 launches a
     layer (5 with qkv_attend): the products are kernels/gemv.py's, with each RMSNorm in the prologue of
     the product after it and the residual adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o +
@@ -214,9 +214,9 @@ def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor
     attention and o in one launch (4 launches a layer), whose fixed-point sum gate/up adds to its input and down
     to its residual (gemv's x_delta, residual_delta), as the reference adds o's product to the residual.
     l2_policy: (product, layer) -> its weights' L2 eviction priority (gemv's `evict`; whole-row launches only).
-    product: what computes the products, `gemv` or a stand-in with its signature (kernels/cp_gemv.py's one-row
-    kernel)."""
+    product: what computes the products with `gemv`'s signature (kernels/cp_gemv.py's one-row kernel); None: `gemv`."""
     eps, res = stack.eps, x
+    product = product or gemv
     policy = l2_policy or {}
 
     def config(name: str, i: int) -> dict:
