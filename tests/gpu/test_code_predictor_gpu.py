@@ -75,7 +75,7 @@ def _compare_code_predictor_steps(fast_cp, ref_cp, b, h):
                                             (1, True, "attention_o+qkv_table+residual_early"),
                                             (2, True, "attention_o+qkv_table+residual_early"),
                                             (1, True, "attention_o+residual_early")])
-def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, change):
+def test_code_predictor_with_pdl_gives_the_codes_without(runners, monkeypatch, b, fused, change):
     """Batches 1 and 2 (passes of 1-2 rows: the engine's PDL passes) with programmatic dependent
     launch (whole-row GEMVs, every kernel launched early and waiting for its inputs), captured in a
     graph as the engine runs it, against the same kernels launched without PDL: the same arithmetic,
@@ -93,6 +93,9 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, b, fused, chan
 
     cfg, (fast, _) = runners
     cp = fast.code_predictor
+    # the Triton products at batch 1 too (the CUDA one-row kernel, the default where it runs, rounds otherwise:
+    # tests/gpu/test_cp_gemv_gpu.py)
+    monkeypatch.setattr(cp, "gemv_kernel", None)
     assert pdl_supported(fast.device), "the H200 (sm90) supports PDL"
     hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
     inputs = (hidden.clone(), torch.randn_like(hidden))  # replays alternate between them
@@ -164,7 +167,7 @@ def test_code_predictor_draws_that_prefetch_give_the_codes_without(runners, b):
 
 
 @pytest.mark.parametrize("b", [1, 2])
-def test_code_predictor_with_l2_eviction_priorities_gives_the_codes_without(runners, b):
+def test_code_predictor_with_l2_eviction_priorities_gives_the_codes_without(runners, monkeypatch, b):
     """The PDL passes with every weight's L2 eviction priority set (`l2_policy`: gate/up of layers 0-1 evict_last,
     every other product and head evict_first; run 27's cp_l2 variants) give the codes of the same passes without
     cache hints, replay after replay."""
@@ -173,6 +176,9 @@ def test_code_predictor_with_l2_eviction_priorities_gives_the_codes_without(runn
 
     cfg, (fast, _) = runners
     cp = fast.code_predictor
+    # the Triton products at batch 1 too (the CUDA one-row kernel, the default where it runs, rounds otherwise:
+    # tests/gpu/test_cp_gemv_gpu.py)
+    monkeypatch.setattr(cp, "gemv_kernel", None)
     assert cp.uses_pdl(b)
     hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
     c0 = torch.tensor([17, 1500][:b], device="cuda")
@@ -313,7 +319,7 @@ def test_code_predictor_qkv_table_is_the_first_layers_product(runners):
 
 
 @pytest.mark.parametrize("b", [1, 2])
-def test_code_predictor_with_the_launchs_own_qkv_table_gives_its_codes(runners, b):
+def test_code_predictor_with_the_launchs_own_qkv_table_gives_its_codes(runners, monkeypatch, b):
     """A table made by the very launch a pass of b rows makes (the whole-row GEMV over b rows at a time, as the
     pass holds them) turns passes 1-14's qkv product into gathers without changing one bit: the graph-replayed
     codes (PDL, sampled rows) with it equal those of the launched product. Any difference is the gathers, the
@@ -324,6 +330,9 @@ def test_code_predictor_with_the_launchs_own_qkv_table_gives_its_codes(runners, 
 
     cfg, (fast, _) = runners
     cp = fast.code_predictor
+    # the Triton products at batch 1 too (the CUDA one-row kernel, the default where it runs, rounds otherwise:
+    # tests/gpu/test_cp_gemv_gpu.py)
+    monkeypatch.setattr(cp, "gemv_kernel", None)
     assert cp.uses_pdl(b)
     layer, launch = cp.stack.layers[0], {**PDL_LAUNCH["qkv"], "pdl": False}
     with torch.inference_mode():

@@ -80,8 +80,10 @@ class FastPathOptions:
     # kernel (kernels/cuda/cp_gemv.cu through kernels/cp_gemv.py: a warp's weights the A operand of mma.sync in
     # registers, x the B operand, so that after the PDL wait a warp does ~16 MMAs where the Triton kernel converts,
     # multiplies and reduces each weight), built by nvcc at load; True: required, None: where it can run (an sm90 GPU
-    # and nvcc, the PDL passes), else the Triton GEMVs. Untimed until run 31: off.
-    cp_cuda_gemv: bool | None = False
+    # and nvcc, the PDL passes, bf16), else the Triton GEMVs. Run 31 (bench.latency --experiments cp_gemv, 5
+    # interleaved rounds): code-predictor frame 1.368 -> 1.145 ms at batch 1, frame step 2.405 -> 2.183 (256 columns a
+    # warp; 512: 1.163).
+    cp_cuda_gemv: bool | None = None
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
