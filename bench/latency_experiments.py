@@ -402,6 +402,15 @@ def cp_gemv_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA one-row products")
 
 
+def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(8, 32)) -> dict:
+    """The code predictor's frame (and the frame step) with its cuBLAS passes' products on the CUDA kernel's rows
+    (kernels/cp_gemv.py `cp_gemm_rows`, passes of up to 32 token rows) against cuBLAS, interleaved rounds ->
+    {batch: {key: median ms}}."""
+    cp = runner.code_predictor
+    variants = {"cublas": {"gemv_kernel_rows": 0}, "cuda_rows": {"gemv_kernel_rows": 32}}
+    return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA rows products")
+
+
 # The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).
 CP_GEMV_VARIANTS = {"cuda": (256, ()), "cuda_kw512": (512, ())}
 
@@ -440,5 +449,6 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "early_trigger": early_trigger_times, "talker_trigger": talker_trigger_times, "cp_l2": cp_l2_times,
                "cp_bytes": cp_bytes_times, "cp_persistent": cp_persistent_times,
                "draw_gathers": draw_gathers_times, "cp_draw": cp_draw_times, "cp_gemv": cp_gemv_times,
+               "cp_gemm_rows": cp_gemm_rows_times,
                "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

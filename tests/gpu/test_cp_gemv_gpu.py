@@ -179,3 +179,43 @@ def test_frames_with_the_cuda_products_replay_bit_for_bit(runners, products, sam
         differ = [i for i, got in enumerate(replays) if not torch.equal(got, replays[i % 2])]
         assert not differ, f"{name}: replays {differ} differ from their input's first"
     assert not torch.equal(outs["cuda"][0], outs["cuda"][1]), "two inputs, one frame of codes"
+
+
+@pytest.mark.parametrize("m", [2, 8, 13, 32])
+@pytest.mark.parametrize("case", ["qkv", "gate_up", "down", "o"])
+def test_rows_are_the_products_of_cublas(products, m, case):
+    """2-32 rows of x (`cp_gemm_rows`, the cuBLAS passes' products): plain, and gate/up with SwiGLU, against the
+    reference (cuBLAS' product, torch's SiLU-mul), rows past a tile's end not read."""
+    g = torch.Generator(device="cuda").manual_seed(m)
+    n, k = {"qkv": (4096, 1024), "gate_up": (6144, 1024), "down": (1024, 3072), "o": (1024, 2048)}[case]
+    x = _bf16(g, m + 3, k)[:m]  # rows past m are there, and must not be read into the products
+    w = _bf16(g, n, k, scale=k ** -0.5)
+    silu = case == "gate_up"
+    assert products.takes(x, w, silu_mul=silu)
+    before = products.launches
+    got = products(x, w, silu_mul=silu)
+    assert products.launches == before + 1
+    want = gemv_ref(x, w, silu_mul=silu)
+    assert got.shape == want.shape and rel_err(got, want) < 1e-2, case
+    same = (got == want).float().mean().item()
+    assert same > 0.95, f"{case}, {m} rows: {same:.3%} of the outputs equal the reference's"
+    assert not products.takes(x, w, norm=(torch.ones(k, device="cuda", dtype=torch.bfloat16), 1e-6)), "no norm"
+    assert not products.takes(_bf16(g, 33, k), w), "at most 32 rows"
+
+
+@pytest.mark.parametrize("b", [4, 8])
+def test_cublas_passes_with_the_cuda_rows_equal_torch(runners, products, b):
+    """The runner's cuBLAS passes (4 and 8 token rows, the prefills 8 and 16; the runners hold 8) with their products on
+    the CUDA kernel's rows against the torch path."""
+    from tests.gpu.test_code_predictor_gpu import _compare_code_predictor_steps
+
+    cfg, (fast, ref) = runners
+    cp = fast.code_predictor
+    was, before = (cp.gemv_kernel, cp.gemv_kernel_rows), products.launches
+    cp.gemv_kernel, cp.gemv_kernel_rows = products, 32
+    try:
+        assert cp.rows_product(b) is products
+        _compare_code_predictor_steps(cp, ref.code_predictor, b, cfg.talker.code_predictor.hidden_size)
+    finally:
+        cp.gemv_kernel, cp.gemv_kernel_rows = was
+    assert products.launches > before

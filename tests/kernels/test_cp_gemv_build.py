@@ -43,9 +43,20 @@ def test_kernel_compiles_for_sm90a_without_local_memory(tmp_path, k, mode, norm,
 
 
 @needs_nvcc
+@pytest.mark.parametrize("k,mode,tiles", [(1024, 0, 4), (1024, 2, 4), (3072, 0, 4), (2048, 0, 2), (1024, 2, 1)])
+def test_rows_kernel_compiles_without_local_memory(tmp_path, k, mode, tiles):
+    done = _nvcc(tmp_path, f"CG_K={k}", f"CG_MODE={mode}", f"CG_NT={tiles}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = done.stderr[done.stderr.index("Function properties for cp_gemm_rows"):]
+    assert re.search(r"0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", rows), done.stderr
+    assert "cp_gemm_rows" not in _nvcc(tmp_path, f"CG_K={k}", "CG_MODE=1").stderr, "no rows kernel with a residual"
+
+
+@needs_nvcc
 @pytest.mark.parametrize("macros,said", [(("CG_K=1000", "CG_MODE=0"), "whole warps"),
                                          (("CG_K=1024", "CG_MODE=1", "CG_NORM=1"), "takes no norm"),
-                                         (("CG_K=1024", "CG_MODE=3"), "mode 0 plain")])
+                                         (("CG_K=1024", "CG_MODE=3"), "mode 0 plain"),
+                                         (("CG_K=1024", "CG_MODE=0", "CG_NT=5"), "1-4 tiles")])
 def test_layouts_the_kernel_does_not_hold_fail_to_compile(tmp_path, macros, said):
     done = _nvcc(tmp_path, *macros)
     assert done.returncode != 0 and said in done.stderr, done.stderr[-2000:]

@@ -31,7 +31,8 @@ KW = 256  # columns a warp (cp_gemv.cu CG_KW): 64 registers of weights a lane
 class _Params(ctypes.Structure):  # kernels/cuda/cp_gemv.cu CpGemvParams
     _fields_ = [("x", ctypes.c_void_p), ("w", ctypes.c_void_p), ("ln", ctypes.c_void_p), ("residual", ctypes.c_void_p),
                 ("delta", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n_out", ctypes.c_int), ("eps", ctypes.c_float),
-                ("early", ctypes.c_int), ("residual_early", ctypes.c_int)]
+                ("early", ctypes.c_int), ("residual_early", ctypes.c_int), ("m", ctypes.c_int),
+                ("x_stride", ctypes.c_longlong), ("y_stride", ctypes.c_longlong)]
 
 
 def unsupported(device: torch.device) -> str | None:
@@ -39,9 +40,13 @@ def unsupported(device: torch.device) -> str | None:
     return cuda_build.unsupported(device, "cp_gemv")
 
 
-def compile_cp_gemv(k: int, mode: int, norm: bool, delta: bool, kw: int = KW, macros: tuple[str, ...] = ()) -> bytes:
+MAX_ROWS = 32  # rows of x `cp_gemm_rows` takes (4 tiles of 8)
+
+
+def compile_cp_gemv(k: int, mode: int, norm: bool, delta: bool, kw: int = KW, macros: tuple[str, ...] = (),
+                    tiles: int = 1) -> bytes:
     return cuda_build.compile_cubin(SOURCE, [f"-DCG_K={k}", f"-DCG_KW={kw}", f"-DCG_MODE={mode}",
-                                             f"-DCG_NORM={int(norm)}", f"-DCG_DELTA={int(delta)}",
+                                             f"-DCG_NORM={int(norm)}", f"-DCG_DELTA={int(delta)}", f"-DCG_NT={tiles}",
                                              *(f"-D{m}" for m in macros)], "cp_gemv")
 
 
@@ -63,20 +68,25 @@ class CpGemv:
         self.kernels: dict[tuple, cuda_build.CudaKernel] = {}
         self.launches = 0  # products launched (captured launches count once)
 
-    def kernel(self, k: int, mode: int, norm: bool, delta: bool) -> cuda_build.CudaKernel:
-        key = (k, mode, norm, delta)
+    def kernel(self, k: int, mode: int, norm: bool, delta: bool, tiles: int = 0) -> cuda_build.CudaKernel:
+        """One row (tiles 0: `cp_gemv`) or up to 8 `tiles` rows (`cp_gemm_rows`)."""
+        key = (k, mode, norm, delta, tiles)
         if key not in self.kernels:
-            cubin = compile_cp_gemv(k, mode, norm, delta, self.kw, self.macros)
-            self.kernels[key] = cuda_build.CudaKernel(cubin, "cp_gemv", self.device)
+            cubin = compile_cp_gemv(k, mode, norm, delta, self.kw, self.macros, max(1, tiles))
+            self.kernels[key] = cuda_build.CudaKernel(cubin, "cp_gemm_rows" if tiles else "cp_gemv", self.device)
         return self.kernels[key]
 
     def takes(self, x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
               silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
               x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None, **_) -> bool:
-        """Does the kernel compute `gemv(x, w, ...)`: one bf16 row of x on this device, K a multiple of `kw` (at most
+        """Does the kernel compute `gemv(x, w, ...)`: bf16 rows of x on this device, K a multiple of `kw` (at most
         32 warps), w [N, K] contiguous with N a multiple of 16 (of 8 output features with silu_mul), everything read
-        16-byte aligned."""
-        if x.dim() != 2 or x.shape[0] != 1 or x.dtype != torch.bfloat16 or x.device != self.device:
+        16-byte aligned; one row with any of the fusions, or 2 .. MAX_ROWS rows plain or with silu_mul
+        (`cp_gemm_rows`)."""
+        if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS or x.dtype != torch.bfloat16 or x.device != self.device:
+            return False
+        if x.shape[0] > 1 and (residual is not None or norm is not None or x_delta is not None
+                               or residual_delta is not None or x.stride(0) % 8):
             return False
         k = x.shape[1]
         if k % self.kw or k // self.kw > 32 or w.dtype != x.dtype or w.dim() != 2 or w.shape[1] != k \
@@ -108,16 +118,16 @@ class CpGemv:
         kw = dict(residual=residual, silu_mul=silu_mul, norm=norm, x_delta=x_delta, residual_delta=residual_delta)
         if not self.takes(x, w, **kw):
             return gemv(x, w, **kw, pdl=pdl, residual_early=residual_early, **launch)
-        k = x.shape[1]
+        (m, k), tiles = x.shape, 0 if x.shape[0] == 1 else -(-x.shape[0] // 8)
         mode = 2 if silu_mul else 1 if residual is not None else 0
         n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
         delta = x_delta if x_delta is not None else residual_delta
-        y = torch.empty(1, n_out, device=x.device, dtype=x.dtype)
+        y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
         ln, eps = norm if norm is not None else (None, 0.0)
         p = _Params(x.data_ptr(), w.data_ptr(), None if ln is None else ln.data_ptr(),
                     None if residual is None else residual.data_ptr(), None if delta is None else delta.data_ptr(),
-                    y.data_ptr(), n_out, eps, int(pdl == 2), int(residual_early))
-        kernel = self.kernel(k, mode, norm is not None, delta is not None)
+                    y.data_ptr(), n_out, eps, int(pdl == 2), int(residual_early), m, x.stride(0), y.stride(0))
+        kernel = self.kernel(k, mode, norm is not None, delta is not None, tiles)
         kernel.launch(n_out // (8 if silu_mul else 16), (k // self.kw) * 32, p, bool(pdl))
         self.launches += 1
         return y

@@ -36,6 +36,7 @@ from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attenti
 from ..kernels.cp_attention_o import cp_attention_o
 from ..kernels.cp_draw import CpDrawKernel
 from ..kernels.cp_draw import unsupported as cp_draw_unsupported
+from ..kernels.cp_gemv import MAX_ROWS as CP_GEMV_MAX_ROWS
 from ..kernels.cp_gemv import CpGemv
 from ..kernels.cp_gemv import unsupported as cp_gemv_unsupported
 from ..kernels.cp_pass import CpPassKernel, unsupported
@@ -233,6 +234,9 @@ class CodePredictorRunner:
         # The PDL passes' one-row products as a CUDA kernel on the tensor cores (kernels/cp_gemv.py), or None: the
         # Triton GEMVs. Read at every pass.
         self.gemv_kernel: CpGemv | None = None
+        # ... and the products of cuBLAS passes of up to this many token rows (`cp_gemm_rows`: plain and gate/up with
+        # SwiGLU; 0: none). Read at every pass.
+        self.gemv_kernel_rows = CP_GEMV_MAX_ROWS
         if cuda_gemv is not False:
             self.gemv_kernel = self.cuda_gemv_kernel(required=bool(cuda_gemv))
 
@@ -337,7 +341,7 @@ class CodePredictorRunner:
                                         l2_policy=self.l2_policy if pdl and b * n <= self.gemv_rows else None,
                                         product=self.product(b * n))
                 return out.view(b, n, -1)[:, -1], False
-            out = decoder_step_triton(*args, **fused, split_k=self.split_k)
+            out = decoder_step_triton(*args, **fused, split_k=self.split_k, rows_product=self.rows_product(b * n))
             return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
@@ -354,6 +358,11 @@ class CodePredictorRunner:
         if self.gemv_kernel is not None and rows == 1 and self.uses_pdl(rows) and rows <= self.gemv_rows:
             return self.gemv_kernel
         return None
+
+    def rows_product(self, rows: int) -> CpGemv | None:
+        """What computes the products of a cuBLAS pass of `rows` token rows where it takes them: the CUDA kernel's
+        rows (`gemv_kernel`, up to `gemv_kernel_rows`), else None (cuBLAS)."""
+        return self.gemv_kernel if self.gemv_kernel is not None and rows <= self.gemv_kernel_rows else None
 
     def uses_pdl(self, rows: int) -> bool:
         """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows and

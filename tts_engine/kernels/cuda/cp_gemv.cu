@@ -42,6 +42,9 @@
 #ifndef CG_DELTA
 #define CG_DELTA 0
 #endif
+#ifndef CG_NT
+#define CG_NT 1  // `cp_gemm_rows`: 8-row tiles of x (up to 8 CG_NT rows)
+#endif
 
 constexpr int K = CG_K;
 constexpr int KW = CG_KW;
@@ -53,11 +56,13 @@ constexpr int THREADS = WARPS * 32;
 constexpr int J = KW / 32;       // 32-column blocks of a warp's columns: 2 MMAs each
 constexpr int GROUPS = KW / 256;  // x's 8-column groups a lane loads (its warp's columns over 32 lanes)
 constexpr int CHAINS = J < 2 ? 2 * J : 4;  // independent MMA accumulators (the tensor core's latency hidden)
+constexpr int NT = CG_NT;
 constexpr unsigned FULL = 0xffffffffu;
 static_assert(KW % 256 == 0 && WARPS * KW == K && THREADS <= 1024, "K whole warps of KW columns");
 static_assert(MODE >= 0 && MODE <= 2, "mode 0 plain, 1 residual, 2 SwiGLU");
 static_assert(!(NORM && MODE == 1), "a residual product takes no norm (the o and down products)");
 static_assert((2 * J) % CHAINS == 0, "MMAs spread over the chains evenly");
+static_assert(NT >= 1 && NT <= 4, "1-4 tiles of 8 rows of x (the accumulators stay in registers)");
 
 struct CpGemvParams {
     const __nv_bfloat16* x;         // [K]
@@ -70,6 +75,9 @@ struct CpGemvParams {
     float eps;
     int early;           // 1: the next launch may start before this one's wait (PDL_EARLY), else after it
     int residual_early;  // mode 1: the residual and its delta read before the wait (written two launches back or more)
+    int m;               // `cp_gemm_rows`: rows of x and y (at most 8 CG_NT)
+    long long x_stride;  // `cp_gemm_rows`: elements between rows of x, of y
+    long long y_stride;
 };
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -248,3 +256,65 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
         }
     }
 }
+
+// Rows 1 .. 8 NT of x (the code predictor's cuBLAS passes of 8-32 token rows; modes 0 and 2, no norm or delta: those
+// passes norm in launches of their own). The same weight fragments; B's column n of tile t is x's row 8 t + n (rows
+// past m read as zeros), so D's columns are x's rows: lane (g, c) holds weight rows g and g + 8 against x's rows
+// 8 t + 2c, 8 t + 2c + 1. Each tile is its own accumulator chain. The warps' sums meet in shared memory as before.
+#if CG_MODE != 1 && !CG_NORM && !CG_DELTA
+extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvParams p) {
+    __shared__ float partial[WARPS][16][8 * NT];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int col0 = warp * KW;
+    const long long row_g = MODE == 2 ? (long long)blockIdx.x * 8 + g : (long long)blockIdx.x * 16 + g;
+    const long long row_g8 = MODE == 2 ? row_g + p.n_out : row_g + 8;
+    uint4 wa[J], wb[J];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        wa[j] = *reinterpret_cast<const uint4*>(p.w + row_g * K + col0 + 32 * j + 8 * c);
+        wb[j] = *reinterpret_cast<const uint4*>(p.w + row_g8 * K + col0 + 32 * j + 8 * c);
+    }
+    if (p.early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (!p.early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        const int at = col0 + 32 * j + 8 * c;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const int row = 8 * t + g;
+            uint4 b = make_uint4(0u, 0u, 0u, 0u);
+            if (row < p.m) b = *reinterpret_cast<const uint4*>(p.x + row * p.x_stride + at);
+            mma(acc[t], wa[j].x, wb[j].x, wa[j].y, wb[j].y, b.x, b.y);
+            mma(acc[t], wa[j].z, wb[j].z, wa[j].w, wb[j].w, b.z, b.w);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        partial[warp][g][8 * t + 2 * c] = acc[t][0];
+        partial[warp][g][8 * t + 2 * c + 1] = acc[t][1];
+        partial[warp][g + 8][8 * t + 2 * c] = acc[t][2];
+        partial[warp][g + 8][8 * t + 2 * c + 1] = acc[t][3];
+    }
+    __syncthreads();
+
+    // An output a thread at a time: (x row, feature), the warps' sums added in warp order.
+    constexpr int FEATURES = MODE == 2 ? 8 : 16;
+    for (int o = threadIdx.x; o < FEATURES * p.m; o += THREADS) {
+        const int r = o % FEATURES, xr = o / FEATURES;
+        float sum = 0.f, up = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            sum += partial[w][r][xr];
+            if constexpr (MODE == 2) up += partial[w][r + 8][xr];
+        }
+        float out = round_bf16(sum);
+        if constexpr (MODE == 2) out = round_bf16(out / (1.f + expf(-out))) * round_bf16(up);
+        p.y[xr * p.y_stride + blockIdx.x * FEATURES + r] = __float2bfloat16_rn(out);
+    }
+}
+#endif
