@@ -81,19 +81,21 @@ def test_residual_read_before_or_after_the_wait_is_the_same(products):
 def test_calls_it_does_not_take_go_to_the_triton_gemv(products):
     g = torch.Generator(device="cuda").manual_seed(6)
     w, ln = _bf16(g, 1024, 1024, scale=1 / 32), _bf16(g, 1024) + 1
-    refused = {"two rows": (_bf16(g, 2, 1024), w), "fp32": (_bf16(g, 1, 1024).float(), w.float()),
-               "K not whole warps": (_bf16(g, 1, 1000), _bf16(g, 1024, 1000)),
-               "N not 16 rows": (_bf16(g, 1, 1024), w[:1000])}
-    for what, (x, ww) in refused.items():
-        assert not products.takes(x, ww), what
+    norm = {"norm": (ln, 1e-6)}
+    refused = {"two rows with a norm": (_bf16(g, 2, 1024), w, norm), "fp32": (_bf16(g, 1, 1024).float(), w.float(), {}),
+               "K not whole warps": (_bf16(g, 1, 1000), _bf16(g, 1024, 1000), {}),
+               "N not 16 rows": (_bf16(g, 1, 1024), w[:1000], {})}
+    for what, (x, ww, kw) in refused.items():
+        assert not products.takes(x, ww, **kw), what
         before = products.launches
-        got = products(x, ww, **WHOLE)
+        got = products(x, ww, **kw, **WHOLE)
         assert products.launches == before, what
-        assert rel_err(got, gemv_ref(x, ww)) < 1e-2, what
+        assert rel_err(got, gemv_ref(x, ww, **kw)) < 1e-2, what
     x = _bf16(g, 1, 1024)
     assert products.takes(x, w, norm=(ln, 1e-6))
     assert not products.takes(x, w, norm=(ln, 1e-6), residual=_bf16(g, 1, 1024)), "a norm with a residual"
     assert not products.takes(x, w, residual=_bf16(g, 1, 1024), x_delta=_fixed(g, 1, 1024)), "x's delta, mode 1"
+    assert not products.takes(_bf16(g, 33, 1024), w), "more than 32 rows"
 
 
 def test_a_pdl_chain_in_a_graph_is_the_chain_without(products):

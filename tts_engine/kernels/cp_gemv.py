@@ -1,14 +1,16 @@
-"""One-row products on the tensor cores for the code predictor's batch-1 passes (kernels/cuda/cp_gemv.cu).
+"""Products on the tensor cores for the code predictor's passes (kernels/cuda/cp_gemv.cu).
 
     products = CpGemv(device)                    at load: nothing built yet (a cubin a product shape, at first use)
     products.takes(x, w, ...)                    -> can the kernel compute this `gemv` call
-    products(x, w, norm=, residual=, silu_mul=, x_delta=, residual_delta=, pdl=, residual_early=)  -> y [1, N]
+    products(x, w, norm=, residual=, silu_mul=, x_delta=, residual_delta=, pdl=, residual_early=)  -> y [M, N]
 
-It computes what kernels/gemv.py's `gemv` computes for one row of x, with the same fusions and the same rounding (the
-fp32 sums in the tensor core's order: a few outputs may differ by one bf16 ulp), launched with programmatic dependent
-launch like the whole-row Triton kernel it stands in for (its weights, and with residual_early its residual, read
-before the wait). Why: see the .cu file; in short, after the wait a warp does ~16 MMAs where the Triton kernel's
-threads convert, multiply and reduce every weight.
+For one row of x (`cp_gemv`: the batch-1 passes) it computes what kernels/gemv.py's `gemv` computes, with the same
+fusions and the same rounding (the fp32 sums in the tensor core's order: a few outputs may differ by one bf16 ulp),
+launched with programmatic dependent launch like the whole-row Triton kernel it stands in for (its weights, and with
+residual_early its residual, read before the wait). Why: see the .cu file; in short, after the wait a warp does ~16
+MMAs where the Triton kernel's threads convert, multiply and reduce every weight. Run 31: the batch-1 code-predictor
+frame 1.368 -> 1.145 ms. For 2-32 rows (`cp_gemm_rows`: the cuBLAS passes of batches 2-32) it computes the plain
+product or gate/up with SwiGLU, x's rows as the B operand's columns.
 
 Where it cannot run (no sm90 GPU or nvcc) the runner keeps the Triton GEMVs (`unsupported`); a call it does not take
 (`takes`) goes to `gemv`.
@@ -55,7 +57,7 @@ def _aligned(t: torch.Tensor) -> bool:
 
 
 class CpGemv:
-    """The one-row products on `device` (an sm90 GPU), a kernel a (K, mode, norm, delta) built at its first call;
+    """The products on `device` (an sm90 GPU), a kernel a (K, mode, norm, delta, tiles) built at its first call;
     `kw`: columns a warp, `macros`: cp_gemv.cu's."""
 
     def __init__(self, device: torch.device, kw: int = KW, macros: tuple[str, ...] = ()):
@@ -69,7 +71,7 @@ class CpGemv:
         self.launches = 0  # products launched (captured launches count once)
 
     def kernel(self, k: int, mode: int, norm: bool, delta: bool, tiles: int = 0) -> cuda_build.CudaKernel:
-        """One row (tiles 0: `cp_gemv`) or up to 8 `tiles` rows (`cp_gemm_rows`)."""
+        """One row (tiles 0: `cp_gemv`) or up to 8 x `tiles` rows (`cp_gemm_rows`)."""
         key = (k, mode, norm, delta, tiles)
         if key not in self.kernels:
             cubin = compile_cp_gemv(k, mode, norm, delta, self.kw, self.macros, max(1, tiles))
@@ -111,10 +113,10 @@ class CpGemv:
                  silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
                  x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None,
                  pdl: bool | int = False, residual_early: bool = False, **launch) -> torch.Tensor:
-        """`gemv(x, w, ...)` for one row (`takes`), else `gemv` itself with `launch` (its Triton launch keywords,
-        which this kernel does not need). pdl: launched with programmatic dependent launch, 2 (`backend.PDL_EARLY`):
-        the next launch may start before this one's wait; residual_early: the residual (and residual_delta) read
-        before the wait, right where they were written two launches back or more."""
+        """`gemv(x, w, ...)` where the kernel takes it (`takes`), else `gemv` itself with `launch` (its Triton launch
+        keywords, which this kernel does not need). pdl: launched with programmatic dependent launch, 2
+        (`backend.PDL_EARLY`): the next launch may start before this one's wait; residual_early: the residual (and
+        residual_delta) read before the wait, right where they were written two launches back or more."""
         kw = dict(residual=residual, silu_mul=silu_mul, norm=norm, x_delta=x_delta, residual_delta=residual_delta)
         if not self.takes(x, w, **kw):
             return gemv(x, w, **kw, pdl=pdl, residual_early=residual_early, **launch)

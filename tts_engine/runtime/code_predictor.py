@@ -18,7 +18,9 @@ fp32 split-K partials that the norm after them sums (`split_k`: no reduce launch
 `fused_attention`, the default) takes its q/k norm + RoPE + K/V store inside the attention kernel
 (`cp_qk_attention`); on the GEMV passes (with `attention_o`, the default) that attention and the o product are one
 launch (`cp_attention_o`: 4 a layer), and passes 1-14 gather their first layer's qkv product from a table made at
-load (`qkv_table`, the default). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with
+load (`qkv_table`, the default). On an sm90 GPU with nvcc the products of the one-row PDL passes and the heads run
+on the tensor cores as a CUDA kernel (`cuda_gemv`, kernels/cp_gemv.py), and with it the products of cuBLAS passes of
+up to 16 rows (`gemv_kernel_rows`). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with
 tensor-core products).
 """
 
@@ -36,7 +38,6 @@ from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attenti
 from ..kernels.cp_attention_o import cp_attention_o
 from ..kernels.cp_draw import CpDrawKernel
 from ..kernels.cp_draw import unsupported as cp_draw_unsupported
-from ..kernels.cp_gemv import MAX_ROWS as CP_GEMV_MAX_ROWS
 from ..kernels.cp_gemv import CpGemv
 from ..kernels.cp_gemv import unsupported as cp_gemv_unsupported
 from ..kernels.cp_pass import CpPassKernel, unsupported
@@ -98,6 +99,9 @@ MMA_LAUNCH = {"qkv": dict(block_k=128, **_MMA), "o": dict(block_k=256, residual_
 # --experiments residual_early, three interleaved rounds) frame 1.583 -> 1.557 ms, the talker step (the same
 # for its o and down) 1.211 -> 1.191.
 PDL_ROWS = 2
+# The cuBLAS passes of at most this many token rows take their products from the CUDA kernel's rows where it runs
+# (`CodePredictorRunner.gemv_kernel_rows`).
+GEMV_KERNEL_ROWS = 16
 _PDL = dict(whole_rows=True, pdl=True)
 PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
               "o": dict(block_n=4, num_warps=4, residual_early=True, **_PDL),
@@ -235,8 +239,11 @@ class CodePredictorRunner:
         # Triton GEMVs. Read at every pass.
         self.gemv_kernel: CpGemv | None = None
         # ... and the products of cuBLAS passes of up to this many token rows (`cp_gemm_rows`: plain and gate/up with
-        # SwiGLU; 0: none). Read at every pass.
-        self.gemv_kernel_rows = CP_GEMV_MAX_ROWS
+        # SwiGLU; 0: none; at most kernels/cp_gemv.py's MAX_ROWS, 32). Run 31 (bench.latency --experiments
+        # cp_gemm_rows, 3 interleaved rounds): code-predictor frame 2.476 -> 2.115 ms at batch 8 (passes of 8 rows, the
+        # prefill's 16), 2.653 -> 3.148 at 32 (32 rows: the kernel's 4 tiles lose to cuBLAS). Passes of 9-16 rows
+        # (batches 9-16) are untimed. Read at every pass.
+        self.gemv_kernel_rows = GEMV_KERNEL_ROWS
         if cuda_gemv is not False:
             self.gemv_kernel = self.cuda_gemv_kernel(required=bool(cuda_gemv))
 
