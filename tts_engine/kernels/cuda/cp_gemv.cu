@@ -25,7 +25,7 @@
 // Shapes as macros (kernels/cp_gemv.py compiles one cubin a product): CG_K columns, CG_KW columns a warp, CG_MODE 0
 // plain, 1 + residual, 2 SwiGLU; CG_NORM 1: RMSNorm of x with ln first; CG_DELTA 1: x (modes 0, 2) or the residual
 // (mode 1) plus the int64 multiples of 2^-32 at delta (kernels/cp_attention_o.py's o_sum), a residual's delta zeroed
-// once read.
+// once read; CG_NT tiles of 8 rows of x for `cp_gemm_rows` (the cuBLAS passes' products, below).
 
 #include <cuda_bf16.h>
 #include <stdint.h>
