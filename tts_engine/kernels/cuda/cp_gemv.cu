@@ -113,6 +113,26 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// A CTA's weight fragments, loaded before the wait (constants): lane (g, c) holds A's rows g and g + 8 (mode 2: the
+// gate and up rows of feature blockIdx.x 8 + g), block j: columns col0 + 32 j + 8 c .. + 7.
+__device__ __forceinline__ void load_weights(const CpGemvParams& p, int g, int c, int col0, uint4 (&wa)[J],
+                                             uint4 (&wb)[J]) {
+    const long long row_g = MODE == 2 ? (long long)blockIdx.x * 8 + g : (long long)blockIdx.x * 16 + g;
+    const long long row_g8 = MODE == 2 ? row_g + p.n_out : row_g + 8;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        wa[j] = *reinterpret_cast<const uint4*>(p.w + row_g * K + col0 + 32 * j + 8 * c);
+        wb[j] = *reinterpret_cast<const uint4*>(p.w + row_g8 * K + col0 + 32 * j + 8 * c);
+    }
+}
+
+// The PDL wait for the launch ahead; early: the next launch may start before it (PDL_EARLY), else after it.
+__device__ __forceinline__ void pdl_wait(int early) {
+    if (early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (!early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams p) {
     __shared__ __align__(16) __nv_bfloat16 xs[K];  // x as the products take it (normed, rounded), for B's layout
     __shared__ float partial[WARPS][16];           // each warp's sums of the 16 rows
@@ -122,14 +142,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
 
     // Before the wait, what no launch ahead writes: the weights (constants), the norm's weights, and with
     // residual_early a residual's row with its delta (the launch ahead has passed its own wait on them).
-    const long long row_g = MODE == 2 ? (long long)blockIdx.x * 8 + g : (long long)blockIdx.x * 16 + g;
-    const long long row_g8 = MODE == 2 ? row_g + p.n_out : row_g + 8;
-    uint4 wa[J], wb[J];  // rows g and g + 8, block j: columns col0 + 32 j + 8 c .. + 7
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-        wa[j] = *reinterpret_cast<const uint4*>(p.w + row_g * K + col0 + 32 * j + 8 * c);
-        wb[j] = *reinterpret_cast<const uint4*>(p.w + row_g8 * K + col0 + 32 * j + 8 * c);
-    }
+    uint4 wa[J], wb[J];
+    load_weights(p, g, c, col0, wa, wb);
     float ln[GROUPS][8];
     if constexpr (NORM) {
 #pragma unroll
@@ -145,9 +159,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
     if constexpr (MODE == 1) {
         if (out_row < 16 && p.residual_early) residual = read_residual(p, blockIdx.x * 16 + out_row);
     }
-    if (p.early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (!p.early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    pdl_wait(p.early);
 
     // x into shared memory as the products take it: lane l of warp w holds groups l + 32 q of its 8 columns.
     if constexpr (NORM || (DELTA && MODE != 1)) {
@@ -266,17 +278,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
     __shared__ float partial[WARPS][16][8 * NT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int col0 = warp * KW;
-    const long long row_g = MODE == 2 ? (long long)blockIdx.x * 8 + g : (long long)blockIdx.x * 16 + g;
-    const long long row_g8 = MODE == 2 ? row_g + p.n_out : row_g + 8;
     uint4 wa[J], wb[J];
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-        wa[j] = *reinterpret_cast<const uint4*>(p.w + row_g * K + col0 + 32 * j + 8 * c);
-        wb[j] = *reinterpret_cast<const uint4*>(p.w + row_g8 * K + col0 + 32 * j + 8 * c);
-    }
-    if (p.early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (!p.early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    load_weights(p, g, c, col0, wa, wb);
+    pdl_wait(p.early);
 
     float acc[NT][4];
 #pragma unroll
