@@ -6,13 +6,13 @@ compiling tests need nvcc and are skipped without it (not counted as passing).""
 
 from __future__ import annotations
 
-import ctypes
 import re
 import subprocess
 
 import pytest
 import torch
 
+from tests.kernels.struct_probe import assert_ctypes_layout
 from tts_engine.kernels import cp_draw, cuda_build
 
 needs_nvcc = pytest.mark.skipif(cuda_build.nvcc() is None, reason="no nvcc on this machine")
@@ -38,20 +38,7 @@ def test_kernel_compiles_for_sm90a_without_local_memory(tmp_path, vocab):
 
 @needs_nvcc
 def test_ctypes_parameters_match_the_compiled_struct(tmp_path):
-    fields = [name for name, _ in cp_draw._Params._fields_]
-    probe = tmp_path / "probe.cu"
-    probe.write_text(f'#include "{cp_draw.SOURCE}"\n#include <cstdio>\n#include <cstddef>\nint main() {{\n'
-                     '  printf("size %zu\\n", sizeof(CpDrawParams));\n'
-                     + "".join(f'  printf("{f} %zu\\n", offsetof(CpDrawParams, {f}));\n' for f in fields) + "}\n")
-    exe = tmp_path / "probe"
-    built = subprocess.run([cuda_build.nvcc(), cuda_build.ARCH, "-std=c++17", "-DCD_V=2048", "-o", str(exe),
-                            str(probe)], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr[-3000:]
-    printed = dict(line.split(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
-                                                                 check=True).stdout.splitlines())
-    assert int(printed["size"]) == ctypes.sizeof(cp_draw._Params)
-    for f in fields:
-        assert int(printed[f]) == getattr(cp_draw._Params, f).offset, f
+    assert_ctypes_layout(tmp_path, cp_draw.SOURCE, "CpDrawParams", cp_draw._Params, ("CD_V=2048",))
 
 
 def test_a_cpu_runner_keeps_the_triton_draw_or_says_why_it_cannot():

@@ -7,13 +7,13 @@ passing)."""
 
 from __future__ import annotations
 
-import ctypes
 import re
 import subprocess
 
 import pytest
 import torch
 
+from tests.kernels.struct_probe import assert_ctypes_layout
 from tts_engine.kernels import cp_gemv, cuda_build
 
 needs_nvcc = pytest.mark.skipif(cuda_build.nvcc() is None, reason="no nvcc on this machine")
@@ -64,20 +64,7 @@ def test_layouts_the_kernel_does_not_hold_fail_to_compile(tmp_path, macros, said
 
 @needs_nvcc
 def test_ctypes_parameters_match_the_compiled_struct(tmp_path):
-    fields = [name for name, _ in cp_gemv._Params._fields_]
-    probe = tmp_path / "probe.cu"
-    probe.write_text(f'#include "{cp_gemv.SOURCE}"\n#include <cstdio>\n#include <cstddef>\nint main() {{\n'
-                     '  printf("size %zu\\n", sizeof(CpGemvParams));\n'
-                     + "".join(f'  printf("{f} %zu\\n", offsetof(CpGemvParams, {f}));\n' for f in fields) + "}\n")
-    exe = tmp_path / "probe"
-    built = subprocess.run([cuda_build.nvcc(), cuda_build.ARCH, "-std=c++17", "-DCG_K=1024", "-DCG_MODE=0", "-o",
-                            str(exe), str(probe)], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr[-3000:]
-    printed = dict(line.split(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
-                                                                 check=True).stdout.splitlines())
-    assert int(printed["size"]) == ctypes.sizeof(cp_gemv._Params)
-    for f in fields:
-        assert int(printed[f]) == getattr(cp_gemv._Params, f).offset, f
+    assert_ctypes_layout(tmp_path, cp_gemv.SOURCE, "CpGemvParams", cp_gemv._Params, ("CG_K=1024", "CG_MODE=0"))
 
 
 def test_a_cpu_runner_keeps_the_triton_gemvs_or_says_why_it_cannot():
