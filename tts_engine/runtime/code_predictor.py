@@ -362,7 +362,7 @@ class CodePredictorRunner:
     def product(self, rows: int) -> CpGemv | None:
         """What computes a pass's products (`gemv`'s signature): the CUDA one-row kernel (`gemv_kernel`) in PDL passes
         of one row, else None (`gemv`)."""
-        if self.gemv_kernel is not None and rows == 1 and self.uses_pdl(rows) and rows <= self.gemv_rows:
+        if self.gemv_kernel is not None and rows == 1 and self.uses_pdl(rows):  # uses_pdl: a GEMV pass
             return self.gemv_kernel
         return None
 
