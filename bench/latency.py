@@ -400,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         # which draw the code predictor's frames run (FastPathOptions.cp_cuda_draw: the CUDA one where nvcc is)
         result[f"cp_cuda_draw_{mode}"] = runner.code_predictor.draw_kernel is not None
         result[f"cp_cuda_gemv_{mode}"] = runner.code_predictor.gemv_kernel is not None
+        result[f"cp_rows_pdl_{mode}"] = runner.code_predictor.pass_pdl(32)
         if args.talker_launch_from is not None:
             from bench.kernels import best_launch
 

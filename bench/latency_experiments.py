@@ -402,13 +402,26 @@ def cp_gemv_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA one-row products")
 
 
-def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(8, 32)) -> dict:
-    """The code predictor's frame (and the frame step) with its cuBLAS passes' products on the CUDA kernel's rows
-    (kernels/cp_gemv.py `cp_gemm_rows`, passes of up to 32 token rows) against cuBLAS, interleaved rounds ->
-    {batch: {key: median ms}}."""
+def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(4, 8, 16, 32)) -> dict:
+    """The code predictor's frame (and the frame step) with the products of its passes past the GEMV ones on the CUDA
+    kernel's rows (kernels/cp_gemv.py `cp_gemm_rows`, passes of up to 32 token rows), with and without every launch of
+    those passes under PDL, in each of CP_GEMM_ROWS_VARIANTS, against cuBLAS, interleaved rounds -> {batch: {key:
+    median ms}}."""
+    from tts_engine.kernels.cp_gemv import CpGemv
+
     cp = runner.code_predictor
-    variants = {"cublas": {"gemv_kernel_rows": 0}, "cuda_rows": {"gemv_kernel_rows": 32}}
+    variants = {"cublas": {"gemv_kernel_rows": 0}} | {
+        name: {"gemv_kernel_rows": rows, "rows_pdl": pdl, "gemv_kernel": CpGemv(cp.device, **kernel)}
+        for name, (rows, pdl, kernel) in CP_GEMM_ROWS_VARIANTS.items()}
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA rows products")
+
+
+# The rows products' variants: (passes of up to this many rows on them, under PDL, CpGemv's keywords: columns a warp,
+# columns a CTA where o and down come as split-K partials; 1 << 20: whole products).
+CP_GEMM_ROWS_VARIANTS = {"rows16": (16, False, {}), "rows": (32, False, {}), "rows_pdl": (32, True, {}),
+                         "rows_pdl_kw128": (32, True, {"rows_kw": 128}),
+                         "rows_pdl_cta512": (32, True, {"rows_cta_k": 512}),
+                         "rows_pdl_whole": (32, True, {"rows_cta_k": 1 << 20})}
 
 
 # The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).

@@ -14,13 +14,15 @@ from tts_engine.sampling import SamplingParams
 
 
 # all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; the opt-in tensor-core kernel; with
-# the q/k norm + RoPE fused into the attention's launch and without, in PDL passes (1-2 rows) and the rest
+# the q/k norm + RoPE fused into the attention's launch and without, in PDL passes (1-2 rows) and the rest (cuBLAS': the
+# CUDA kernel's rows, the default where it runs, have tests/gpu/test_cp_gemv_gpu.py)
 @pytest.mark.parametrize("b,mma_rows,fused", [(1, 0, True), (2, 0, True), (6, 0, True), (3, 16, True), (8, 16, True),
                                               (1, 0, False), (6, 0, False)])
-def test_code_predictor_steps_triton_equal_torch(runners, b, mma_rows, fused):
+def test_code_predictor_steps_triton_equal_torch(runners, monkeypatch, b, mma_rows, fused):
     cfg, (fast, ref) = runners
     h = cfg.talker.code_predictor.hidden_size
     fast_cp, ref_cp = fast.code_predictor, ref.code_predictor
+    monkeypatch.setattr(fast_cp, "gemv_kernel_rows", 0)
     assert fast_cp.gemv_rows == 2
     before = fast_cp.fused_attention, fast_cp.fused_attention_pdl
     fast_cp.mma_rows, fast_cp.fused_attention, fast_cp.fused_attention_pdl = mma_rows, fused, fused
@@ -32,7 +34,7 @@ def test_code_predictor_steps_triton_equal_torch(runners, b, mma_rows, fused):
 
 @pytest.mark.parametrize("b,o,gate_up,down", [(4, 0, 0, 3), (6, 0, 0, 2), (8, 0, 0, 4), (8, 0, 0, 8), (4, 2, 2, 4),
                                                (8, 4, 4, 2)])
-def test_cublas_steps_with_products_in_split_k_partials_equal_torch(runners, b, o, gate_up, down):
+def test_cublas_steps_with_products_in_split_k_partials_equal_torch(runners, monkeypatch, b, o, gate_up, down):
     """The code predictor's cuBLAS passes and a talker step with their o, gate/up and down products as fp32 split-K
     partials that the launch after them sums (`fused.SplitK`: `split_k`, `talker_split_k`) against the torch path,
     as their cuBLAS versions are."""
@@ -40,6 +42,7 @@ def test_cublas_steps_with_products_in_split_k_partials_equal_torch(runners, b, 
 
     cfg, (fast, ref) = runners
     fast_cp = fast.code_predictor
+    monkeypatch.setattr(fast_cp, "gemv_kernel_rows", 0)
     before = fast_cp.split_k, fast.talker_split_k
     fast_cp.split_k = fast.talker_split_k = SplitK(o=o, gate_up=gate_up, down=down)
     try:
@@ -145,7 +148,8 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, monkeypatch, b
 def test_code_predictor_draws_that_prefetch_give_the_codes_without(runners, b):
     """Each draw bringing the next pass's first weights into L2 (`draw_prefetch` 3: programs beside the row's that
     issue `prefetch.global.L2`) changes nothing the frame computes: graph replays give the codes of the draws
-    without it, the engine's PDL passes (batches 1, 2) and cuBLAS ones (8)."""
+    without it, the engine's PDL passes (batches 1, 2) and its rows passes (8: on cuBLAS where the CUDA kernel's rows
+    do not run)."""
     from tts_engine.runtime.sampler import GENERAL
 
     cfg, (fast, _) = runners

@@ -132,9 +132,9 @@ def test_bad_arguments_are_refused(kernel):
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("sampled", [True, False])
 def test_frames_draw_what_the_triton_draw_would(runners, kernel, batch, sampled):
-    """Whole code-predictor frames (batch 1: the PDL passes, each draw triggering the next launch early; 8: the cuBLAS
-    passes) captured in a graph, inputs alternating between two: every replay gives its input's codes, and the CUDA
-    draw's frames the codes of the Triton draw's."""
+    """Whole code-predictor frames (batch 1: the PDL passes, each draw triggering the next launch early; 8: the rows
+    passes, under PDL on the CUDA kernel's rows) captured in a graph, inputs alternating between two: every replay
+    gives its input's codes, and the CUDA draw's frames the codes of the Triton draw's."""
     from tts_engine.runtime.sampler import GENERAL
 
     cfg, (fast, _) = runners

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu.replays import graph_replays, rel_err
+from tests.gpu.replays import assert_pdl_gives_the_output_without, graph_replays, rel_err
+from tests.gpu.test_code_predictor_gpu import _compare_code_predictor_steps
 from tts_engine.kernels.backend import FIXED_ONE, PDL_EARLY
 from tts_engine.kernels.cp_gemv import CpGemv
 from tts_engine.kernels.gemv import gemv, gemv_ref
@@ -130,8 +131,6 @@ def test_a_pdl_chain_in_a_graph_is_the_chain_without(products):
 def test_batch_1_steps_with_the_cuda_products_equal_torch(runners, products):
     """The runner's batch-1 passes (a 2-position prefill on the Triton GEMVs, then one-position passes and the heads on
     the CUDA products) against the torch path, as tests/gpu/test_code_predictor_gpu.py compares the Triton passes."""
-    from tests.gpu.test_code_predictor_gpu import _compare_code_predictor_steps
-
     cfg, (fast, ref) = runners
     cp = fast.code_predictor
     was, before = cp.gemv_kernel, products.launches
@@ -209,8 +208,6 @@ def test_rows_are_the_products_of_cublas(products, m, case):
 def test_cublas_passes_with_the_cuda_rows_equal_torch(runners, products, b):
     """The runner's cuBLAS passes (4 and 8 token rows, the prefills 8 and 16; the runners hold 8) with their products on
     the CUDA kernel's rows against the torch path."""
-    from tests.gpu.test_code_predictor_gpu import _compare_code_predictor_steps
-
     cfg, (fast, ref) = runners
     cp = fast.code_predictor
     was, before = (cp.gemv_kernel, cp.gemv_kernel_rows), products.launches
@@ -221,3 +218,102 @@ def test_cublas_passes_with_the_cuda_rows_equal_torch(runners, products, b):
     finally:
         cp.gemv_kernel, cp.gemv_kernel_rows = was
     assert products.launches > before
+
+
+@pytest.mark.parametrize("rows_kw,cta_k", [(256, 1024), (128, 1024), (256, 512)])
+@pytest.mark.parametrize("m", [3, 32])
+@pytest.mark.parametrize("case", ["down", "o", "qkv"])
+def test_rows_split_k_partials_sum_to_the_product(cuda, rows_kw, cta_k, m, case):
+    """o's and down's rows as fp32 split-K partials (`partials=True`, a CTA `cta_k` columns): each partial is its slice
+    of K's product, their sum rounded is the product, and the norm after them sums them as it sums cuBLAS' partials.
+    qkv at cta_k 1,024 is one slice: the bf16 product."""
+    from tts_engine.kernels.rms_norm import add_rms_norm
+
+    products = CpGemv(cuda, rows_kw=rows_kw, rows_cta_k=cta_k)
+    g = torch.Generator(device="cuda").manual_seed(m + rows_kw + cta_k)
+    n, k = {"qkv": (4096, 1024), "down": (1024, 3072), "o": (1024, 2048)}[case]
+    x = _bf16(g, m + 3, k)[:m]
+    w = _bf16(g, n, k, scale=k ** -0.5)
+    assert products.takes(x, w, partials=True)
+    got = products(x, w, partials=True)
+    assert products.launches == 1
+    splits = k // cta_k
+    want = gemv_ref(x, w)
+    if splits == 1:
+        assert got.shape == (m, n) and got.dtype == torch.bfloat16
+        whole = got
+    else:
+        assert got.shape == (splits, m, n) and got.dtype == torch.float32
+        for s in range(splits):
+            cols = slice(s * cta_k, (s + 1) * cta_k)
+            assert rel_err(got[s], x[:, cols].float() @ w[:, cols].float().T) < 1e-4, f"slice {s}"
+        whole = got.sum(0).bfloat16()
+        res, ln = _bf16(g, m, n), _bf16(g, n, scale=0.2) + 1
+        summed, normed = add_rms_norm(res, got, ln, 1e-6)
+        want_sum, want_norm = add_rms_norm(res, want, ln, 1e-6)
+        assert rel_err(summed, want_sum) < 1e-2 and rel_err(normed, want_norm) < 1e-2
+    assert rel_err(whole, want) < 1e-2
+    same = (whole == want).float().mean().item()
+    assert same > 0.95, f"{case}, {m} rows: {same:.3%} of the outputs equal the reference's"
+
+
+@pytest.fixture(scope="module")
+def rows_code_predictors(triton_model, runners):
+    """(fast, reference) code predictors over the fixture's weights for batches up to 32 (the fixture's runners hold
+    8): the fast one with the defaults of an sm90 GPU (PDL, the qkv table, attention + o, the CUDA products and draw,
+    the rows passes under PDL); sampled rows (the talker's defaults) with seeds 0-31."""
+    from tts_engine.runtime.code_predictor import CodePredictorRunner
+    from tts_engine.runtime.sampler import SamplingRows
+    from tts_engine.sampling import SamplingParams
+
+    _, (fast, _) = runners
+    made = [CodePredictorRunner(triton_model[1].talker, fast.codec_embedding, 32, use_triton=t, gemv_rows=2, pdl=t,
+                                qkv_table=t, attention_o=t, cuda_draw=None if t else False, cuda_gemv=t, rows_pdl=t)
+            for t in (True, False)]
+    rows = SamplingRows.empty(32, fast.device)
+    for i in range(32):
+        rows.set_row(i, SamplingParams(seed=i), seed=i)
+    return made, rows
+
+
+# passes of 3 rows (prefill 6), 16 (prefill 32) and 32 (the prefill's 64 on cuBLAS)
+@pytest.mark.parametrize("b", [3, 16, 32])
+def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b):
+    cfg, _ = runners
+    (fast_cp, ref_cp), _ = rows_code_predictors
+    assert fast_cp.pass_pdl(b) and fast_cp.rows_product(b) is fast_cp.gemv_kernel is not None
+    before = fast_cp.gemv_kernel.launches
+    _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
+    # the prefill (on the rows but at 64 rows) and two one-position passes: 20 products each (no qkv table here), and
+    # the three heads (b rows each)
+    prefill = 20 if 2 * b <= 32 else 0
+    assert fast_cp.gemv_kernel.launches - before == prefill + 2 * 20 + 3
+
+
+@pytest.mark.parametrize("b", [4, 32])
+def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runners, b):
+    """Whole frames of the rows passes (the products, norms, attention, heads and draws under PDL, each product's
+    weights loaded before its wait) captured in a graph as the engine runs it, against the same kernels without PDL:
+    any difference is a kernel reading before its input is written."""
+    from tts_engine.runtime.sampler import GENERAL
+
+    cfg, _ = runners
+    (cp, _), sampling = rows_code_predictors
+    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
+    inputs = (hidden.clone(), torch.randn_like(hidden))
+    c0 = torch.arange(b, device="cuda") * 97 % 2048
+    frames = torch.arange(b, device="cuda") + 3
+    rows = sampling.gather(torch.arange(b, device="cuda"))
+    codes = {}
+    try:
+        with torch.inference_mode():
+            for pdl in (False, True):
+                cp.rows_pdl = pdl
+                assert cp.pass_pdl(b) == pdl
+                codes[pdl] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
+                                            before=lambda i: hidden.copy_(inputs[i % 2]))
+    finally:
+        cp.rows_pdl = True
+    assert len(torch.cat(codes[False]).unique()) > 1
+    assert_pdl_gives_the_output_without(
+        codes, f"codes ({codes[True][0][:2].tolist()} with PDL, {codes[False][0][:2].tolist()} without)")

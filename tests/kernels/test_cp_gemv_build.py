@@ -1,6 +1,7 @@
-"""The one-row tensor-core products (kernels/cuda/cp_gemv.cu) on the CPU machine: what can be checked without a GPU.
-Every product shape of the code predictor's passes compiled for sm_90a without local memory (a warp's weights stay in
-registers), the layouts the kernel refuses at compile time, the parameter struct that kernels/cp_gemv.py builds with
+"""The tensor-core products (kernels/cuda/cp_gemv.cu) on the CPU machine: what can be checked without a GPU. Every
+product shape of the code predictor's passes compiled for sm_90a without local memory (a warp's weights stay in
+registers), one row and rows, the rows kernel's copies of x all issued before its products, the layouts the kernel
+refuses at compile time, the parameter struct that kernels/cp_gemv.py builds with
 ctypes laid out as the C++ compiler lays it out, and a runner on the CPU keeping the Triton GEMVs. The products run only
 on an sm90 GPU: tests/gpu/test_cp_gemv_gpu.py. The compiling tests need nvcc and are skipped without it (not counted as
 passing)."""
@@ -8,10 +9,13 @@ passing)."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from tests.kernels.struct_probe import assert_ctypes_layout
 from tts_engine.kernels import cp_gemv, cuda_build
@@ -42,21 +46,51 @@ def test_kernel_compiles_for_sm90a_without_local_memory(tmp_path, k, mode, norm,
     assert 64 < used <= 128, done.stderr
 
 
+# (K, mode, tiles, slices of K, columns a warp) of the passes' rows products: qkv / the heads, gate/up + SwiGLU, o and
+# down as split-K partials (a CTA 1,024 columns: kernels/cp_gemv.py ROWS_CTA_K), down whole; 128 columns a warp
+ROWS_SHAPES = [(1024, 0, 4, 1, 256), (1024, 2, 4, 1, 256), (2048, 0, 4, 2, 256), (3072, 0, 4, 3, 256),
+               (3072, 0, 4, 1, 256), (1024, 2, 1, 1, 256), (2048, 0, 2, 2, 256), (3072, 0, 4, 3, 128)]
+
+
 @needs_nvcc
-@pytest.mark.parametrize("k,mode,tiles", [(1024, 0, 4), (1024, 2, 4), (3072, 0, 4), (2048, 0, 2), (1024, 2, 1)])
-def test_rows_kernel_compiles_without_local_memory(tmp_path, k, mode, tiles):
-    done = _nvcc(tmp_path, f"CG_K={k}", f"CG_MODE={mode}", f"CG_NT={tiles}")
+@pytest.mark.parametrize("k,mode,tiles,splits,kw", ROWS_SHAPES)
+def test_rows_kernel_compiles_without_local_memory(tmp_path, k, mode, tiles, splits, kw):
+    done = _nvcc(tmp_path, "CG_ROWS=1", f"CG_K={k}", f"CG_MODE={mode}", f"CG_NT={tiles}", f"CG_SPLIT={splits}",
+                 f"CG_KW={kw}")
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "cp_gemv'" not in done.stderr, "one kernel a cubin"
     rows = done.stderr[done.stderr.index("Function properties for cp_gemm_rows"):]
     assert re.search(r"0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", rows), done.stderr
-    assert "cp_gemm_rows" not in _nvcc(tmp_path, f"CG_K={k}", "CG_MODE=1").stderr, "no rows kernel with a residual"
+    # x's fragments go through shared memory, so a lane holds only its weights (kw / 4 registers) and the sums
+    used = int(re.search(r"Used (\d+) registers", rows).group(1))
+    assert used <= kw // 4 + 64, done.stderr
+
+
+@needs_nvcc
+def test_rows_kernel_copies_every_fragment_of_x_before_its_first_product(tmp_path):
+    """One round trip to L2 for x: every asynchronous copy (LDGSTS) comes before the first MMA in the SASS (ptxas
+    spreads plain loads between the MMAs)."""
+    done = _nvcc(tmp_path, "CG_ROWS=1", "CG_K=1024", "CG_MODE=0", "CG_NT=4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    cuobjdump = shutil.which("cuobjdump") or Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not Path(cuobjdump).exists():
+        pytest.skip("no cuobjdump (CUDA's, or the one Triton bundles)")
+    sass = subprocess.run([str(cuobjdump), "-sass", str(tmp_path / "k.cubin")], capture_output=True, text=True)
+    assert sass.returncode == 0, sass.stderr[-2000:]
+    ops = re.findall(r"\b(LDGSTS|HMMA)\b", sass.stdout)
+    assert ops.count("LDGSTS") == 4 * 8 and ops.count("HMMA") == 4 * 8 * 2, ops
+    assert ops.index("HMMA") > max(i for i, op in enumerate(ops) if op == "LDGSTS"), ops
 
 
 @needs_nvcc
 @pytest.mark.parametrize("macros,said", [(("CG_K=1000", "CG_MODE=0"), "whole warps"),
                                          (("CG_K=1024", "CG_MODE=1", "CG_NORM=1"), "takes no norm"),
                                          (("CG_K=1024", "CG_MODE=3"), "mode 0 plain"),
-                                         (("CG_K=1024", "CG_MODE=0", "CG_NT=5"), "1-4 tiles")])
+                                         (("CG_K=1024", "CG_MODE=0", "CG_NT=5"), "1-4 tiles"),
+                                         (("CG_K=1024", "CG_MODE=0", "CG_KW=128"), "KW a multiple of 256"),
+                                         (("CG_ROWS=1", "CG_K=1024", "CG_MODE=1"), "modes 0 and 2"),
+                                         (("CG_ROWS=1", "CG_K=2048", "CG_MODE=2", "CG_SPLIT=2"), "whole sums"),
+                                         (("CG_ROWS=1", "CG_K=3072", "CG_MODE=0", "CG_SPLIT=5"), "whole warps")])
 def test_layouts_the_kernel_does_not_hold_fail_to_compile(tmp_path, macros, said):
     done = _nvcc(tmp_path, *macros)
     assert done.returncode != 0 and said in done.stderr, done.stderr[-2000:]
@@ -85,3 +119,35 @@ def test_the_option_needs_the_pdl_passes():
     assert ("cp_cuda_gemv", "needs the code predictor's PDL GEMV passes") in \
         FastPathOptions(cp_cuda_gemv=True, cp_gemv_rows=0).problems()
     assert not [p for p in FastPathOptions(cp_cuda_gemv=True).problems() if p[0] == "cp_cuda_gemv"]
+
+
+def test_which_passes_run_under_pdl_on_the_rows():
+    """`pass_pdl`: the GEMV passes as `uses_pdl` says; past them, with rows_pdl, the passes whose products the CUDA
+    kernel's rows take (up to gemv_kernel_rows), and none where the kernel does not run (here: a CPU runner)."""
+    from tts_engine.checkpoint import random_model
+    from tts_engine.runtime.code_predictor import CodePredictorRunner
+
+    talker = random_model("tiny", torch.float32, "cpu", seed=0)[1].talker
+    runner = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2,
+                                 pdl=True, cuda_gemv=None, rows_pdl=True)
+    assert runner.gemv_kernel is None and [runner.pass_pdl(r) for r in (1, 2, 3, 32)] == [True, True, False, False]
+    runner.gemv_kernel = object()  # as if the kernel ran: only which passes it takes is asked here
+    assert [runner.pass_pdl(r) for r in (1, 2, 3, 32, 33)] == [True, True, True, True, False]
+    runner.gemv_kernel_rows = 16
+    assert [runner.pass_pdl(r) for r in (16, 17)] == [True, False]
+    runner.rows_pdl = False
+    assert [runner.pass_pdl(r) for r in (1, 3)] == [True, False]
+    runner.rows_pdl, runner.pdl = True, False
+    assert not any(runner.pass_pdl(r) for r in (1, 3))
+
+
+def test_the_rows_option_reaches_the_runner():
+    from tts_engine.checkpoint import random_model
+    from tts_engine.runtime.options import FastPathOptions
+    from tts_engine.runtime.runner import ModelRunner
+
+    model = random_model("tiny", torch.float32, "cpu", seed=0)[1]
+    for on in (True, False):
+        runner = ModelRunner(model, max_slots=2, max_context=64, use_triton=False, use_graphs=False,
+                             options=FastPathOptions(cp_rows_pdl=on))
+        assert runner.code_predictor.rows_pdl is on

@@ -2,15 +2,16 @@
 
     products = CpGemv(device)                    at load: nothing built yet (a cubin a product shape, at first use)
     products.takes(x, w, ...)                    -> can the kernel compute this `gemv` call
-    products(x, w, norm=, residual=, silu_mul=, x_delta=, residual_delta=, pdl=, residual_early=)  -> y [M, N]
+    products(x, w, norm=, residual=, silu_mul=, x_delta=, residual_delta=, partials=, pdl=, residual_early=)
+                                                 -> y [M, N] (or fp32 split-K partials [S, M, N])
 
 For one row of x (`cp_gemv`: the batch-1 passes) it computes what kernels/gemv.py's `gemv` computes, with the same
 fusions and the same rounding (the fp32 sums in the tensor core's order: a few outputs may differ by one bf16 ulp),
 launched with programmatic dependent launch like the whole-row Triton kernel it stands in for (its weights, and with
 residual_early its residual, read before the wait). Why: see the .cu file; in short, after the wait a warp does ~16
 MMAs where the Triton kernel's threads convert, multiply and reduce every weight. Run 31: the batch-1 code-predictor
-frame 1.368 -> 1.145 ms. For 2-32 rows (`cp_gemm_rows`: the cuBLAS passes of batches 2-32) it computes the plain
-product or gate/up with SwiGLU, x's rows as the B operand's columns.
+frame 1.368 -> 1.145 ms. For 2-32 rows (`cp_gemm_rows`: the passes of batches 2-32) it computes the plain product
+(or its split-K partials) or gate/up with SwiGLU, x's rows as the B operand's columns.
 
 Where it cannot run (no sm90 GPU or nvcc) the runner keeps the Triton GEMVs (`unsupported`); a call it does not take
 (`takes`) goes to `gemv`.
@@ -43,13 +44,30 @@ def unsupported(device: torch.device) -> str | None:
 
 
 MAX_ROWS = 32  # rows of x `cp_gemm_rows` takes (4 tiles of 8)
+ROWS_KW = 256  # `cp_gemm_rows`: columns a warp
+ROWS_CTA_K = 1024  # `cp_gemm_rows`: columns a CTA, where the call takes split-K partials (K / ROWS_CTA_K slices)
 
 
 def compile_cp_gemv(k: int, mode: int, norm: bool, delta: bool, kw: int = KW, macros: tuple[str, ...] = (),
-                    tiles: int = 1) -> bytes:
+                    tiles: int = 0, splits: int = 1) -> bytes:
+    """`cp_gemv` (tiles 0), else `cp_gemm_rows` over `tiles` tiles of 8 rows and `splits` slices of K."""
+    rows = ["-DCG_ROWS=1", f"-DCG_NT={tiles}", f"-DCG_SPLIT={splits}"] if tiles else []
     return cuda_build.compile_cubin(SOURCE, [f"-DCG_K={k}", f"-DCG_KW={kw}", f"-DCG_MODE={mode}",
-                                             f"-DCG_NORM={int(norm)}", f"-DCG_DELTA={int(delta)}", f"-DCG_NT={tiles}",
+                                             f"-DCG_NORM={int(norm)}", f"-DCG_DELTA={int(delta)}", *rows,
                                              *(f"-D{m}" for m in macros)], "cp_gemv")
+
+
+SHARED_BYTES = 227 * 1024  # an sm90 CTA's shared memory at most
+
+
+def rows_shared(k: int, tiles: int, splits: int) -> int:
+    """`cp_gemm_rows`' dynamic shared memory (bytes): its CTA's columns of x for 8 `tiles` rows, bf16."""
+    return k // splits * 8 * tiles * 2
+
+
+def rows_fit(k: int, tiles: int, splits: int, kw: int) -> bool:
+    """Does a `cp_gemm_rows` CTA's shared memory fit: x's columns and the warps' sums (cp_gemv.cu `partial`)."""
+    return rows_shared(k, tiles, splits) + k // splits // kw * 16 * (8 * tiles + 1) * 4 <= SHARED_BYTES
 
 
 def _aligned(t: torch.Tensor) -> bool:
@@ -57,41 +75,56 @@ def _aligned(t: torch.Tensor) -> bool:
 
 
 class CpGemv:
-    """The products on `device` (an sm90 GPU), a kernel a (K, mode, norm, delta, tiles) built at its first call;
-    `kw`: columns a warp, `macros`: cp_gemv.cu's."""
+    """The products on `device` (an sm90 GPU), a kernel a (K, mode, norm, delta, tiles, splits) built at its first
+    call; `kw`: columns a warp of `cp_gemv`, `rows_kw` of `cp_gemm_rows`, `rows_cta_k`: its columns a CTA where a call
+    takes partials; `macros`: cp_gemv.cu's."""
 
-    def __init__(self, device: torch.device, kw: int = KW, macros: tuple[str, ...] = ()):
+    def __init__(self, device: torch.device, kw: int = KW, macros: tuple[str, ...] = (), rows_kw: int = ROWS_KW,
+                 rows_cta_k: int = ROWS_CTA_K):
         why = unsupported(device)
         if why:
             raise RuntimeError(f"cp_gemv: {why}")
         if device.index is None:  # "cuda": the current device, named, so that tensors' devices compare equal to it
             device = torch.device("cuda", torch.cuda.current_device())
         self.device, self.kw, self.macros = device, kw, macros
+        self.rows_kw, self.rows_cta_k = rows_kw, rows_cta_k
         self.kernels: dict[tuple, cuda_build.CudaKernel] = {}
         self.launches = 0  # products launched (captured launches count once)
 
-    def kernel(self, k: int, mode: int, norm: bool, delta: bool, tiles: int = 0) -> cuda_build.CudaKernel:
-        """One row (tiles 0: `cp_gemv`) or up to 8 x `tiles` rows (`cp_gemm_rows`)."""
-        key = (k, mode, norm, delta, tiles)
+    def kernel(self, k: int, mode: int, norm: bool, delta: bool, tiles: int = 0,
+               splits: int = 1) -> cuda_build.CudaKernel:
+        """One row (tiles 0: `cp_gemv`) or up to 8 x `tiles` rows in `splits` slices of K (`cp_gemm_rows`)."""
+        key = (k, mode, norm, delta, tiles, splits)
         if key not in self.kernels:
-            cubin = compile_cp_gemv(k, mode, norm, delta, self.kw, self.macros, max(1, tiles))
-            self.kernels[key] = cuda_build.CudaKernel(cubin, "cp_gemm_rows" if tiles else "cp_gemv", self.device)
+            kw = self.rows_kw if tiles else self.kw
+            cubin = compile_cp_gemv(k, mode, norm, delta, kw, self.macros, tiles, splits)
+            self.kernels[key] = cuda_build.CudaKernel(cubin, "cp_gemm_rows" if tiles else "cp_gemv", self.device,
+                                                      shared=rows_shared(k, tiles, splits) if tiles else 0)
         return self.kernels[key]
+
+    def splits(self, x: torch.Tensor, w: torch.Tensor, partials: bool) -> int:
+        """Slices of K of a call on 2 or more rows: K / rows_cta_k where it takes partials and they divide K, else 1."""
+        k = w.shape[1]
+        return k // self.rows_cta_k if partials and x.shape[0] > 1 and k % self.rows_cta_k == 0 else 1
 
     def takes(self, x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
               silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
-              x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None, **_) -> bool:
-        """Does the kernel compute `gemv(x, w, ...)`: bf16 rows of x on this device, K a multiple of `kw` (at most
-        32 warps), w [N, K] contiguous with N a multiple of 16 (of 8 output features with silu_mul), everything read
-        16-byte aligned; one row with any of the fusions, or 2 .. MAX_ROWS rows plain or with silu_mul
-        (`cp_gemm_rows`)."""
+              x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None,
+              partials: bool = False, **_) -> bool:
+        """Does the kernel compute `gemv(x, w, ...)`: bf16 rows of x on this device, K a multiple of `kw` (one row)
+        or of `rows_kw` a slice (more; at most 32 warps either way), w [N, K] contiguous with N a multiple of 16 (of 8
+        output features with silu_mul), everything read 16-byte aligned; one row with any of the fusions, or
+        2 .. MAX_ROWS rows plain or with silu_mul (`cp_gemm_rows`). partials: see `__call__`."""
         if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS or x.dtype != torch.bfloat16 or x.device != self.device:
             return False
         if x.shape[0] > 1 and (residual is not None or norm is not None or x_delta is not None
                                or residual_delta is not None or x.stride(0) % 8):
             return False
         k = x.shape[1]
-        if k % self.kw or k // self.kw > 32 or w.dtype != x.dtype or w.dim() != 2 or w.shape[1] != k \
+        kw, cta_k = (self.kw, k) if x.shape[0] == 1 else (self.rows_kw, k // self.splits(x, w, partials))
+        if x.shape[0] > 1 and not rows_fit(k, -(-x.shape[0] // 8), k // cta_k, kw):
+            return False
+        if cta_k % kw or cta_k // kw > 32 or w.dtype != x.dtype or w.dim() != 2 or w.shape[1] != k \
                 or not w.is_contiguous() or x.stride(1) != 1 or not (_aligned(x) and _aligned(w)):
             return False
         if w.shape[0] % 16 or (residual is not None and silu_mul):
@@ -112,24 +145,32 @@ class CpGemv:
     def __call__(self, x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
                  silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
                  x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None,
-                 pdl: bool | int = False, residual_early: bool = False, **launch) -> torch.Tensor:
+                 partials: bool = False, pdl: bool | int = False, residual_early: bool = False,
+                 **launch) -> torch.Tensor:
         """`gemv(x, w, ...)` where the kernel takes it (`takes`), else `gemv` itself with `launch` (its Triton launch
-        keywords, which this kernel does not need). pdl: launched with programmatic dependent launch, 2
-        (`backend.PDL_EARLY`): the next launch may start before this one's wait; residual_early: the residual (and
-        residual_delta) read before the wait, right where they were written two launches back or more."""
+        keywords, which this kernel does not need). partials: a plain product of 2 or more rows may come as fp32
+        split-K partials [S, M, N] (`splits`; kernels/rms_norm.py's `add_rms_norm` sums them), else it is [M, N] in
+        x's dtype. pdl: launched with programmatic dependent launch, 2 (`backend.PDL_EARLY`): the next launch may start
+        before this one's wait; residual_early: the residual (and residual_delta) read before the wait, right where
+        they were written two launches back or more."""
         kw = dict(residual=residual, silu_mul=silu_mul, norm=norm, x_delta=x_delta, residual_delta=residual_delta)
-        if not self.takes(x, w, **kw):
+        if not self.takes(x, w, **kw, partials=partials):
             return gemv(x, w, **kw, pdl=pdl, residual_early=residual_early, **launch)
         (m, k), tiles = x.shape, 0 if x.shape[0] == 1 else -(-x.shape[0] // 8)
         mode = 2 if silu_mul else 1 if residual is not None else 0
         n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
+        splits = self.splits(x, w, partials and not silu_mul)
         delta = x_delta if x_delta is not None else residual_delta
-        y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
+        if splits > 1:
+            y = torch.empty(splits, m, n_out, device=x.device, dtype=torch.float32)
+        else:
+            y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
         ln, eps = norm if norm is not None else (None, 0.0)
         p = _Params(x.data_ptr(), w.data_ptr(), None if ln is None else ln.data_ptr(),
                     None if residual is None else residual.data_ptr(), None if delta is None else delta.data_ptr(),
-                    y.data_ptr(), n_out, eps, int(pdl == 2), int(residual_early), m, x.stride(0), y.stride(0))
-        kernel = self.kernel(k, mode, norm is not None, delta is not None, tiles)
-        kernel.launch(n_out // (8 if silu_mul else 16), (k // self.kw) * 32, p, bool(pdl))
+                    y.data_ptr(), n_out, eps, int(pdl == 2), int(residual_early), m, x.stride(0), y.stride(-2))
+        kernel = self.kernel(k, mode, norm is not None, delta is not None, tiles, splits)
+        warps = k // self.kw if not tiles else k // splits // self.rows_kw
+        kernel.launch((n_out // (8 if silu_mul else 16), splits), warps * 32, p, bool(pdl))
         self.launches += 1
         return y

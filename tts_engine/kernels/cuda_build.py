@@ -125,11 +125,13 @@ class CudaKernel:
             self.driver.check(lib.cuFuncSetAttribute(self.function, _MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                      ctypes.c_int(shared)), "cuFuncSetAttribute")
 
-    def launch(self, grid: int, block: int, params: ctypes.Structure, pdl: bool) -> None:
-        """One launch on PyTorch's current stream, `params` its one argument; pdl: with programmatic dependent launch
-        (it may start before the launch ahead of it ends; its griddepcontrol.wait waits for that launch)."""
+    def launch(self, grid: int | tuple[int, int], block: int, params: ctypes.Structure, pdl: bool) -> None:
+        """One launch on PyTorch's current stream, `params` its one argument; grid: CTAs, or (x, y); pdl: with
+        programmatic dependent launch (it may start before the launch ahead of it ends; its griddepcontrol.wait waits
+        for that launch)."""
         attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
-        cfg = _LaunchConfig(grid=(ctypes.c_uint * 3)(grid, 1, 1), block=(ctypes.c_uint * 3)(block, 1, 1),
+        gx, gy = grid if isinstance(grid, tuple) else (grid, 1)
+        cfg = _LaunchConfig(grid=(ctypes.c_uint * 3)(gx, gy, 1), block=(ctypes.c_uint * 3)(block, 1, 1),
                             shared=self.shared, stream=torch.cuda.current_stream(self.device).cuda_stream,
                             attrs=ctypes.pointer(attr), num_attrs=1 if pdl else 0)
         args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(params), ctypes.c_void_p))

@@ -134,9 +134,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, pdl: bool = Fals
 
 
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+                 eps: float, pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (x + delta, rms_norm(x + delta)); both [..., H] in x's dtype. delta [..., H] in x's dtype, or fp32
-    split-K partials [S, rows, H] (`split_k_partials`) whose sum, rounded to x's dtype, is delta."""
+    split-K partials [S, rows, H] (`split_k_partials`) whose sum, rounded to x's dtype, is delta. pdl: as
+    `rms_norm`'s."""
     if not HAVE_TRITON:
         return add_rms_norm_ref(x, delta, weight, eps)
-    return _launch(x, delta, weight, eps)
+    return _launch(x, delta, weight, eps, pdl)

@@ -99,9 +99,11 @@ MMA_LAUNCH = {"qkv": dict(block_k=128, **_MMA), "o": dict(block_k=256, residual_
 # --experiments residual_early, three interleaved rounds) frame 1.583 -> 1.557 ms, the talker step (the same
 # for its o and down) 1.211 -> 1.191.
 PDL_ROWS = 2
-# The cuBLAS passes of at most this many token rows take their products from the CUDA kernel's rows where it runs
-# (`CodePredictorRunner.gemv_kernel_rows`).
-GEMV_KERNEL_ROWS = 16
+# The passes past the GEMV ones of at most this many token rows take their products from the CUDA kernel's rows where
+# it runs (`CodePredictorRunner.gemv_kernel_rows`). Run 31 (bench.latency --experiments cp_gemm_rows, 3 interleaved
+# rounds, the kernel then without PDL, its loads of x a few at a time, whole products): code-predictor frame 2.476 ->
+# 2.115 ms at batch 8, 2.653 -> 3.148 at 32.
+GEMV_KERNEL_ROWS = 32
 _PDL = dict(whole_rows=True, pdl=True)
 PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
               "o": dict(block_n=4, num_warps=4, residual_early=True, **_PDL),
@@ -158,10 +160,10 @@ class CodePredictorRunner:
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
                  qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0,
                  early_trigger: bool = False, persistent: bool | None = False, cuda_draw: bool | None = False,
-                 cuda_gemv: bool | None = False):
+                 cuda_gemv: bool | None = False, rows_pdl: bool = False):
         """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits, early_trigger,
-        persistent, cuda_draw, cuda_gemv: `FastPathOptions`' cp_* (validated there; the splits also against the model's
-        shapes here)."""
+        persistent, cuda_draw, cuda_gemv, rows_pdl: `FastPathOptions`' cp_* (validated there; the splits also against
+        the model's shapes here)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -238,12 +240,11 @@ class CodePredictorRunner:
         # The PDL passes' one-row products as a CUDA kernel on the tensor cores (kernels/cp_gemv.py), or None: the
         # Triton GEMVs. Read at every pass.
         self.gemv_kernel: CpGemv | None = None
-        # ... and the products of cuBLAS passes of up to this many token rows (`cp_gemm_rows`: plain and gate/up with
-        # SwiGLU; 0: none; at most kernels/cp_gemv.py's MAX_ROWS, 32). Run 31 (bench.latency --experiments
-        # cp_gemm_rows, 3 interleaved rounds): code-predictor frame 2.476 -> 2.115 ms at batch 8 (passes of 8 rows, the
-        # prefill's 16), 2.653 -> 3.148 at 32 (32 rows: the kernel's 4 tiles lose to cuBLAS). Passes of 9-16 rows
-        # (batches 9-16) are untimed. Read at every pass.
+        # ... and the products of the passes past the GEMV ones of up to this many token rows (`cp_gemm_rows`: plain,
+        # o's and down's as split-K partials, gate/up with SwiGLU, the heads; 0: none; at most kernels/cp_gemv.py's
+        # MAX_ROWS, 32), with `rows_pdl` every launch of those passes under PDL. Read at every pass.
         self.gemv_kernel_rows = GEMV_KERNEL_ROWS
+        self.rows_pdl = rows_pdl
         if cuda_gemv is not False:
             self.gemv_kernel = self.cuda_gemv_kernel(required=bool(cuda_gemv))
 
@@ -320,7 +321,7 @@ class CodePredictorRunner:
             else:
                 raise ValueError(f"the code predictor takes 1 or 2 new positions, got {n}")
 
-            pdl = self.uses_pdl(b * n)
+            pdl = self.pass_pdl(b * n)
 
             def attend(i, q):  # q [b n, Hq, D]
                 return cp_attention(q.view(b, n, *q.shape[1:]), self.k[i], self.v[i], start, pdl=pdl).flatten(0, 1)
@@ -348,7 +349,8 @@ class CodePredictorRunner:
                                         l2_policy=self.l2_policy if pdl and b * n <= self.gemv_rows else None,
                                         product=self.product(b * n))
                 return out.view(b, n, -1)[:, -1], False
-            out = decoder_step_triton(*args, **fused, split_k=self.split_k, rows_product=self.rows_product(b * n))
+            out = decoder_step_triton(*args, **fused, split_k=self.split_k, rows_product=self.rows_product(b * n),
+                                      pdl=pdl)
             return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
@@ -367,9 +369,16 @@ class CodePredictorRunner:
         return None
 
     def rows_product(self, rows: int) -> CpGemv | None:
-        """What computes the products of a cuBLAS pass of `rows` token rows where it takes them: the CUDA kernel's
-        rows (`gemv_kernel`, up to `gemv_kernel_rows`), else None (cuBLAS)."""
+        """What computes the products (and the head) of a pass of `rows` token rows past the GEMV passes where it takes
+        them: the CUDA kernel's rows (`gemv_kernel`, up to `gemv_kernel_rows`), else None (cuBLAS)."""
         return self.gemv_kernel if self.gemv_kernel is not None and rows <= self.gemv_kernel_rows else None
+
+    def pass_pdl(self, rows: int) -> bool:
+        """Does a pass of `rows` token rows launch its kernels with PDL: those of `uses_pdl`, and with `rows_pdl` the
+        passes past the GEMV ones whose products are the CUDA kernel's rows (`rows_product`)."""
+        if rows <= max(self.gemv_rows, self.mma_rows):
+            return self.uses_pdl(rows)
+        return self.pdl and self.rows_pdl and self.rows_product(rows) is not None
 
     def uses_pdl(self, rows: int) -> bool:
         """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows and
@@ -397,6 +406,9 @@ class CodePredictorRunner:
     def logits(self, out: torch.Tensor, normed: bool, j: int) -> torch.Tensor:
         """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""
         if normed:
+            rows = self.rows_product(out.shape[0])
+            if rows is not None and rows.takes(out, self.heads[j]):
+                return rows(out, self.heads[j], pdl=self.pass_pdl(out.shape[0]))
             return F.linear(out, self.heads[j])
         launch = self.launch(out.shape[0])["head"]
         evict = self.l2_policy.get(("head", j), "") if launch.get("whole_rows") else ""
@@ -433,7 +445,7 @@ class CodePredictorRunner:
         out, normed = self.layers(torch.stack((self.proj(hidden), self.in_c0[c0]), dim=1), b, 0)
         settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
                         top_p=rows.sub_top_p, seed=rows.seed, frame=frames)
-        pdl = self.uses_pdl(b)
+        pdl = self.pass_pdl(b)
         # The persistent pass reads before its wait the cache position the pass before it wrote: the draw between
         # them lets it start only after its own wait.
         persistent = self.persistent if b == 1 and pdl and table is not None else None
@@ -444,7 +456,8 @@ class CodePredictorRunner:
                        gather=None if last else (self.inputs[j], x[:, 0]),
                        gather2=None if last or table is None else (table[j], first_qkv),
                        prefetch=() if last else self.prefetch_weights[:self.draw_prefetch],
-                       pdl=pdl if last or persistent is not None else self.trigger("draw", pdl), **settings)
+                       pdl=pdl if last or persistent is not None or not self.uses_pdl(b) else self.trigger("draw", pdl),
+                       **settings)
             if last:
                 break
             if persistent is not None:

@@ -84,6 +84,11 @@ class FastPathOptions:
     # interleaved rounds): code-predictor frame 1.368 -> 1.145 ms at batch 1, frame step 2.405 -> 2.183 (256 columns a
     # warp; 512: 1.163).
     cp_cuda_gemv: bool | None = None
+    # The code predictor's passes of 3-32 token rows (batches 2-32 but a batch-16+ prefill) on that kernel's rows
+    # (`cp_gemm_rows`: qkv, gate/up with SwiGLU, o and down as split-K partials the next norm sums, the heads) with
+    # every launch of the pass under programmatic dependent launch, its weights loaded before the wait; where
+    # cp_cuda_gemv runs. Off: their products on cuBLAS (those of up to 16 rows on the rows kernel), no PDL.
+    cp_rows_pdl: bool = True
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms

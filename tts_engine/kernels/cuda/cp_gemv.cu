@@ -25,7 +25,8 @@
 // Shapes as macros (kernels/cp_gemv.py compiles one cubin a product): CG_K columns, CG_KW columns a warp, CG_MODE 0
 // plain, 1 + residual, 2 SwiGLU; CG_NORM 1: RMSNorm of x with ln first; CG_DELTA 1: x (modes 0, 2) or the residual
 // (mode 1) plus the int64 multiples of 2^-32 at delta (kernels/cp_attention_o.py's o_sum), a residual's delta zeroed
-// once read; CG_NT tiles of 8 rows of x for `cp_gemm_rows` (the cuBLAS passes' products, below).
+// once read. CG_ROWS 1 builds `cp_gemm_rows` (below) instead of `cp_gemv`: CG_NT tiles of 8 rows of x, a CTA the
+// columns of one of CG_SPLIT slices of K (KW may then be any multiple of 32).
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -42,8 +43,14 @@
 #ifndef CG_DELTA
 #define CG_DELTA 0
 #endif
+#ifndef CG_ROWS
+#define CG_ROWS 0
+#endif
 #ifndef CG_NT
 #define CG_NT 1  // `cp_gemm_rows`: 8-row tiles of x (up to 8 CG_NT rows)
+#endif
+#ifndef CG_SPLIT
+#define CG_SPLIT 1  // `cp_gemm_rows`: slices of K, a CTA each
 #endif
 
 constexpr int K = CG_K;
@@ -51,14 +58,18 @@ constexpr int KW = CG_KW;
 constexpr int MODE = CG_MODE;
 constexpr bool NORM = CG_NORM != 0;
 constexpr bool DELTA = CG_DELTA != 0;
-constexpr int WARPS = K / KW;
+constexpr int SPLIT = CG_SPLIT;
+constexpr int CTA_K = K / SPLIT;  // a CTA's columns
+constexpr int WARPS = CTA_K / KW;
 constexpr int THREADS = WARPS * 32;
 constexpr int J = KW / 32;       // 32-column blocks of a warp's columns: 2 MMAs each
-constexpr int GROUPS = KW / 256;  // x's 8-column groups a lane loads (its warp's columns over 32 lanes)
+constexpr int GROUPS = KW / 256;  // `cp_gemv`: x's 8-column groups a lane loads (its warp's columns over 32 lanes)
 constexpr int CHAINS = J < 2 ? 2 * J : 4;  // independent MMA accumulators (the tensor core's latency hidden)
 constexpr int NT = CG_NT;
 constexpr unsigned FULL = 0xffffffffu;
-static_assert(KW % 256 == 0 && WARPS * KW == K && THREADS <= 1024, "K whole warps of KW columns");
+static_assert(KW % 32 == 0 && SPLIT * CTA_K == K && WARPS * KW == CTA_K && THREADS <= 1024,
+              "K whole warps of KW columns");
+static_assert(CG_ROWS || (KW % 256 == 0 && SPLIT == 1), "cp_gemv: KW a multiple of 256, no slices of K");
 static_assert(MODE >= 0 && MODE <= 2, "mode 0 plain, 1 residual, 2 SwiGLU");
 static_assert(!(NORM && MODE == 1), "a residual product takes no norm (the o and down products)");
 static_assert((2 * J) % CHAINS == 0, "MMAs spread over the chains evenly");
@@ -70,7 +81,7 @@ struct CpGemvParams {
     const __nv_bfloat16* ln;        // [K] (CG_NORM)
     const __nv_bfloat16* residual;  // [n_out] (mode 1)
     long long* delta;               // CG_DELTA: [K] added to x (modes 0, 2) or [n_out] to the residual (mode 1)
-    __nv_bfloat16* y;               // [n_out]
+    __nv_bfloat16* y;               // [n_out]; `cp_gemm_rows` [m, n_out], with CG_SPLIT > 1 fp32 partials
     int n_out;
     float eps;
     int early;           // 1: the next launch may start before this one's wait (PDL_EARLY), else after it
@@ -126,6 +137,12 @@ __device__ __forceinline__ void load_weights(const CpGemvParams& p, int g, int c
     }
 }
 
+// 16 bytes from global to shared memory, asynchronously (cached in L1: the CTAs of an SM read the same x)
+__device__ __forceinline__ void copy_async(uint4* to, const __nv_bfloat16* from) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(to));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(from) : "memory");
+}
+
 // The PDL wait for the launch ahead; early: the next launch may start before it (PDL_EARLY), else after it.
 __device__ __forceinline__ void pdl_wait(int early) {
     if (early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -133,6 +150,7 @@ __device__ __forceinline__ void pdl_wait(int early) {
     if (!early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+#if !CG_ROWS
 extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams p) {
     __shared__ __align__(16) __nv_bfloat16 xs[K];  // x as the products take it (normed, rounded), for B's layout
     __shared__ float partial[WARPS][16];           // each warp's sums of the 16 rows
@@ -269,40 +287,60 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
     }
 }
 
-// Rows 1 .. 8 NT of x (the code predictor's cuBLAS passes of 8-32 token rows; modes 0 and 2, no norm or delta: those
-// passes norm in launches of their own). The same weight fragments; B's column n of tile t is x's row 8 t + n (rows
-// past m read as zeros), so D's columns are x's rows: lane (g, c) holds weight rows g and g + 8 against x's rows
-// 8 t + 2c, 8 t + 2c + 1. Each tile is its own accumulator chain. The warps' sums meet in shared memory as before.
-#if CG_MODE != 1 && !CG_NORM && !CG_DELTA
+#endif
+
+// Rows 1 .. 8 NT of x (`cp_gemm_rows`, CG_ROWS: the code predictor's passes of 2-32 token rows; modes 0 and 2, no norm
+// or delta: those passes norm in launches of their own). The same weight fragments; B's column n of tile t is x's row
+// 8 t + n (rows past m read as zeros), so D's columns are x's rows: lane (g, c) holds weight rows g and g + 8 against
+// x's rows 8 t + 2c, 8 t + 2c + 1. A CTA takes CTA_K = K / CG_SPLIT of the columns (blockIdx.y the slice), so that a
+// CTA's weights and x fit its warps' registers: every fragment of x a warp reads is loaded at once after the wait, one
+// round trip to L2 (run 31's version loaded them as its MMAs went, ~8 round trips in a row at 4 tiles, and lost to
+// cuBLAS at 32 rows); they go through shared memory (cp.async: CTA_K 16 NT bytes of it a CTA), since ptxas spreads
+// plain loads between the MMAs whatever their order in the source. With CG_SPLIT > 1 (mode 0) y is fp32 partial sums
+// [CG_SPLIT, m, n_out] (split-K partials: the norm after o and down sums them, kernels/rms_norm.py), else the bf16
+// product. Each tile keeps two accumulator chains.
+#if CG_ROWS
+static_assert(MODE != 1 && !NORM && !DELTA, "the rows kernel: modes 0 and 2, no norm or delta");
+static_assert(SPLIT == 1 || MODE == 0, "split-K partials of plain products only (SwiGLU takes whole sums)");
 extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvParams p) {
-    __shared__ float partial[WARPS][16][8 * NT];
+    extern __shared__ __align__(16) uint4 x_stage[];  // [WARPS][NT][J][32 lanes]
+    __shared__ float partial[WARPS][16][8 * NT + 1];  // +1: the epilogue's reads down a column hit 16 banks
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const int col0 = warp * KW;
+    const int col0 = blockIdx.y * CTA_K + warp * KW;
     uint4 wa[J], wb[J];
     load_weights(p, g, c, col0, wa, wb);
     pdl_wait(p.early);
 
-    float acc[NT][4];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-        const int at = col0 + 32 * j + 8 * c;
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const int row = 8 * t + g;
-            uint4 b = make_uint4(0u, 0u, 0u, 0u);
-            if (row < p.m) b = *reinterpret_cast<const uint4*>(p.x + row * p.x_stride + at);
-            mma(acc[t], wa[j].x, wb[j].x, wa[j].y, wb[j].y, b.x, b.y);
-            mma(acc[t], wa[j].z, wb[j].z, wa[j].w, wb[j].w, b.z, b.w);
-        }
-    }
+    // x's fragments, each lane's own 16-byte pieces: copied asynchronously all at once, then read back by the lane
+    // that copied them (ptxas issues plain loads of them a few at a time between the MMAs, however they are written)
+    uint4* staged = x_stage + warp * NT * J * 32 + lane;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-        partial[warp][g][8 * t + 2 * c] = acc[t][0];
-        partial[warp][g][8 * t + 2 * c + 1] = acc[t][1];
-        partial[warp][g + 8][8 * t + 2 * c] = acc[t][2];
-        partial[warp][g + 8][8 * t + 2 * c + 1] = acc[t][3];
+        const int row = min(8 * t + g, p.m - 1);  // rows past m repeat the last: their D columns are not read
+        const __nv_bfloat16* x = p.x + (long long)row * p.x_stride + col0 + 8 * c;
+#pragma unroll
+        for (int j = 0; j < J; ++j) copy_async(staged + (t * J + j) * 32, x + 32 * j);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    float acc[NT][2][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[t][0][i] = acc[t][1][i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const uint4 b = staged[(t * J + j) * 32];
+            mma(acc[t][0], wa[j].x, wb[j].x, wa[j].y, wb[j].y, b.x, b.y);
+            mma(acc[t][1], wa[j].z, wb[j].z, wa[j].w, wb[j].w, b.z, b.w);
+        }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        partial[warp][g][8 * t + 2 * c] = acc[t][0][0] + acc[t][1][0];
+        partial[warp][g][8 * t + 2 * c + 1] = acc[t][0][1] + acc[t][1][1];
+        partial[warp][g + 8][8 * t + 2 * c] = acc[t][0][2] + acc[t][1][2];
+        partial[warp][g + 8][8 * t + 2 * c + 1] = acc[t][0][3] + acc[t][1][3];
     }
     __syncthreads();
 
@@ -316,9 +354,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
             sum += partial[w][r][xr];
             if constexpr (MODE == 2) up += partial[w][r + 8][xr];
         }
-        float out = round_bf16(sum);
-        if constexpr (MODE == 2) out = round_bf16(out / (1.f + expf(-out))) * round_bf16(up);
-        p.y[xr * p.y_stride + blockIdx.x * FEATURES + r] = __float2bfloat16_rn(out);
+        const long long at = xr * p.y_stride + blockIdx.x * FEATURES + r;
+        if constexpr (SPLIT > 1) {
+            reinterpret_cast<float*>(p.y)[blockIdx.y * p.m * p.y_stride + at] = sum;
+        } else {
+            float out = round_bf16(sum);
+            if constexpr (MODE == 2) out = round_bf16(out / (1.f + expf(-out))) * round_bf16(up);
+            p.y[at] = __float2bfloat16_rn(out);
+        }
     }
 }
 #endif
