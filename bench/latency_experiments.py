@@ -416,12 +416,15 @@ def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(4, 8, 16, 3
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA rows products")
 
 
-# The rows products' variants: (passes of up to this many rows on them, under PDL, CpGemv's keywords: columns a warp,
-# columns a CTA where o and down come as split-K partials; 1 << 20: whole products).
-CP_GEMM_ROWS_VARIANTS = {"rows16": (16, False, {}), "rows": (32, False, {}), "rows_pdl": (32, True, {}),
-                         "rows_pdl_kw128": (32, True, {"rows_kw": 128}),
-                         "rows_pdl_cta512": (32, True, {"rows_cta_k": 512}),
-                         "rows_pdl_whole": (32, True, {"rows_cta_k": 1 << 20})}
+# The rows products' variants: (passes of up to this many rows on them, under PDL, CpGemv's keywords: columns a CTA
+# where o and down come as split-K partials (1 << 20: whole products), blocks of 16 rows of w a CTA by tiles of x).
+CP_GEMM_ROWS_VARIANTS = {"rows16": (16, False, {}), "pdl": (32, True, {}),
+                         "pdl_whole": (32, True, {"rows_cta_k": 1 << 20}),
+                         "pdl_whole_b2": (32, True, {"rows_cta_k": 1 << 20, "rows_blocks": (1, 1, 2, 2)}),
+                         "pdl_whole_b4": (32, True, {"rows_cta_k": 1 << 20, "rows_blocks": (1, 2, 4, 4)}),
+                         "pdl_b2": (32, True, {"rows_blocks": (1, 1, 2, 2)}),
+                         "pdl_b4": (32, True, {"rows_blocks": (1, 2, 4, 4)}),
+                         "pdl_cta512_b4": (32, True, {"rows_cta_k": 512, "rows_blocks": (1, 2, 4, 4)})}
 
 
 # The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).

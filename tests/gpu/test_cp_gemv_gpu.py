@@ -220,27 +220,30 @@ def test_cublas_passes_with_the_cuda_rows_equal_torch(runners, products, b):
     assert products.launches > before
 
 
-@pytest.mark.parametrize("rows_kw,cta_k", [(256, 1024), (128, 1024), (256, 512)])
-@pytest.mark.parametrize("m", [3, 32])
-@pytest.mark.parametrize("case", ["down", "o", "qkv"])
-def test_rows_split_k_partials_sum_to_the_product(cuda, rows_kw, cta_k, m, case):
-    """o's and down's rows as fp32 split-K partials (`partials=True`, a CTA `cta_k` columns): each partial is its slice
-    of K's product, their sum rounded is the product, and the norm after them sums them as it sums cuBLAS' partials.
-    qkv at cta_k 1,024 is one slice: the bf16 product."""
+@pytest.mark.parametrize("rows_kw,cta_k,blocks", [(256, 1024, (1, 1, 1, 1)), (128, 1024, (1, 1, 1, 1)),
+                                                  (256, 512, (1, 2, 4, 4)), (256, 1 << 20, (1, 2, 4, 4))])
+@pytest.mark.parametrize("m", [3, 16, 32])
+@pytest.mark.parametrize("case", ["down", "o", "qkv", "gate_up"])
+def test_rows_split_k_partials_sum_to_the_product(cuda, rows_kw, cta_k, blocks, m, case):
+    """The rows kernel's layouts (columns a warp, columns a CTA, blocks of 16 rows of w a CTA sharing one copy of x):
+    o's and down's rows as fp32 split-K partials (`partials=True`): each partial is its slice of K's product, their sum
+    rounded is the product, and the norm after them sums them as it sums cuBLAS' partials; qkv (whole where a CTA takes
+    1,024 columns or more) and gate/up with SwiGLU (always whole) the bf16 product."""
     from tts_engine.kernels.rms_norm import add_rms_norm
 
-    products = CpGemv(cuda, rows_kw=rows_kw, rows_cta_k=cta_k)
-    g = torch.Generator(device="cuda").manual_seed(m + rows_kw + cta_k)
-    n, k = {"qkv": (4096, 1024), "down": (1024, 3072), "o": (1024, 2048)}[case]
+    products = CpGemv(cuda, rows_kw=rows_kw, rows_cta_k=cta_k, rows_blocks=blocks)
+    g = torch.Generator(device="cuda").manual_seed(m + rows_kw + cta_k % 4096 + sum(blocks))
+    n, k = {"qkv": (4096, 1024), "down": (1024, 3072), "o": (1024, 2048), "gate_up": (6144, 1024)}[case]
     x = _bf16(g, m + 3, k)[:m]
     w = _bf16(g, n, k, scale=k ** -0.5)
-    assert products.takes(x, w, partials=True)
-    got = products(x, w, partials=True)
+    silu = case == "gate_up"
+    assert products.takes(x, w, partials=True, silu_mul=silu)
+    got = products(x, w, partials=True, silu_mul=silu)
     assert products.launches == 1
-    splits = k // cta_k
-    want = gemv_ref(x, w)
+    splits = 1 if silu or k % cta_k else k // cta_k
+    want = gemv_ref(x, w, silu_mul=silu)
     if splits == 1:
-        assert got.shape == (m, n) and got.dtype == torch.bfloat16
+        assert got.shape == want.shape and got.dtype == torch.bfloat16
         whole = got
     else:
         assert got.shape == (splits, m, n) and got.dtype == torch.float32

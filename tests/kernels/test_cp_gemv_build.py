@@ -46,17 +46,19 @@ def test_kernel_compiles_for_sm90a_without_local_memory(tmp_path, k, mode, norm,
     assert 64 < used <= 128, done.stderr
 
 
-# (K, mode, tiles, slices of K, columns a warp) of the passes' rows products: qkv / the heads, gate/up + SwiGLU, o and
-# down as split-K partials (a CTA 1,024 columns: kernels/cp_gemv.py ROWS_CTA_K), down whole; 128 columns a warp
-ROWS_SHAPES = [(1024, 0, 4, 1, 256), (1024, 2, 4, 1, 256), (2048, 0, 4, 2, 256), (3072, 0, 4, 3, 256),
-               (3072, 0, 4, 1, 256), (1024, 2, 1, 1, 256), (2048, 0, 2, 2, 256), (3072, 0, 4, 3, 128)]
+# (K, mode, tiles, slices of K, columns a warp, blocks of 16 rows of w a CTA) of the passes' rows products: qkv / the
+# heads, gate/up + SwiGLU, o and down as split-K partials (a CTA 1,024 columns: kernels/cp_gemv.py ROWS_CTA_K), down
+# whole; 128 columns a warp; 2 and 4 blocks a CTA
+ROWS_SHAPES = [(1024, 0, 4, 1, 256, 1), (1024, 2, 4, 1, 256, 1), (2048, 0, 4, 2, 256, 1), (3072, 0, 4, 3, 256, 1),
+               (3072, 0, 4, 1, 256, 1), (1024, 2, 1, 1, 256, 1), (2048, 0, 2, 2, 256, 1), (3072, 0, 4, 3, 128, 1),
+               (1024, 2, 4, 1, 256, 4), (2048, 0, 4, 1, 256, 2), (1024, 0, 2, 1, 256, 2)]
 
 
 @needs_nvcc
-@pytest.mark.parametrize("k,mode,tiles,splits,kw", ROWS_SHAPES)
-def test_rows_kernel_compiles_without_local_memory(tmp_path, k, mode, tiles, splits, kw):
+@pytest.mark.parametrize("k,mode,tiles,splits,kw,blocks", ROWS_SHAPES)
+def test_rows_kernel_compiles_without_local_memory(tmp_path, k, mode, tiles, splits, kw, blocks):
     done = _nvcc(tmp_path, "CG_ROWS=1", f"CG_K={k}", f"CG_MODE={mode}", f"CG_NT={tiles}", f"CG_SPLIT={splits}",
-                 f"CG_KW={kw}")
+                 f"CG_KW={kw}", f"CG_RB={blocks}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "cp_gemv'" not in done.stderr, "one kernel a cubin"
     rows = done.stderr[done.stderr.index("Function properties for cp_gemm_rows"):]
@@ -88,6 +90,7 @@ def test_rows_kernel_copies_every_fragment_of_x_before_its_first_product(tmp_pat
                                          (("CG_K=1024", "CG_MODE=3"), "mode 0 plain"),
                                          (("CG_K=1024", "CG_MODE=0", "CG_NT=5"), "1-4 tiles"),
                                          (("CG_K=1024", "CG_MODE=0", "CG_KW=128"), "KW a multiple of 256"),
+                                         (("CG_K=1024", "CG_MODE=0", "CG_RB=2"), "one block"),
                                          (("CG_ROWS=1", "CG_K=1024", "CG_MODE=1"), "modes 0 and 2"),
                                          (("CG_ROWS=1", "CG_K=2048", "CG_MODE=2", "CG_SPLIT=2"), "whole sums"),
                                          (("CG_ROWS=1", "CG_K=3072", "CG_MODE=0", "CG_SPLIT=5"), "whole warps")])

@@ -49,9 +49,10 @@ ROWS_CTA_K = 1024  # `cp_gemm_rows`: columns a CTA, where the call takes split-K
 
 
 def compile_cp_gemv(k: int, mode: int, norm: bool, delta: bool, kw: int = KW, macros: tuple[str, ...] = (),
-                    tiles: int = 0, splits: int = 1) -> bytes:
-    """`cp_gemv` (tiles 0), else `cp_gemm_rows` over `tiles` tiles of 8 rows and `splits` slices of K."""
-    rows = ["-DCG_ROWS=1", f"-DCG_NT={tiles}", f"-DCG_SPLIT={splits}"] if tiles else []
+                    tiles: int = 0, splits: int = 1, blocks: int = 1) -> bytes:
+    """`cp_gemv` (tiles 0), else `cp_gemm_rows` over `tiles` tiles of 8 rows, `splits` slices of K and `blocks` blocks
+    of 16 rows of w a CTA."""
+    rows = ["-DCG_ROWS=1", f"-DCG_NT={tiles}", f"-DCG_SPLIT={splits}", f"-DCG_RB={blocks}"] if tiles else []
     return cuda_build.compile_cubin(SOURCE, [f"-DCG_K={k}", f"-DCG_KW={kw}", f"-DCG_MODE={mode}",
                                              f"-DCG_NORM={int(norm)}", f"-DCG_DELTA={int(delta)}", *rows,
                                              *(f"-D{m}" for m in macros)], "cp_gemv")
@@ -65,9 +66,13 @@ def rows_shared(k: int, tiles: int, splits: int) -> int:
     return k // splits * 8 * tiles * 2
 
 
-def rows_fit(k: int, tiles: int, splits: int, kw: int) -> bool:
+def rows_fit(k: int, tiles: int, splits: int, kw: int, blocks: int = 1) -> bool:
     """Does a `cp_gemm_rows` CTA's shared memory fit: x's columns and the warps' sums (cp_gemv.cu `partial`)."""
-    return rows_shared(k, tiles, splits) + k // splits // kw * 16 * (8 * tiles + 1) * 4 <= SHARED_BYTES
+    return rows_shared(k, tiles, splits) + k // splits // kw * blocks * 16 * (8 * tiles + 1) * 4 <= SHARED_BYTES
+
+
+MAX_ROWS_WARPS = 16  # `cp_gemm_rows`: warps a CTA at most (~120 registers a thread: a CTA an SM)
+ROWS_BLOCKS = (1, 1, 1, 1)  # `cp_gemm_rows`: blocks of 16 rows of w a CTA by tiles of x (1-4), where they fit
 
 
 def _aligned(t: torch.Tensor) -> bool:
@@ -80,27 +85,38 @@ class CpGemv:
     takes partials; `macros`: cp_gemv.cu's."""
 
     def __init__(self, device: torch.device, kw: int = KW, macros: tuple[str, ...] = (), rows_kw: int = ROWS_KW,
-                 rows_cta_k: int = ROWS_CTA_K):
+                 rows_cta_k: int = ROWS_CTA_K, rows_blocks: tuple[int, ...] = ROWS_BLOCKS):
         why = unsupported(device)
         if why:
             raise RuntimeError(f"cp_gemv: {why}")
         if device.index is None:  # "cuda": the current device, named, so that tensors' devices compare equal to it
             device = torch.device("cuda", torch.cuda.current_device())
         self.device, self.kw, self.macros = device, kw, macros
-        self.rows_kw, self.rows_cta_k = rows_kw, rows_cta_k
+        self.rows_kw, self.rows_cta_k, self.rows_blocks = rows_kw, rows_cta_k, rows_blocks
         self.kernels: dict[tuple, cuda_build.CudaKernel] = {}
         self.launches = 0  # products launched (captured launches count once)
 
-    def kernel(self, k: int, mode: int, norm: bool, delta: bool, tiles: int = 0,
-               splits: int = 1) -> cuda_build.CudaKernel:
-        """One row (tiles 0: `cp_gemv`) or up to 8 x `tiles` rows in `splits` slices of K (`cp_gemm_rows`)."""
-        key = (k, mode, norm, delta, tiles, splits)
+    def kernel(self, k: int, mode: int, norm: bool, delta: bool, tiles: int = 0, splits: int = 1,
+               blocks: int = 1) -> cuda_build.CudaKernel:
+        """One row (tiles 0: `cp_gemv`) or up to 8 x `tiles` rows in `splits` slices of K, `blocks` blocks of w a CTA
+        (`cp_gemm_rows`)."""
+        key = (k, mode, norm, delta, tiles, splits, blocks)
         if key not in self.kernels:
             kw = self.rows_kw if tiles else self.kw
-            cubin = compile_cp_gemv(k, mode, norm, delta, kw, self.macros, tiles, splits)
+            cubin = compile_cp_gemv(k, mode, norm, delta, kw, self.macros, tiles, splits, blocks)
             self.kernels[key] = cuda_build.CudaKernel(cubin, "cp_gemm_rows" if tiles else "cp_gemv", self.device,
                                                       shared=rows_shared(k, tiles, splits) if tiles else 0)
         return self.kernels[key]
+
+    def blocks(self, tiles: int, w: torch.Tensor, splits: int) -> int:
+        """Blocks of 16 rows of w a `cp_gemm_rows` CTA: `rows_blocks` at these tiles, halved until they divide w's
+        blocks and the CTA's warps and shared memory fit."""
+        k, blocks = w.shape[1], self.rows_blocks[tiles - 1]
+        warps_k = k // splits // self.rows_kw
+        while blocks > 1 and (w.shape[0] // 16 % blocks or warps_k * blocks > MAX_ROWS_WARPS
+                              or not rows_fit(k, tiles, splits, self.rows_kw, blocks)):
+            blocks //= 2
+        return blocks
 
     def splits(self, x: torch.Tensor, w: torch.Tensor, partials: bool) -> int:
         """Slices of K of a call on 2 or more rows: K / rows_cta_k where it takes partials and they divide K, else 1."""
@@ -169,8 +185,9 @@ class CpGemv:
         p = _Params(x.data_ptr(), w.data_ptr(), None if ln is None else ln.data_ptr(),
                     None if residual is None else residual.data_ptr(), None if delta is None else delta.data_ptr(),
                     y.data_ptr(), n_out, eps, int(pdl == 2), int(residual_early), m, x.stride(0), y.stride(-2))
-        kernel = self.kernel(k, mode, norm is not None, delta is not None, tiles, splits)
-        warps = k // self.kw if not tiles else k // splits // self.rows_kw
-        kernel.launch((n_out // (8 if silu_mul else 16), splits), warps * 32, p, bool(pdl))
+        blocks = self.blocks(tiles, w, splits) if tiles else 1
+        kernel = self.kernel(k, mode, norm is not None, delta is not None, tiles, splits, blocks)
+        warps = k // self.kw if not tiles else k // splits // self.rows_kw * blocks
+        kernel.launch((w.shape[0] // 16 // blocks, splits), warps * 32, p, bool(pdl))
         self.launches += 1
         return y

@@ -25,8 +25,8 @@
 // Shapes as macros (kernels/cp_gemv.py compiles one cubin a product): CG_K columns, CG_KW columns a warp, CG_MODE 0
 // plain, 1 + residual, 2 SwiGLU; CG_NORM 1: RMSNorm of x with ln first; CG_DELTA 1: x (modes 0, 2) or the residual
 // (mode 1) plus the int64 multiples of 2^-32 at delta (kernels/cp_attention_o.py's o_sum), a residual's delta zeroed
-// once read. CG_ROWS 1 builds `cp_gemm_rows` (below) instead of `cp_gemv`: CG_NT tiles of 8 rows of x, a CTA the
-// columns of one of CG_SPLIT slices of K (KW may then be any multiple of 32).
+// once read. CG_ROWS 1 builds `cp_gemm_rows` (below) instead of `cp_gemv`: CG_NT tiles of 8 rows of x, a CTA CG_RB
+// blocks of 16 rows of w on the columns of one of CG_SPLIT slices of K (KW may then be any multiple of 32).
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -52,6 +52,9 @@
 #ifndef CG_SPLIT
 #define CG_SPLIT 1  // `cp_gemm_rows`: slices of K, a CTA each
 #endif
+#ifndef CG_RB
+#define CG_RB 1  // `cp_gemm_rows`: 16-row blocks of w a CTA
+#endif
 
 constexpr int K = CG_K;
 constexpr int KW = CG_KW;
@@ -60,16 +63,18 @@ constexpr bool NORM = CG_NORM != 0;
 constexpr bool DELTA = CG_DELTA != 0;
 constexpr int SPLIT = CG_SPLIT;
 constexpr int CTA_K = K / SPLIT;  // a CTA's columns
-constexpr int WARPS = CTA_K / KW;
+constexpr int RB = CG_RB;  // `cp_gemm_rows`: 16-row blocks of w a CTA, whose warps share x's copy
+constexpr int WARPS_K = CTA_K / KW;  // warps along a block's columns
+constexpr int WARPS = WARPS_K * RB;
 constexpr int THREADS = WARPS * 32;
 constexpr int J = KW / 32;       // 32-column blocks of a warp's columns: 2 MMAs each
 constexpr int GROUPS = KW / 256;  // `cp_gemv`: x's 8-column groups a lane loads (its warp's columns over 32 lanes)
 constexpr int CHAINS = J < 2 ? 2 * J : 4;  // independent MMA accumulators (the tensor core's latency hidden)
 constexpr int NT = CG_NT;
 constexpr unsigned FULL = 0xffffffffu;
-static_assert(KW % 32 == 0 && SPLIT * CTA_K == K && WARPS * KW == CTA_K && THREADS <= 1024,
+static_assert(KW % 32 == 0 && SPLIT * CTA_K == K && WARPS_K * KW == CTA_K && THREADS <= 1024,
               "K whole warps of KW columns");
-static_assert(CG_ROWS || (KW % 256 == 0 && SPLIT == 1), "cp_gemv: KW a multiple of 256, no slices of K");
+static_assert(CG_ROWS || (KW % 256 == 0 && SPLIT == 1 && RB == 1), "cp_gemv: KW a multiple of 256, one block");
 static_assert(MODE >= 0 && MODE <= 2, "mode 0 plain, 1 residual, 2 SwiGLU");
 static_assert(!(NORM && MODE == 1), "a residual product takes no norm (the o and down products)");
 static_assert((2 * J) % CHAINS == 0, "MMAs spread over the chains evenly");
@@ -124,11 +129,11 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// A CTA's weight fragments, loaded before the wait (constants): lane (g, c) holds A's rows g and g + 8 (mode 2: the
-// gate and up rows of feature blockIdx.x 8 + g), block j: columns col0 + 32 j + 8 c .. + 7.
-__device__ __forceinline__ void load_weights(const CpGemvParams& p, int g, int c, int col0, uint4 (&wa)[J],
+// A warp's weight fragments of 16-row block `block`, loaded before the wait (constants): lane (g, c) holds A's rows g
+// and g + 8 (mode 2: the gate and up rows of feature block 8 + g), block j: columns col0 + 32 j + 8 c .. + 7.
+__device__ __forceinline__ void load_weights(const CpGemvParams& p, int block, int g, int c, int col0, uint4 (&wa)[J],
                                              uint4 (&wb)[J]) {
-    const long long row_g = MODE == 2 ? (long long)blockIdx.x * 8 + g : (long long)blockIdx.x * 16 + g;
+    const long long row_g = MODE == 2 ? (long long)block * 8 + g : (long long)block * 16 + g;
     const long long row_g8 = MODE == 2 ? row_g + p.n_out : row_g + 8;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
@@ -161,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
     // Before the wait, what no launch ahead writes: the weights (constants), the norm's weights, and with
     // residual_early a residual's row with its delta (the launch ahead has passed its own wait on them).
     uint4 wa[J], wb[J];
-    load_weights(p, g, c, col0, wa, wb);
+    load_weights(p, blockIdx.x, g, c, col0, wa, wb);
     float ln[GROUPS][8];
     if constexpr (NORM) {
 #pragma unroll
@@ -298,30 +303,35 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
 // cuBLAS at 32 rows); they go through shared memory (cp.async: CTA_K 16 NT bytes of it a CTA), since ptxas spreads
 // plain loads between the MMAs whatever their order in the source. With CG_SPLIT > 1 (mode 0) y is fp32 partial sums
 // [CG_SPLIT, m, n_out] (split-K partials: the norm after o and down sums them, kernels/rms_norm.py), else the bf16
-// product. Each tile keeps two accumulator chains.
+// product. A CTA holds CG_RB blocks of 16 rows of w (a warp each on each of its column slices), which read one copy
+// of x: L2 sends each SM 2 / CG_RB bytes of x a byte of weights at 32 rows. Each tile keeps two accumulator chains.
 #if CG_ROWS
 static_assert(MODE != 1 && !NORM && !DELTA, "the rows kernel: modes 0 and 2, no norm or delta");
 static_assert(SPLIT == 1 || MODE == 0, "split-K partials of plain products only (SwiGLU takes whole sums)");
 extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvParams p) {
-    extern __shared__ __align__(16) uint4 x_stage[];  // [WARPS][NT][J][32 lanes]
+    extern __shared__ __align__(16) uint4 x_stage[];  // [WARPS_K][NT][J][32 lanes]
     __shared__ float partial[WARPS][16][8 * NT + 1];  // +1: the epilogue's reads down a column hit 16 banks
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const int col0 = blockIdx.y * CTA_K + warp * KW;
+    const int rb = warp / WARPS_K, wk = warp % WARPS_K;  // the warp's block of rows, its columns
+    const int col0 = blockIdx.y * CTA_K + wk * KW;
     uint4 wa[J], wb[J];
-    load_weights(p, g, c, col0, wa, wb);
+    load_weights(p, blockIdx.x * RB + rb, g, c, col0, wa, wb);
     pdl_wait(p.early);
 
-    // x's fragments, each lane's own 16-byte pieces: copied asynchronously all at once, then read back by the lane
-    // that copied them (ptxas issues plain loads of them a few at a time between the MMAs, however they are written)
-    uint4* staged = x_stage + warp * NT * J * 32 + lane;
+    // x's fragments as lane (g, c) of any warp on these columns takes them: copied asynchronously all at once (the
+    // tiles shared out among the RB warps on the same columns), then read back (ptxas issues plain loads a few at a
+    // time between the MMAs, however they are written)
+    uint4* staged = x_stage + wk * NT * J * 32 + lane;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
+        if (t % RB != rb) continue;
         const int row = min(8 * t + g, p.m - 1);  // rows past m repeat the last: their D columns are not read
         const __nv_bfloat16* x = p.x + (long long)row * p.x_stride + col0 + 8 * c;
 #pragma unroll
         for (int j = 0; j < J; ++j) copy_async(staged + (t * J + j) * 32, x + 32 * j);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
+    if constexpr (RB > 1) __syncthreads();
     float acc[NT][2][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t)
@@ -344,17 +354,19 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
     }
     __syncthreads();
 
-    // An output a thread at a time: (x row, feature), the warps' sums added in warp order.
-    constexpr int FEATURES = MODE == 2 ? 8 : 16;
-    for (int o = threadIdx.x; o < FEATURES * p.m; o += THREADS) {
-        const int r = o % FEATURES, xr = o / FEATURES;
+    // An output a thread at a time: (x row, feature of the CTA's RB blocks), the sums of the warps on the feature's
+    // block added in warp order.
+    constexpr int FEATURES = MODE == 2 ? 8 : 16;  // a block's
+    for (int o = threadIdx.x; o < FEATURES * RB * p.m; o += THREADS) {
+        const int f = o % (FEATURES * RB), xr = o / (FEATURES * RB);
+        const int r = f % FEATURES, first = f / FEATURES * WARPS_K;
         float sum = 0.f, up = 0.f;
 #pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            sum += partial[w][r][xr];
-            if constexpr (MODE == 2) up += partial[w][r + 8][xr];
+        for (int w = 0; w < WARPS_K; ++w) {
+            sum += partial[first + w][r][xr];
+            if constexpr (MODE == 2) up += partial[first + w][r + 8][xr];
         }
-        const long long at = xr * p.y_stride + blockIdx.x * FEATURES + r;
+        const long long at = xr * p.y_stride + blockIdx.x * FEATURES * RB + f;
         if constexpr (SPLIT > 1) {
             reinterpret_cast<float*>(p.y)[blockIdx.y * p.m * p.y_stride + at] = sum;
         } else {
