@@ -402,7 +402,7 @@ def cp_gemv_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA one-row products")
 
 
-def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(4, 8, 16, 32)) -> dict:
+def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(16, 32, 64)) -> dict:
     """The code predictor's frame (and the frame step) with the products of its passes past the GEMV ones on the CUDA
     kernel's rows (kernels/cp_gemv.py `cp_gemm_rows`, passes of up to 32 token rows), with and without every launch of
     those passes under PDL, in each of CP_GEMM_ROWS_VARIANTS, against cuBLAS, interleaved rounds -> {batch: {key:
@@ -418,13 +418,11 @@ def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(4, 8, 16, 3
 
 # The rows products' variants: (passes of up to this many rows on them, under PDL, CpGemv's keywords: columns a CTA
 # where o and down come as split-K partials (1 << 20: whole products), blocks of 16 rows of w a CTA by tiles of x).
-CP_GEMM_ROWS_VARIANTS = {"rows16": (16, False, {}), "pdl": (32, True, {}),
-                         "pdl_whole": (32, True, {"rows_cta_k": 1 << 20}),
-                         "pdl_whole_b2": (32, True, {"rows_cta_k": 1 << 20, "rows_blocks": (1, 1, 2, 2)}),
-                         "pdl_whole_b4": (32, True, {"rows_cta_k": 1 << 20, "rows_blocks": (1, 2, 4, 4)}),
-                         "pdl_b2": (32, True, {"rows_blocks": (1, 1, 2, 2)}),
-                         "pdl_b4": (32, True, {"rows_blocks": (1, 2, 4, 4)}),
-                         "pdl_cta512_b4": (32, True, {"rows_cta_k": 512, "rows_blocks": (1, 2, 4, 4)})}
+CP_GEMM_ROWS_VARIANTS = {"b4_32": (32, True, {"rows_blocks": (1, 2, 4, 4)}),
+                         "b4": (64, True, {"rows_blocks": (1, 2, 4, 4)}),
+                         "b4_min64": (64, True, {"rows_blocks": (1, 2, 4, 4), "rows_min_ctas": 64}),
+                         "cta512_b4": (64, True, {"rows_cta_k": 512, "rows_blocks": (1, 2, 4, 4)}),
+                         "cta512_b8": (64, True, {"rows_cta_k": 512, "rows_blocks": (1, 2, 4, 8)})}
 
 
 # The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).

@@ -12,7 +12,7 @@ import torch
 from tests.gpu.replays import assert_pdl_gives_the_output_without, graph_replays, rel_err
 from tests.gpu.test_code_predictor_gpu import _compare_code_predictor_steps
 from tts_engine.kernels.backend import FIXED_ONE, PDL_EARLY
-from tts_engine.kernels.cp_gemv import CpGemv
+from tts_engine.kernels.cp_gemv import CpGemv, rows_fit
 from tts_engine.kernels.gemv import gemv, gemv_ref
 
 WHOLE = dict(whole_rows=True, block_n=4, num_warps=4)
@@ -96,7 +96,7 @@ def test_calls_it_does_not_take_go_to_the_triton_gemv(products):
     assert products.takes(x, w, norm=(ln, 1e-6))
     assert not products.takes(x, w, norm=(ln, 1e-6), residual=_bf16(g, 1, 1024)), "a norm with a residual"
     assert not products.takes(x, w, residual=_bf16(g, 1, 1024), x_delta=_fixed(g, 1, 1024)), "x's delta, mode 1"
-    assert not products.takes(_bf16(g, 33, 1024), w), "more than 32 rows"
+    assert not products.takes(_bf16(g, 65, 1024), w), "more than 64 rows"
 
 
 def test_a_pdl_chain_in_a_graph_is_the_chain_without(products):
@@ -185,8 +185,8 @@ def test_frames_with_the_cuda_products_replay_bit_for_bit(runners, products, sam
 @pytest.mark.parametrize("m", [2, 8, 13, 32])
 @pytest.mark.parametrize("case", ["qkv", "gate_up", "down", "o"])
 def test_rows_are_the_products_of_cublas(products, m, case):
-    """2-32 rows of x (`cp_gemm_rows`, the cuBLAS passes' products): plain, and gate/up with SwiGLU, against the
-    reference (cuBLAS' product, torch's SiLU-mul), rows past a tile's end not read."""
+    """2-32 rows of x (`cp_gemm_rows`, the passes' products; 64 in the partials' test below): plain, and gate/up with
+    SwiGLU, against the reference (cuBLAS' product, torch's SiLU-mul), rows past a tile's end not read."""
     g = torch.Generator(device="cuda").manual_seed(m)
     n, k = {"qkv": (4096, 1024), "gate_up": (6144, 1024), "down": (1024, 3072), "o": (1024, 2048)}[case]
     x = _bf16(g, m + 3, k)[:m]  # rows past m are there, and must not be read into the products
@@ -201,7 +201,7 @@ def test_rows_are_the_products_of_cublas(products, m, case):
     same = (got == want).float().mean().item()
     assert same > 0.95, f"{case}, {m} rows: {same:.3%} of the outputs equal the reference's"
     assert not products.takes(x, w, norm=(torch.ones(k, device="cuda", dtype=torch.bfloat16), 1e-6)), "no norm"
-    assert not products.takes(_bf16(g, 33, k), w), "at most 32 rows"
+    assert not products.takes(_bf16(g, 65, k), w), "at most 64 rows"
 
 
 @pytest.mark.parametrize("b", [4, 8])
@@ -222,7 +222,7 @@ def test_cublas_passes_with_the_cuda_rows_equal_torch(runners, products, b):
 
 @pytest.mark.parametrize("rows_kw,cta_k,blocks", [(256, 1024, (1, 1, 1, 1)), (128, 1024, (1, 1, 1, 1)),
                                                   (256, 512, (1, 2, 4, 4)), (256, 1 << 20, (1, 2, 4, 4))])
-@pytest.mark.parametrize("m", [3, 16, 32])
+@pytest.mark.parametrize("m", [3, 16, 32, 45, 64])
 @pytest.mark.parametrize("case", ["down", "o", "qkv", "gate_up"])
 def test_rows_split_k_partials_sum_to_the_product(cuda, rows_kw, cta_k, blocks, m, case):
     """The rows kernel's layouts (columns a warp, columns a CTA, blocks of 16 rows of w a CTA sharing one copy of x):
@@ -237,10 +237,13 @@ def test_rows_split_k_partials_sum_to_the_product(cuda, rows_kw, cta_k, blocks, 
     x = _bf16(g, m + 3, k)[:m]
     w = _bf16(g, n, k, scale=k ** -0.5)
     silu = case == "gate_up"
-    assert products.takes(x, w, partials=True, silu_mul=silu)
+    splits = 1 if silu or k % cta_k else k // cta_k
+    fits = rows_fit(k, -(-m // 8), splits, rows_kw)  # a whole down or o at 64 rows: x's 3,072 columns do not
+    assert products.takes(x, w, partials=True, silu_mul=silu) == fits
+    if not fits:
+        return
     got = products(x, w, partials=True, silu_mul=silu)
     assert products.launches == 1
-    splits = 1 if silu or k % cta_k else k // cta_k
     want = gemv_ref(x, w, silu_mul=silu)
     if splits == 1:
         assert got.shape == want.shape and got.dtype == torch.bfloat16
@@ -279,7 +282,7 @@ def rows_code_predictors(triton_model, runners):
     return made, rows
 
 
-# passes of 3 rows (prefill 6), 16 (prefill 32) and 32 (the prefill's 64 on cuBLAS)
+# passes of 3 rows (prefill 6), 16 (prefill 32) and 32 (prefill 64)
 @pytest.mark.parametrize("b", [3, 16, 32])
 def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b):
     cfg, _ = runners
@@ -287,9 +290,9 @@ def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b):
     assert fast_cp.pass_pdl(b) and fast_cp.rows_product(b) is fast_cp.gemv_kernel is not None
     before = fast_cp.gemv_kernel.launches
     _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
-    # the prefill (on the rows but at 64 rows) and two one-position passes: 20 products each (no qkv table here), and
-    # the three heads (b rows each)
-    prefill = 20 if 2 * b <= 32 else 0
+    # the prefill (on the rows up to gemv_kernel_rows) and two one-position passes: 20 products each (no qkv table
+    # here), and the three heads (b rows each)
+    prefill = 20 if 2 * b <= fast_cp.gemv_kernel_rows else 0
     assert fast_cp.gemv_kernel.launches - before == prefill + 2 * 20 + 3
 
 

@@ -48,10 +48,11 @@ def test_kernel_compiles_for_sm90a_without_local_memory(tmp_path, k, mode, norm,
 
 # (K, mode, tiles, slices of K, columns a warp, blocks of 16 rows of w a CTA) of the passes' rows products: qkv / the
 # heads, gate/up + SwiGLU, o and down as split-K partials (a CTA 1,024 columns: kernels/cp_gemv.py ROWS_CTA_K), down
-# whole; 128 columns a warp; 2 and 4 blocks a CTA
+# whole; 128 columns a warp; 2 and 4 blocks a CTA; 64 rows
 ROWS_SHAPES = [(1024, 0, 4, 1, 256, 1), (1024, 2, 4, 1, 256, 1), (2048, 0, 4, 2, 256, 1), (3072, 0, 4, 3, 256, 1),
                (3072, 0, 4, 1, 256, 1), (1024, 2, 1, 1, 256, 1), (2048, 0, 2, 2, 256, 1), (3072, 0, 4, 3, 128, 1),
-               (1024, 2, 4, 1, 256, 4), (2048, 0, 4, 1, 256, 2), (1024, 0, 2, 1, 256, 2)]
+               (1024, 2, 4, 1, 256, 4), (2048, 0, 4, 1, 256, 2), (1024, 0, 2, 1, 256, 2), (1024, 2, 8, 1, 256, 4),
+               (2048, 0, 8, 4, 256, 4)]
 
 
 @needs_nvcc
@@ -88,7 +89,7 @@ def test_rows_kernel_copies_every_fragment_of_x_before_its_first_product(tmp_pat
 @pytest.mark.parametrize("macros,said", [(("CG_K=1000", "CG_MODE=0"), "whole warps"),
                                          (("CG_K=1024", "CG_MODE=1", "CG_NORM=1"), "takes no norm"),
                                          (("CG_K=1024", "CG_MODE=3"), "mode 0 plain"),
-                                         (("CG_K=1024", "CG_MODE=0", "CG_NT=5"), "1-4 tiles"),
+                                         (("CG_K=1024", "CG_MODE=0", "CG_NT=9"), "1-8 tiles"),
                                          (("CG_K=1024", "CG_MODE=0", "CG_KW=128"), "KW a multiple of 256"),
                                          (("CG_K=1024", "CG_MODE=0", "CG_RB=2"), "one block"),
                                          (("CG_ROWS=1", "CG_K=1024", "CG_MODE=1"), "modes 0 and 2"),
@@ -135,7 +136,7 @@ def test_which_passes_run_under_pdl_on_the_rows():
                                  pdl=True, cuda_gemv=None, rows_pdl=True)
     assert runner.gemv_kernel is None and [runner.pass_pdl(r) for r in (1, 2, 3, 32)] == [True, True, False, False]
     runner.gemv_kernel = object()  # as if the kernel ran: only which passes it takes is asked here
-    assert [runner.pass_pdl(r) for r in (1, 2, 3, 32, 33)] == [True, True, True, True, False]
+    assert [runner.pass_pdl(r) for r in (1, 2, 3, 64, 65)] == [True, True, True, True, False]
     runner.gemv_kernel_rows = 16
     assert [runner.pass_pdl(r) for r in (16, 17)] == [True, False]
     runner.rows_pdl = False

@@ -10,7 +10,7 @@ fusions and the same rounding (the fp32 sums in the tensor core's order: a few o
 launched with programmatic dependent launch like the whole-row Triton kernel it stands in for (its weights, and with
 residual_early its residual, read before the wait). Why: see the .cu file; in short, after the wait a warp does ~16
 MMAs where the Triton kernel's threads convert, multiply and reduce every weight. Run 31: the batch-1 code-predictor
-frame 1.368 -> 1.145 ms. For 2-32 rows (`cp_gemm_rows`: the passes of batches 2-32) it computes the plain product
+frame 1.368 -> 1.145 ms. For 2-64 rows (`cp_gemm_rows`: the passes of batches 2-64) it computes the plain product
 (or its split-K partials) or gate/up with SwiGLU, x's rows as the B operand's columns.
 
 Where it cannot run (no sm90 GPU or nvcc) the runner keeps the Triton GEMVs (`unsupported`); a call it does not take
@@ -43,7 +43,7 @@ def unsupported(device: torch.device) -> str | None:
     return cuda_build.unsupported(device, "cp_gemv")
 
 
-MAX_ROWS = 32  # rows of x `cp_gemm_rows` takes (4 tiles of 8)
+MAX_ROWS = 64  # rows of x `cp_gemm_rows` takes (8 tiles of 8)
 ROWS_KW = 256  # `cp_gemm_rows`: columns a warp
 ROWS_CTA_K = 1024  # `cp_gemm_rows`: columns a CTA, where the call takes split-K partials (K / ROWS_CTA_K slices)
 
@@ -61,18 +61,21 @@ def compile_cp_gemv(k: int, mode: int, norm: bool, delta: bool, kw: int = KW, ma
 SHARED_BYTES = 227 * 1024  # an sm90 CTA's shared memory at most
 
 
-def rows_shared(k: int, tiles: int, splits: int) -> int:
-    """`cp_gemm_rows`' dynamic shared memory (bytes): its CTA's columns of x for 8 `tiles` rows, bf16."""
-    return k // splits * 8 * tiles * 2
+def rows_shared(k: int, tiles: int, splits: int, kw: int, blocks: int) -> int:
+    """`cp_gemm_rows`' dynamic shared memory (bytes): its CTA's columns of x for 8 `tiles` rows (bf16), and its warps'
+    sums (cp_gemv.cu `partial`, fp32)."""
+    cta_k = k // splits
+    return cta_k * 8 * tiles * 2 + cta_k // kw * blocks * 16 * (8 * tiles + 1) * 4
 
 
 def rows_fit(k: int, tiles: int, splits: int, kw: int, blocks: int = 1) -> bool:
-    """Does a `cp_gemm_rows` CTA's shared memory fit: x's columns and the warps' sums (cp_gemv.cu `partial`)."""
-    return rows_shared(k, tiles, splits) + k // splits // kw * blocks * 16 * (8 * tiles + 1) * 4 <= SHARED_BYTES
+    """Does a `cp_gemm_rows` CTA's shared memory fit an sm90 SM's."""
+    return rows_shared(k, tiles, splits, kw, blocks) <= SHARED_BYTES
 
 
 MAX_ROWS_WARPS = 16  # `cp_gemm_rows`: warps a CTA at most (~120 registers a thread: a CTA an SM)
-ROWS_BLOCKS = (1, 1, 1, 1)  # `cp_gemm_rows`: blocks of 16 rows of w a CTA by tiles of x (1-4), where they fit
+ROWS_BLOCKS = (1,) * 8  # `cp_gemm_rows`: blocks of 16 rows of w a CTA by tiles of x (1-8), where they fit
+ROWS_MIN_CTAS = 0  # `cp_gemm_rows`: fewer blocks a CTA where more would leave fewer CTAs than this
 
 
 def _aligned(t: torch.Tensor) -> bool:
@@ -85,14 +88,16 @@ class CpGemv:
     takes partials; `macros`: cp_gemv.cu's."""
 
     def __init__(self, device: torch.device, kw: int = KW, macros: tuple[str, ...] = (), rows_kw: int = ROWS_KW,
-                 rows_cta_k: int = ROWS_CTA_K, rows_blocks: tuple[int, ...] = ROWS_BLOCKS):
+                 rows_cta_k: int = ROWS_CTA_K, rows_blocks: tuple[int, ...] = ROWS_BLOCKS,
+                 rows_min_ctas: int = ROWS_MIN_CTAS):
         why = unsupported(device)
         if why:
             raise RuntimeError(f"cp_gemv: {why}")
         if device.index is None:  # "cuda": the current device, named, so that tensors' devices compare equal to it
             device = torch.device("cuda", torch.cuda.current_device())
         self.device, self.kw, self.macros = device, kw, macros
-        self.rows_kw, self.rows_cta_k, self.rows_blocks = rows_kw, rows_cta_k, rows_blocks
+        self.rows_kw, self.rows_cta_k, self.rows_blocks, self.rows_min_ctas = rows_kw, rows_cta_k, rows_blocks, \
+            rows_min_ctas
         self.kernels: dict[tuple, cuda_build.CudaKernel] = {}
         self.launches = 0  # products launched (captured launches count once)
 
@@ -105,16 +110,18 @@ class CpGemv:
             kw = self.rows_kw if tiles else self.kw
             cubin = compile_cp_gemv(k, mode, norm, delta, kw, self.macros, tiles, splits, blocks)
             self.kernels[key] = cuda_build.CudaKernel(cubin, "cp_gemm_rows" if tiles else "cp_gemv", self.device,
-                                                      shared=rows_shared(k, tiles, splits) if tiles else 0)
+                                                      shared=rows_shared(k, tiles, splits, kw, blocks) if tiles else 0)
         return self.kernels[key]
 
     def blocks(self, tiles: int, w: torch.Tensor, splits: int) -> int:
-        """Blocks of 16 rows of w a `cp_gemm_rows` CTA: `rows_blocks` at these tiles, halved until they divide w's
-        blocks and the CTA's warps and shared memory fit."""
-        k, blocks = w.shape[1], self.rows_blocks[tiles - 1]
+        """Blocks of 16 rows of w a `cp_gemm_rows` CTA: `rows_blocks` at these tiles (its last past its end), halved
+        until they divide w's blocks, the CTA's warps and shared memory fit, and the CTAs are at least
+        `rows_min_ctas`."""
+        k, blocks = w.shape[1], self.rows_blocks[min(tiles, len(self.rows_blocks)) - 1]
         warps_k = k // splits // self.rows_kw
         while blocks > 1 and (w.shape[0] // 16 % blocks or warps_k * blocks > MAX_ROWS_WARPS
-                              or not rows_fit(k, tiles, splits, self.rows_kw, blocks)):
+                              or not rows_fit(k, tiles, splits, self.rows_kw, blocks)
+                              or w.shape[0] // 16 // blocks * splits < self.rows_min_ctas):
             blocks //= 2
         return blocks
 

@@ -103,7 +103,7 @@ PDL_ROWS = 2
 # it runs (`CodePredictorRunner.gemv_kernel_rows`). Run 31 (bench.latency --experiments cp_gemm_rows, 3 interleaved
 # rounds, the kernel then without PDL, its loads of x a few at a time, whole products): code-predictor frame 2.476 ->
 # 2.115 ms at batch 8, 2.653 -> 3.148 at 32.
-GEMV_KERNEL_ROWS = 32
+GEMV_KERNEL_ROWS = 64
 _PDL = dict(whole_rows=True, pdl=True)
 PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
               "o": dict(block_n=4, num_warps=4, residual_early=True, **_PDL),
@@ -242,7 +242,7 @@ class CodePredictorRunner:
         self.gemv_kernel: CpGemv | None = None
         # ... and the products of the passes past the GEMV ones of up to this many token rows (`cp_gemm_rows`: plain,
         # o's and down's as split-K partials, gate/up with SwiGLU, the heads; 0: none; at most kernels/cp_gemv.py's
-        # MAX_ROWS, 32), with `rows_pdl` every launch of those passes under PDL. Read at every pass.
+        # MAX_ROWS, 64), with `rows_pdl` every launch of those passes under PDL. Read at every pass.
         self.gemv_kernel_rows = GEMV_KERNEL_ROWS
         self.rows_pdl = rows_pdl
         if cuda_gemv is not False:

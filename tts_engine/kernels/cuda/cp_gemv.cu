@@ -78,7 +78,8 @@ static_assert(CG_ROWS || (KW % 256 == 0 && SPLIT == 1 && RB == 1), "cp_gemv: KW 
 static_assert(MODE >= 0 && MODE <= 2, "mode 0 plain, 1 residual, 2 SwiGLU");
 static_assert(!(NORM && MODE == 1), "a residual product takes no norm (the o and down products)");
 static_assert((2 * J) % CHAINS == 0, "MMAs spread over the chains evenly");
-static_assert(NT >= 1 && NT <= 4, "1-4 tiles of 8 rows of x (the accumulators stay in registers)");
+static_assert(NT >= 1 && NT <= 8, "1-8 tiles of 8 rows of x (the accumulators stay in registers)");
+constexpr int TILE_CHAINS = NT < 4 ? 2 : 1;  // `cp_gemm_rows`: accumulator chains a tile (the MMAs' latency hidden)
 
 struct CpGemvParams {
     const __nv_bfloat16* x;         // [K]
@@ -300,17 +301,19 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
 // x's rows 8 t + 2c, 8 t + 2c + 1. A CTA takes CTA_K = K / CG_SPLIT of the columns (blockIdx.y the slice), so that a
 // CTA's weights and x fit its warps' registers: every fragment of x a warp reads is loaded at once after the wait, one
 // round trip to L2 (run 31's version loaded them as its MMAs went, ~8 round trips in a row at 4 tiles, and lost to
-// cuBLAS at 32 rows); they go through shared memory (cp.async: CTA_K 16 NT bytes of it a CTA), since ptxas spreads
+// cuBLAS at 32 rows); they go through shared memory (cp.async), since ptxas spreads
 // plain loads between the MMAs whatever their order in the source. With CG_SPLIT > 1 (mode 0) y is fp32 partial sums
 // [CG_SPLIT, m, n_out] (split-K partials: the norm after o and down sums them, kernels/rms_norm.py), else the bf16
 // product. A CTA holds CG_RB blocks of 16 rows of w (a warp each on each of its column slices), which read one copy
-// of x: L2 sends each SM 2 / CG_RB bytes of x a byte of weights at 32 rows. Each tile keeps two accumulator chains.
+// of x: L2 sends each SM 2 / CG_RB bytes of x a byte of weights at 32 rows. Each tile keeps two accumulator chains (one from 4 tiles).
 #if CG_ROWS
 static_assert(MODE != 1 && !NORM && !DELTA, "the rows kernel: modes 0 and 2, no norm or delta");
 static_assert(SPLIT == 1 || MODE == 0, "split-K partials of plain products only (SwiGLU takes whole sums)");
 extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvParams p) {
-    extern __shared__ __align__(16) uint4 x_stage[];  // [WARPS_K][NT][J][32 lanes]
-    __shared__ float partial[WARPS][16][8 * NT + 1];  // +1: the epilogue's reads down a column hit 16 banks
+    // Dynamic shared memory (kernels/cp_gemv.py `rows_shared`): x's fragments [WARPS_K][NT][J][32 lanes], then the
+    // warps' sums [WARPS][16][8 NT + 1] (+1: the epilogue's reads down a column hit 16 banks).
+    extern __shared__ __align__(16) uint4 x_stage[];
+    float(*partial)[16][8 * NT + 1] = reinterpret_cast<float(*)[16][8 * NT + 1]>(x_stage + WARPS_K * NT * J * 32);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int rb = warp / WARPS_K, wk = warp % WARPS_K;  // the warp's block of rows, its columns
     const int col0 = blockIdx.y * CTA_K + wk * KW;
@@ -332,25 +335,28 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     if constexpr (RB > 1) __syncthreads();
-    float acc[NT][2][4];
+    float acc[NT][TILE_CHAINS][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[t][0][i] = acc[t][1][i] = 0.f;
+        for (int i = 0; i < 4; ++i) acc[t][0][i] = acc[t][TILE_CHAINS - 1][i] = 0.f;
 #pragma unroll
     for (int j = 0; j < J; ++j)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             const uint4 b = staged[(t * J + j) * 32];
             mma(acc[t][0], wa[j].x, wb[j].x, wa[j].y, wb[j].y, b.x, b.y);
-            mma(acc[t][1], wa[j].z, wb[j].z, wa[j].w, wb[j].w, b.z, b.w);
+            mma(acc[t][TILE_CHAINS - 1], wa[j].z, wb[j].z, wa[j].w, wb[j].w, b.z, b.w);
         }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-        partial[warp][g][8 * t + 2 * c] = acc[t][0][0] + acc[t][1][0];
-        partial[warp][g][8 * t + 2 * c + 1] = acc[t][0][1] + acc[t][1][1];
-        partial[warp][g + 8][8 * t + 2 * c] = acc[t][0][2] + acc[t][1][2];
-        partial[warp][g + 8][8 * t + 2 * c + 1] = acc[t][0][3] + acc[t][1][3];
+        float sum[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum[i] = TILE_CHAINS == 2 ? acc[t][0][i] + acc[t][TILE_CHAINS - 1][i] : acc[t][0][i];
+        partial[warp][g][8 * t + 2 * c] = sum[0];
+        partial[warp][g][8 * t + 2 * c + 1] = sum[1];
+        partial[warp][g + 8][8 * t + 2 * c] = sum[2];
+        partial[warp][g + 8][8 * t + 2 * c + 1] = sum[3];
     }
     __syncthreads();
 
