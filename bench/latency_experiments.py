@@ -402,27 +402,28 @@ def cp_gemv_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA one-row products")
 
 
-def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(16, 32, 64)) -> dict:
+def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(8, 16, 32)) -> dict:
     """The code predictor's frame (and the frame step) with the products of its passes past the GEMV ones on the CUDA
-    kernel's rows (kernels/cp_gemv.py `cp_gemm_rows`, passes of up to 32 token rows), with and without every launch of
-    those passes under PDL, in each of CP_GEMM_ROWS_VARIANTS, against cuBLAS, interleaved rounds -> {batch: {key:
-    median ms}}."""
+    kernel's rows (kernels/cp_gemv.py `cp_gemm_rows`) in each of CP_GEMM_ROWS_VARIANTS, against cuBLAS without PDL,
+    interleaved rounds -> {batch: {key: median ms}}."""
     from tts_engine.kernels.cp_gemv import CpGemv
 
     cp = runner.code_predictor
     variants = {"cublas": {"gemv_kernel_rows": 0}} | {
-        name: {"gemv_kernel_rows": rows, "rows_pdl": pdl, "gemv_kernel": CpGemv(cp.device, **kernel)}
-        for name, (rows, pdl, kernel) in CP_GEMM_ROWS_VARIANTS.items()}
+        name: {"gemv_kernel_rows": 32, "rows_pdl": True, **settings, "gemv_kernel": CpGemv(cp.device, **kernel)}
+        for name, (settings, kernel) in CP_GEMM_ROWS_VARIANTS.items()}
     return frame_times(runner, t_len, cp, variants, rounds, batches, "the CUDA rows products")
 
 
-# The rows products' variants: (passes of up to this many rows on them, under PDL, CpGemv's keywords: columns a CTA
-# where o and down come as split-K partials (1 << 20: whole products), blocks of 16 rows of w a CTA by tiles of x).
-CP_GEMM_ROWS_VARIANTS = {"b4_32": (32, True, {"rows_blocks": (1, 2, 4, 4)}),
-                         "b4": (64, True, {"rows_blocks": (1, 2, 4, 4)}),
-                         "b4_min64": (64, True, {"rows_blocks": (1, 2, 4, 4), "rows_min_ctas": 64}),
-                         "cta512_b4": (64, True, {"rows_cta_k": 512, "rows_blocks": (1, 2, 4, 4)}),
-                         "cta512_b8": (64, True, {"rows_cta_k": 512, "rows_blocks": (1, 2, 4, 8)})}
+# The rows passes' variants: (the runner's settings, CpGemv's keywords). Run 32: call 1 (up to 32 rows on the rows;
+# the x copies then all at once) timed columns a CTA (rows_cta_k: o and down as split-K partials; 1 << 20 whole),
+# call 2 the blocks of 16 rows of w a CTA (kernels/cp_gemv.py ROWS_BLOCKS), call 3 passes of 64 rows on them (slower
+# than cuBLAS: the code predictor's frame at batch 32 2.344 ms with its prefill on them against 2.300, at batch 64
+# 3.124-3.397 against 2.771). Here: x's copies in 2 and 4 groups of columns (CG_STAGES), the attention's warps.
+CP_GEMM_ROWS_VARIANTS = {"rows": ({}, {}), "stages2": ({}, {"macros": ("CG_STAGES=2",)}),
+                         "stages4": ({}, {"macros": ("CG_STAGES=4",)}),
+                         "attention4": ({"fused_attention_warps": 4}, {}),
+                         "attention8": ({"fused_attention_warps": 8}, {})}
 
 
 # The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).

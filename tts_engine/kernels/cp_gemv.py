@@ -74,7 +74,10 @@ def rows_fit(k: int, tiles: int, splits: int, kw: int, blocks: int = 1) -> bool:
 
 
 MAX_ROWS_WARPS = 16  # `cp_gemm_rows`: warps a CTA at most (~120 registers a thread: a CTA an SM)
-ROWS_BLOCKS = (1,) * 8  # `cp_gemm_rows`: blocks of 16 rows of w a CTA by tiles of x (1-8), where they fit
+# `cp_gemm_rows`: blocks of 16 rows of w a CTA by tiles of x (1-8; the last past its end), where they fit. Run 32
+# (bench.latency --experiments cp_gemm_rows, three interleaved rounds, call 2), code-predictor frame at batch 8 / 16 /
+# 32 with (1, 1, 1, 1) 1.585 / 2.111 / 2.804 ms, (1, 1, 2, 2) 1.586 / 2.085 / 2.448, these 1.569 / 1.885 / 2.285.
+ROWS_BLOCKS = (1, 2, 4, 4)
 ROWS_MIN_CTAS = 0  # `cp_gemm_rows`: fewer blocks a CTA where more would leave fewer CTAs than this
 
 

@@ -103,7 +103,7 @@ PDL_ROWS = 2
 # it runs (`CodePredictorRunner.gemv_kernel_rows`). Run 31 (bench.latency --experiments cp_gemm_rows, 3 interleaved
 # rounds, the kernel then without PDL, its loads of x a few at a time, whole products): code-predictor frame 2.476 ->
 # 2.115 ms at batch 8, 2.653 -> 3.148 at 32.
-GEMV_KERNEL_ROWS = 64
+GEMV_KERNEL_ROWS = 32
 _PDL = dict(whole_rows=True, pdl=True)
 PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
               "o": dict(block_n=4, num_warps=4, residual_early=True, **_PDL),

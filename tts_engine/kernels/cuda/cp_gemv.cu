@@ -55,6 +55,9 @@
 #ifndef CG_RB
 #define CG_RB 1  // `cp_gemm_rows`: 16-row blocks of w a CTA
 #endif
+#ifndef CG_STAGES
+#define CG_STAGES 1  // `cp_gemm_rows`: groups of x's columns copied in turn, each one's products begun once it is in
+#endif
 
 constexpr int K = CG_K;
 constexpr int KW = CG_KW;
@@ -80,6 +83,8 @@ static_assert(!(NORM && MODE == 1), "a residual product takes no norm (the o and
 static_assert((2 * J) % CHAINS == 0, "MMAs spread over the chains evenly");
 static_assert(NT >= 1 && NT <= 8, "1-8 tiles of 8 rows of x (the accumulators stay in registers)");
 constexpr int TILE_CHAINS = NT < 4 ? 2 : 1;  // `cp_gemm_rows`: accumulator chains a tile (the MMAs' latency hidden)
+constexpr int STAGES = CG_STAGES;
+static_assert(STAGES >= 1 && STAGES <= 4 && J % STAGES == 0, "1-4 stages, each whole blocks of 32 columns");
 
 struct CpGemvParams {
     const __nv_bfloat16* x;         // [K]
@@ -147,6 +152,16 @@ __device__ __forceinline__ void load_weights(const CpGemvParams& p, int block, i
 __device__ __forceinline__ void copy_async(uint4* to, const __nv_bfloat16* from) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(to));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(from) : "memory");
+}
+
+// Until at most `pending` groups of this thread's copies are in flight (an immediate operand: unrolled callers).
+__device__ __forceinline__ void wait_copies(int pending) {
+    switch (pending) {
+        case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+        case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+        case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    }
 }
 
 // The PDL wait for the launch ahead; early: the next launch may start before it (PDL_EARLY), else after it.
@@ -305,7 +320,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
 // plain loads between the MMAs whatever their order in the source. With CG_SPLIT > 1 (mode 0) y is fp32 partial sums
 // [CG_SPLIT, m, n_out] (split-K partials: the norm after o and down sums them, kernels/rms_norm.py), else the bf16
 // product. A CTA holds CG_RB blocks of 16 rows of w (a warp each on each of its column slices), which read one copy
-// of x: L2 sends each SM 2 / CG_RB bytes of x a byte of weights at 32 rows. Each tile keeps two accumulator chains (one from 4 tiles).
+// of x: L2 sends each SM 2 / CG_RB bytes of x a byte of weights at 32 rows. Each tile keeps two accumulator chains
+// (one from 4 tiles).
 #if CG_ROWS
 static_assert(MODE != 1 && !NORM && !DELTA, "the rows kernel: modes 0 and 2, no norm or delta");
 static_assert(SPLIT == 1 || MODE == 0, "split-K partials of plain products only (SwiGLU takes whole sums)");
@@ -322,37 +338,48 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
     pdl_wait(p.early);
 
     // x's fragments as lane (g, c) of any warp on these columns takes them: copied asynchronously all at once (the
-    // tiles shared out among the RB warps on the same columns), then read back (ptxas issues plain loads a few at a
-    // time between the MMAs, however they are written)
+    // tiles shared out among the RB warps on the same columns; ptxas issues plain loads a few at a time between the
+    // MMAs, however they are written), in STAGES groups of columns j, each group's MMAs started once it is in.
     uint4* staged = x_stage + wk * NT * J * 32 + lane;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        if (t % RB != rb) continue;
-        const int row = min(8 * t + g, p.m - 1);  // rows past m repeat the last: their D columns are not read
-        const __nv_bfloat16* x = p.x + (long long)row * p.x_stride + col0 + 8 * c;
+    for (int s = 0; s < STAGES; ++s) {
 #pragma unroll
-        for (int j = 0; j < J; ++j) copy_async(staged + (t * J + j) * 32, x + 32 * j);
+        for (int t = 0; t < NT; ++t) {
+            if (t % RB != rb) continue;
+            const int row = min(8 * t + g, p.m - 1);  // rows past m repeat the last: their D columns are not read
+            const __nv_bfloat16* x = p.x + (long long)row * p.x_stride + col0 + 8 * c;
+#pragma unroll
+            for (int j = s * J / STAGES; j < (s + 1) * J / STAGES; ++j)
+                copy_async(staged + (t * J + j) * 32, x + 32 * j);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    if constexpr (RB > 1) __syncthreads();
     float acc[NT][TILE_CHAINS][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[t][0][i] = acc[t][TILE_CHAINS - 1][i] = 0.f;
 #pragma unroll
-    for (int j = 0; j < J; ++j)
+    for (int s = 0; s < STAGES; ++s) {
+        wait_copies(STAGES - 1 - s);
+        if constexpr (RB > 1) __syncthreads();
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const uint4 b = staged[(t * J + j) * 32];
-            mma(acc[t][0], wa[j].x, wb[j].x, wa[j].y, wb[j].y, b.x, b.y);
-            mma(acc[t][TILE_CHAINS - 1], wa[j].z, wb[j].z, wa[j].w, wb[j].w, b.z, b.w);
-        }
+        for (int j = s * J / STAGES; j < (s + 1) * J / STAGES; ++j)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const uint4 b = staged[(t * J + j) * 32];
+                mma(acc[t][0], wa[j].x, wb[j].x, wa[j].y, wb[j].y, b.x, b.y);
+                mma(acc[t][TILE_CHAINS - 1], wa[j].z, wb[j].z, wa[j].w, wb[j].w, b.z, b.w);
+            }
+    }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         float sum[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) sum[i] = TILE_CHAINS == 2 ? acc[t][0][i] + acc[t][TILE_CHAINS - 1][i] : acc[t][0][i];
+        for (int i = 0; i < 4; ++i) {
+            sum[i] = acc[t][0][i];
+            if constexpr (TILE_CHAINS == 2) sum[i] += acc[t][TILE_CHAINS - 1][i];
+        }
         partial[warp][g][8 * t + 2 * c] = sum[0];
         partial[warp][g][8 * t + 2 * c + 1] = sum[1];
         partial[warp][g + 8][8 * t + 2 * c] = sum[2];
