@@ -19,8 +19,9 @@ fp32 split-K partials that the norm after them sums (`split_k`: no reduce launch
 (`cp_qk_attention`); on the GEMV passes (with `attention_o`, the default) that attention and the o product are one
 launch (`cp_attention_o`: 4 a layer), and passes 1-14 gather their first layer's qkv product from a table made at
 load (`qkv_table`, the default). On an sm90 GPU with nvcc the products of the one-row PDL passes and the heads run
-on the tensor cores as a CUDA kernel (`cuda_gemv`, kernels/cp_gemv.py), and with it the products of cuBLAS passes of
-up to 16 rows (`gemv_kernel_rows`). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with
+on the tensor cores as a CUDA kernel (`cuda_gemv`, kernels/cp_gemv.py), and with it the products and heads of the
+passes past the GEMV ones of up to 32 rows (`gemv_kernel_rows`; o and down as its own split-K partials), every launch
+of those passes under PDL (`rows_pdl`). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with
 tensor-core products).
 """
 
@@ -100,9 +101,10 @@ MMA_LAUNCH = {"qkv": dict(block_k=128, **_MMA), "o": dict(block_k=256, residual_
 # for its o and down) 1.211 -> 1.191.
 PDL_ROWS = 2
 # The passes past the GEMV ones of at most this many token rows take their products from the CUDA kernel's rows where
-# it runs (`CodePredictorRunner.gemv_kernel_rows`). Run 31 (bench.latency --experiments cp_gemm_rows, 3 interleaved
-# rounds, the kernel then without PDL, its loads of x a few at a time, whole products): code-predictor frame 2.476 ->
-# 2.115 ms at batch 8, 2.653 -> 3.148 at 32.
+# it runs (`CodePredictorRunner.gemv_kernel_rows`), and with `rows_pdl` run under PDL. Run 32 (bench.latency
+# --experiments cp_gemm_rows, 3 interleaved rounds): code-predictor frame at batch 8 / 16 / 32 2.472 / 2.557 / 2.633 ms
+# on cuBLAS, 1.569 / 1.885 / 2.285 on the rows under PDL; passes of 64 rows on them lost (batch 32's prefill: 2.344
+# against 2.300; batch 64: 3.124-3.397 against cuBLAS' 2.771).
 GEMV_KERNEL_ROWS = 32
 _PDL = dict(whole_rows=True, pdl=True)
 PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),

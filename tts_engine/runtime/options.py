@@ -84,10 +84,13 @@ class FastPathOptions:
     # interleaved rounds): code-predictor frame 1.368 -> 1.145 ms at batch 1, frame step 2.405 -> 2.183 (256 columns a
     # warp; 512: 1.163).
     cp_cuda_gemv: bool | None = None
-    # The code predictor's passes of 3-32 token rows (batches 2-32 but a batch-16+ prefill) on that kernel's rows
+    # The code predictor's passes of 3-32 token rows (batches 2-32 but a batch-17+ prefill) on that kernel's rows
     # (`cp_gemm_rows`: qkv, gate/up with SwiGLU, o and down as split-K partials the next norm sums, the heads) with
-    # every launch of the pass under programmatic dependent launch, its weights loaded before the wait; where
-    # cp_cuda_gemv runs. Off: their products on cuBLAS (those of up to 16 rows on the rows kernel), no PDL.
+    # every launch of the pass under programmatic dependent launch, each product's weights loaded before its wait;
+    # where cp_cuda_gemv runs. Off: the same products without PDL. Run 32 (bench.latency --experiments cp_gemm_rows, 3
+    # interleaved rounds, call 1): code-predictor frame at batch 4 / 8 / 16 / 32 2.133 / 2.176 / 2.462 / 3.073 ms
+    # without, 1.558 / 1.641 / 2.130 / 2.895 with (one block of w a CTA; with kernels/cp_gemv.py ROWS_BLOCKS'
+    # blocks, call 2: 1.569 / 1.885 / 2.285 at 8 / 16 / 32, against cuBLAS' 2.472 / 2.557 / 2.633).
     cp_rows_pdl: bool = True
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
