@@ -163,9 +163,9 @@ def _add_serve(sub) -> None:
                         "load (kernels/cuda/cp_gemv.cu; needs an sm90 GPU, nvcc and --cp-pdl); --cp-cuda-gemv: "
                         "required, --no-cp-cuda-gemv: the Triton GEMVs (default: the CUDA kernel where it can run)")
     p.add_argument("--cp-rows-pdl", action=argparse.BooleanOptionalAction, default=None,
-                   help="the code predictor's passes of 3-32 token rows on the CUDA kernel's rows (qkv, gate/up, o, "
-                        "down, the heads) with every launch under PDL (default: on where --cp-cuda-gemv runs; off: "
-                        "cuBLAS' products past 16 rows, no PDL)")
+                   help="the code predictor's passes of 3-32 token rows, whose products (qkv, gate/up, o, down, the "
+                        "heads) are the CUDA kernel's rows where --cp-cuda-gemv runs, with every launch under PDL "
+                        "(default: on; off: the same kernels without PDL)")
     p.add_argument("--cp-down-splits", type=int, default=None,
                    help="the code predictor's cuBLAS passes (past --cp-gemv-rows) make each down product as this "
                         "many fp32 split-K partials that the next norm sums, not cuBLAS' own split-K product and its "

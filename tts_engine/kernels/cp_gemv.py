@@ -86,9 +86,9 @@ def _aligned(t: torch.Tensor) -> bool:
 
 
 class CpGemv:
-    """The products on `device` (an sm90 GPU), a kernel a (K, mode, norm, delta, tiles, splits) built at its first
-    call; `kw`: columns a warp of `cp_gemv`, `rows_kw` of `cp_gemm_rows`, `rows_cta_k`: its columns a CTA where a call
-    takes partials; `macros`: cp_gemv.cu's."""
+    """The products on `device` (an sm90 GPU), a kernel a (K, mode, norm, delta, tiles, splits, blocks) built at its
+    first call; `kw`: columns a warp of `cp_gemv`, `rows_kw` of `cp_gemm_rows`, `rows_cta_k`: its columns a CTA where a
+    call takes partials, `rows_blocks` and `rows_min_ctas`: its blocks of w a CTA (`blocks`); `macros`: cp_gemv.cu's."""
 
     def __init__(self, device: torch.device, kw: int = KW, macros: tuple[str, ...] = (), rows_kw: int = ROWS_KW,
                  rows_cta_k: int = ROWS_CTA_K, rows_blocks: tuple[int, ...] = ROWS_BLOCKS,

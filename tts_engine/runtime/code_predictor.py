@@ -260,8 +260,8 @@ class CodePredictorRunner:
                             "the CUDA code-predictor draw", "Triton draws")
 
     def cuda_gemv_kernel(self, required: bool = True, macros: tuple[str, ...] = ()) -> CpGemv | None:
-        """The one-row tensor-core products (built with kernels/cuda/cp_gemv.cu's `macros`); where they cannot run,
-        RuntimeError (required) or None (logged)."""
+        """The tensor-core products, one row and rows (built with kernels/cuda/cp_gemv.cu's `macros`); where they
+        cannot run, RuntimeError (required) or None (logged)."""
         why = cp_gemv_unsupported(self.device) if self.use_triton else "the torch path"
         if why is None and not (self.pdl and self.dtype == torch.bfloat16):
             why = "it takes the PDL passes and bf16 weights"

@@ -84,7 +84,7 @@ class FastPathOptions:
     # interleaved rounds): code-predictor frame 1.368 -> 1.145 ms at batch 1, frame step 2.405 -> 2.183 (256 columns a
     # warp; 512: 1.163).
     cp_cuda_gemv: bool | None = None
-    # The code predictor's passes of 3-32 token rows (batches 2-32 but a batch-17+ prefill) on that kernel's rows
+    # The code predictor's passes of 3-32 token rows (those of batches 3-32, the prefills of 2-16) on that kernel's rows
     # (`cp_gemm_rows`: qkv, gate/up with SwiGLU, o and down as split-K partials the next norm sums, the heads) with
     # every launch of the pass under programmatic dependent launch, each product's weights loaded before its wait;
     # where cp_cuda_gemv runs. Off: the same products without PDL. Run 32 (bench.latency --experiments cp_gemm_rows, 3

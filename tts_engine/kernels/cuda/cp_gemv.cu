@@ -310,18 +310,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
 
 #endif
 
-// Rows 1 .. 8 NT of x (`cp_gemm_rows`, CG_ROWS: the code predictor's passes of 2-32 token rows; modes 0 and 2, no norm
+// Rows 1 .. 8 NT of x (`cp_gemm_rows`, CG_ROWS: the code predictor's passes of 2-64 token rows; modes 0 and 2, no norm
 // or delta: those passes norm in launches of their own). The same weight fragments; B's column n of tile t is x's row
-// 8 t + n (rows past m read as zeros), so D's columns are x's rows: lane (g, c) holds weight rows g and g + 8 against
-// x's rows 8 t + 2c, 8 t + 2c + 1. A CTA takes CTA_K = K / CG_SPLIT of the columns (blockIdx.y the slice), so that a
-// CTA's weights and x fit its warps' registers: every fragment of x a warp reads is loaded at once after the wait, one
-// round trip to L2 (run 31's version loaded them as its MMAs went, ~8 round trips in a row at 4 tiles, and lost to
-// cuBLAS at 32 rows); they go through shared memory (cp.async), since ptxas spreads
-// plain loads between the MMAs whatever their order in the source. With CG_SPLIT > 1 (mode 0) y is fp32 partial sums
-// [CG_SPLIT, m, n_out] (split-K partials: the norm after o and down sums them, kernels/rms_norm.py), else the bf16
-// product. A CTA holds CG_RB blocks of 16 rows of w (a warp each on each of its column slices), which read one copy
-// of x: L2 sends each SM 2 / CG_RB bytes of x a byte of weights at 32 rows. Each tile keeps two accumulator chains
-// (one from 4 tiles).
+// 8 t + n (rows past m repeat x's last row, and their D columns are not read), so D's columns are x's rows: lane (g, c)
+// holds weight rows g and g + 8 against x's rows 8 t + 2c, 8 t + 2c + 1. Each tile keeps two accumulator chains (one
+// from 4 tiles).
+// A CTA: CG_RB blocks of 16 rows of w on CTA_K = K / CG_SPLIT of the columns (blockIdx.y the slice), a warp a block and
+// KW columns. Its warps on the same columns share one copy of x in shared memory, so L2 sends each SM 2 / CG_RB bytes
+// of x a byte of weights at 32 rows. Every fragment of x is copied at once after the wait (cp.async), one round trip to
+// L2: run 31's version loaded them as its MMAs went (ptxas spreads plain loads between the MMAs whatever their order in
+// the source), ~8 round trips in a row at 4 tiles, and lost to cuBLAS at 32 rows. With CG_SPLIT > 1 (mode 0) y is fp32
+// partial sums [CG_SPLIT, m, n_out] (split-K partials: the norm after o and down sums them, kernels/rms_norm.py), else
+// the bf16 product.
 #if CG_ROWS
 static_assert(MODE != 1 && !NORM && !DELTA, "the rows kernel: modes 0 and 2, no norm or delta");
 static_assert(SPLIT == 1 || MODE == 0, "split-K partials of plain products only (SwiGLU takes whole sums)");
