@@ -155,3 +155,26 @@ def test_the_rows_option_reaches_the_runner():
         runner = ModelRunner(model, max_slots=2, max_context=64, use_triton=False, use_graphs=False,
                              options=FastPathOptions(cp_rows_pdl=on))
         assert runner.code_predictor.rows_pdl is on
+
+
+def test_the_rows_layout_policy():
+    """`row_splits` and `row_blocks` (what `CpGemv` launches for a call of 2-64 rows), at the 1.7B code predictor's
+    shapes: qkv [4096, 1024], gate/up [6144, 1024], the heads [2048, 1024], o [1024, 2048], down [1024, 3072]."""
+    from tts_engine.kernels.cp_gemv import ROWS_BLOCKS, ROWS_CTA_K, ROWS_KW, row_blocks, row_splits, rows_fit
+
+    assert [row_splits(k, 32, True, ROWS_CTA_K) for k in (1024, 2048, 3072)] == [1, 2, 3]
+    assert row_splits(3072, 1, True, ROWS_CTA_K) == 1 and row_splits(3072, 32, False, ROWS_CTA_K) == 1
+    assert row_splits(3072, 32, True, 2048) == 1, "a slice that does not divide K: whole"
+
+    def blocks(n, k, rows, splits=1, min_ctas=0):
+        return row_blocks(n, k, -(-rows // 8), splits, ROWS_KW, ROWS_BLOCKS, min_ctas)
+
+    # the defaults by tiles of 8 rows: 1 / 2 / 4 / 4 blocks, and the last past the table's end
+    assert [blocks(4096, 1024, r) for r in (8, 16, 24, 32, 64)] == [1, 2, 4, 4, 4]
+    # 16 warps a CTA at most: whole o (8 warps of 256 columns) 2 blocks, whole down (12) 1, in slices of 1,024 4
+    assert blocks(1024, 2048, 32) == 2 and blocks(1024, 3072, 32) == 1 and blocks(1024, 3072, 32, splits=3) == 4
+    assert blocks(48, 1024, 32) == 1, "3 blocks of w: 4 and 2 do not divide them"
+    assert blocks(2048, 1024, 32, min_ctas=64) == 2, "128 blocks of the head over at least 64 CTAs"
+    assert blocks(4096, 1024, 64) == 4
+    assert not rows_fit(3072, 8, 1, ROWS_KW) and rows_fit(3072, 4, 1, ROWS_KW), \
+        "x's 3,072 columns of 64 rows do not fit a CTA's shared memory, of 32 rows they do"

@@ -81,6 +81,24 @@ ROWS_BLOCKS = (1, 2, 4, 4)
 ROWS_MIN_CTAS = 0  # `cp_gemm_rows`: fewer blocks a CTA where more would leave fewer CTAs than this
 
 
+def row_splits(k: int, rows: int, partials: bool, cta_k: int) -> int:
+    """Slices of K a `cp_gemm_rows` call of `rows` rows cuts its product into: K / cta_k where it takes split-K
+    partials (more than one row) and cta_k divides K, else 1."""
+    return k // cta_k if partials and rows > 1 and k % cta_k == 0 else 1
+
+
+def row_blocks(w_rows: int, k: int, tiles: int, splits: int, kw: int, wanted: tuple[int, ...], min_ctas: int) -> int:
+    """Blocks of 16 rows of w [w_rows, k] a `cp_gemm_rows` CTA: `wanted` at these tiles (its last past its end), halved
+    until they divide w's blocks, the CTA's warps (MAX_ROWS_WARPS) and shared memory fit, and the CTAs are at least
+    `min_ctas`."""
+    blocks = wanted[min(tiles, len(wanted)) - 1]
+    warps_k = k // splits // kw
+    while blocks > 1 and (w_rows // 16 % blocks or warps_k * blocks > MAX_ROWS_WARPS
+                          or not rows_fit(k, tiles, splits, kw, blocks) or w_rows // 16 // blocks * splits < min_ctas):
+        blocks //= 2
+    return blocks
+
+
 def _aligned(t: torch.Tensor) -> bool:
     return t.data_ptr() % 16 == 0
 
@@ -117,21 +135,12 @@ class CpGemv:
         return self.kernels[key]
 
     def blocks(self, tiles: int, w: torch.Tensor, splits: int) -> int:
-        """Blocks of 16 rows of w a `cp_gemm_rows` CTA: `rows_blocks` at these tiles (its last past its end), halved
-        until they divide w's blocks, the CTA's warps and shared memory fit, and the CTAs are at least
-        `rows_min_ctas`."""
-        k, blocks = w.shape[1], self.rows_blocks[min(tiles, len(self.rows_blocks)) - 1]
-        warps_k = k // splits // self.rows_kw
-        while blocks > 1 and (w.shape[0] // 16 % blocks or warps_k * blocks > MAX_ROWS_WARPS
-                              or not rows_fit(k, tiles, splits, self.rows_kw, blocks)
-                              or w.shape[0] // 16 // blocks * splits < self.rows_min_ctas):
-            blocks //= 2
-        return blocks
+        """Blocks of 16 rows of w a `cp_gemm_rows` CTA (`row_blocks` with `rows_blocks` and `rows_min_ctas`)."""
+        return row_blocks(w.shape[0], w.shape[1], tiles, splits, self.rows_kw, self.rows_blocks, self.rows_min_ctas)
 
     def splits(self, x: torch.Tensor, w: torch.Tensor, partials: bool) -> int:
-        """Slices of K of a call on 2 or more rows: K / rows_cta_k where it takes partials and they divide K, else 1."""
-        k = w.shape[1]
-        return k // self.rows_cta_k if partials and x.shape[0] > 1 and k % self.rows_cta_k == 0 else 1
+        """Slices of K of a call (`row_splits` with `rows_cta_k`)."""
+        return row_splits(w.shape[1], x.shape[0], partials, self.rows_cta_k)
 
     def takes(self, x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
               silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
