@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return _stream()
     if args.attention_o:
         return _attention_o()
-    from tts_engine.runtime.code_predictor import PDL_LAUNCH
+    from tts_engine.runtime.cp_launch import PDL_LAUNCH
     from tts_engine.runtime.talker_launch import TALKER_PDL_LAUNCH
 
     for stage, table in (("talker", TALKER_PDL_LAUNCH), ("cp", PDL_LAUNCH)):
@@ -184,7 +184,7 @@ def _stream() -> int:
 
 def _attention_o() -> int:
     from bench.latency_experiments import ATTENTION_O_CANDIDATES
-    from tts_engine.runtime.code_predictor import ATTENTION_O_LAUNCH, PDL_LAUNCH
+    from tts_engine.runtime.cp_launch import ATTENTION_O_LAUNCH, PDL_LAUNCH
 
     launches = {**ATTENTION_O_CANDIDATES, **{f"default at {t}": launch for t, launch in ATTENTION_O_LAUNCH.items()}}
     for name, launch in launches.items():

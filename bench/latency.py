@@ -302,7 +302,7 @@ def build_parser(experiments) -> argparse.ArgumentParser:
                         "fastest configurations at 1 row instead of talker_launch.TALKER_GEMV_LAUNCH")
     p.add_argument("--pdl-launch-from", type=Path,
                    help="a `bench.step_sweep` JSON: the batch-1 PDL steps run with its best tables (the talker's "
-                        "runner.talker_pdl_launch, the code predictor's code_predictor.PDL_LAUNCH) instead of the "
+                        "runner.talker_pdl_launch, the code predictor's cp_launch.PDL_LAUNCH) instead of the "
                         "defaults")
     p.add_argument("--experiments", help=f"comma-separated batch-1 experiments ({', '.join(experiments)}) to run "
                                          "instead of the stage and prefill times")

@@ -107,7 +107,7 @@ def cp_qkv_table_times(runner, t_len: int, rounds: int = 3, batches=(1, 8, 32)) 
 
 # The attention + o launches `cp_attention_o_times` tries (output features a program, warps).
 # The passes of one position a row; the prefill's (2) keeps its launch. Run 23's first candidates: 16-64 features
-# at 4 warps, 64 and 128 at 8 (code_predictor.ATTENTION_O_LAUNCH has the figures). Compiled offline for sm90
+# at 4 warps, 64 and 128 at 8 (cp_launch.ATTENTION_O_LAUNCH has the figures). Compiled offline for sm90
 # (`python -m bench.kernel_resources --attention-o`).
 ATTENTION_O_CANDIDATES = {"ao128w8": dict(block_r=128, num_warps=8), "ao64w8": dict(block_r=64, num_warps=8),
                           "ao128w16": dict(block_r=128, num_warps=16), "ao32w8": dict(block_r=32, num_warps=8),
@@ -127,16 +127,16 @@ def cp_attention_o_times(runner, t_len: int, rounds: int = 3, batches=(1, 2)) ->
 
 
 def _mma_table(**change) -> dict:
-    """code_predictor.MMA_LAUNCH with `change`: a key in every product's launch that has it, "<product>/<key>" in
+    """cp_launch.MMA_LAUNCH with `change`: a key in every product's launch that has it, "<product>/<key>" in
     that product's alone."""
-    from tts_engine.runtime.code_predictor import MMA_LAUNCH
+    from tts_engine.runtime.cp_launch import MMA_LAUNCH
 
     return {name: {**cfg, **{k: v for k, v in change.items() if k in cfg},
                    **{k.split("/")[1]: v for k, v in change.items() if k.startswith(f"{name}/")}}
             for name, cfg in MMA_LAUNCH.items()}
 
 
-# The tensor-core passes' launch tables `cp_mma_times` tries beside today's (code_predictor.MMA_LAUNCH) and cuBLAS.
+# The tensor-core passes' launch tables `cp_mma_times` tries beside today's (cp_launch.MMA_LAUNCH) and cuBLAS.
 MMA_CANDIDATES = {"mman16": _mma_table(block_n=16), "mman64": _mma_table(block_n=64, block_k=64, num_warps=8)}
 
 

@@ -3,7 +3,7 @@
 Run 13's `bench.kernels --gemv-sweep` timed each product chained with itself, and its winners did not win
 in the step (a chain of different kernels overlaps differently under PDL: docs/perf-notes.md Version 10).
 Here every candidate is timed as the whole step it runs in: the talker's PDL step
-(`runner.talker_pdl_launch`) and the code predictor's frame (`code_predictor.PDL_LAUNCH`), by coordinate
+(`runner.talker_pdl_launch`) and the code predictor's frame (`cp_launch.PDL_LAUNCH`), by coordinate
 descent: each product in turn tries every candidate with the others held at their best so far, for
 `rounds` rounds; then today's table and the best are timed against each other, interleaved.
 

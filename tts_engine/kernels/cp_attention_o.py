@@ -20,7 +20,7 @@ seeded request gives the same codes at any batch position), so each partial is c
 commute. The consumers (`gemv`'s x_delta / residual_delta) round the sum to the model's dtype and add it to the
 residual, as the reference rounds `F.linear(attn, w_o)` and then adds; the down product of the same layer reads
 it last and zeroes it for the next layer. Values past ±2^31 do not fit (activations of bf16 checkpoints are far
-below). Run 23: code-predictor frame 1.510 -> 1.449 ms at batch 1 (code_predictor.ATTENTION_O_LAUNCH).
+below). Run 23: code-predictor frame 1.510 -> 1.449 ms at batch 1 (cp_launch.ATTENTION_O_LAUNCH).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The tensor-core GEMV (kernels/gemv.py dispatches `gemv(mma=True)` here): the K loop of [BLOCK_M, BLOCK_K] x
 [BLOCK_K, BLOCK_N] `tl.dot`s over rows padded to BLOCK_M >= 16, with the GEMVs' fusions (the RMSNorm in the prologue,
 the residual add or SwiGLU in the epilogue, kernels/gemv_epilogue.py) for 3-64 rows: the talker's short prefills
-(talker_launch.PREFILL_MMA_LAUNCH) and the code predictor's passes past its GEMV ones (code_predictor.MMA_LAUNCH).
+(talker_launch.PREFILL_MMA_LAUNCH) and the code predictor's passes past its GEMV ones (cp_launch.MMA_LAUNCH).
 
 With programmatic dependent launch (`PDL`) the launch and the read of the residual, where it was written two launches
 back or more (`RES_EARLY`), come before the wait for the previous kernel. Its weights do not: the CUDA-core whole-row
@@ -12,7 +12,7 @@ thread). An L2 prefetch of the program's rows before the wait (inline `prefetch.
 
 Why: cuBLAS runs the code predictor's batch-8-32 products at ~1.4 TB/s with a launch (and at down a split-K
 reduce) of its own each, its norms and SwiGLU launches beside them: run 23's batch-32 profile, 634 µs of a 2.96 ms
-frame in 301 launches besides the products. It lost to cuBLAS at every batch (run 24: code_predictor.MMA_LAUNCH has
+frame in 301 launches besides the products. It lost to cuBLAS at every batch (run 24: cp_launch.MMA_LAUNCH has
 the figures), so the code predictor runs it only where asked (`FastPathOptions.cp_mma_rows`).
 """
 

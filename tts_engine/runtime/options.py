@@ -29,7 +29,7 @@ class FastPathOptions:
     # The same for the code predictor's passes (a pass holds b rows, its prefill 2 b).
     cp_gemv_rows: int = CP_GEMV_ROWS
     # Code-predictor passes past cp_gemv_rows and up to this many rows (a pass holds b rows, its prefill 2 b) on
-    # the same fusions with tensor-core products (kernels/gemv_mma.py, code_predictor.MMA_LAUNCH; with PDL where
+    # the same fusions with tensor-core products (kernels/gemv_mma.py, cp_launch.MMA_LAUNCH; with PDL where
     # cp_pdl is) instead of cuBLAS; 0: none.
     cp_mma_rows: int = 0
     # The code predictor's GEMV passes of 1-2 rows with programmatic dependent launch; None: where the
@@ -42,7 +42,7 @@ class FastPathOptions:
     talker_pdl: bool | None = None
     # The code predictor's q/k norm + RoPE + K/V store fused into its attention kernel
     # (kernels/cp_attention.py `cp_qk_attention`): one launch a layer fewer, 75 a frame. Run 14 (warps by
-    # `code_predictor.attention_warps`): frame 1.765 / 2.952 / 3.102 / 3.208 ms at batch 1 / 8 / 32 / 64
+    # `cp_launch.attention_warps`): frame 1.765 / 2.952 / 3.102 / 3.208 ms at batch 1 / 8 / 32 / 64
     # against 1.821 / 3.020 / 3.179 / 3.386 unfused.
     cp_fused_attention: bool = True
     # Passes 1-14 of the code predictor take their first layer's qkv product from a table made at load
@@ -54,10 +54,10 @@ class FastPathOptions:
     # layer's attention and o product as one launch (kernels/cp_attention_o.py: a program a kv head and block of
     # o's features, the partial products summed in int64 fixed point, which gate/up and down read), 4 launches a
     # layer instead of 5. Run 23 (interleaved pairs): frame 1.510 -> 1.449 ms at batch 1, 1.864 -> 1.817 at 2
-    # (code_predictor.ATTENTION_O_LAUNCH).
+    # (cp_launch.ATTENTION_O_LAUNCH).
     cp_attention_o: bool = True
     # The code predictor's PDL passes let the next launch start before the wait of each launch that may
-    # (code_predictor.EARLY_TRIGGER_LAUNCHES: qkv, attention + o, down, the head, the draws but a frame's last;
+    # (cp_launch.EARLY_TRIGGER_LAUNCHES: qkv, attention + o, down, the head, the draws but a frame's last;
     # `backend.PDL_EARLY`), so that two launches ahead load their weights while the one before them finishes; gate/up
     # still waits first. Run 26 (bench.latency --experiments early_trigger, three interleaved rounds): frame 1.449 ->
     # 1.402 ms at batch 1, 1.785 -> 1.769 at 2.

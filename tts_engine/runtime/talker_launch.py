@@ -24,7 +24,7 @@ TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict
 # With `FastPathOptions.talker_pdl` those steps launch every kernel with programmatic dependent launch
 # (the products, q/k norm + RoPE, attention, the final norm), the products with whole rows of w per
 # program, loaded before the wait for the previous kernel: the next product's weights stream in while
-# the current kernel finishes (the code predictor's PDL passes, code_predictor.PDL_LAUNCH: frame 2.42
+# the current kernel finishes (the code predictor's PDL passes, cp_launch.PDL_LAUNCH: frame 2.42
 # -> 1.82 ms in run 10). The fastest whole-row configurations of run 13's sweep with PDL (`bench.kernels
 # --gemv-sweep --shapes talker`, one product chained with itself, µs): qkv 6.60, o + residual 3.50,
 # gate/up + SwiGLU 15.53, down + residual 10.65. Run 13's talker step at batch 1 (607ce2e): 1.386 ms
@@ -33,7 +33,7 @@ TALKER_GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=512, **LATE_SUM), "o": dict
 # `bench.step_sweep` (each candidate timed as the whole step, the others at their best;
 # bench/results/run20-h200/call1) chose run 21's table: 1.215 ms a step against 1.248 with run 13's (qkv n4 w4,
 # o n4 w8, gate/up n2 w4), three interleaved pairs.
-# o and down read their residual before the wait (`residual_early`; code_predictor.PDL_LAUNCH says why it is
+# o and down read their residual before the wait (`residual_early`; cp_launch.PDL_LAUNCH says why it is
 # right): run 21, talker step 1.211 -> 1.191 ms.
 # gate/up and down stream their row blocks (gemv `row_blocks`: a program's next block of weights in flight
 # while it sums the last, so no later wave waits for a program to exit), and qkv two blocks of 4 rows. Run 22
