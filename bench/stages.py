@@ -8,8 +8,8 @@
     interleaved_times    the same for several settings in interleaved rounds -> medians
     frame_times          interleaved_times of the code predictor's frame and the frame step at several batches
 
-bench.latency (issue 3's table), bench.latency_experiments, bench.latency_weights, bench.profile_step,
-bench.step_sweep, bench.launch_gap and bench.l2_prefetch time through these.
+bench.latency (issue 3's table), bench.latency_experiments, bench.latency_weights, bench.latency_cuda,
+bench.profile_step, bench.step_sweep, bench.launch_gap and bench.l2_prefetch time through these.
 """
 
 from __future__ import annotations
