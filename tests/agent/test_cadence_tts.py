@@ -215,3 +215,41 @@ def test_an_unreachable_server_is_reported_and_the_turn_ends_at_once():
     seq = tts_frames(down)
     assert isinstance(seq[0], TTSStartedFrame) and isinstance(seq[-1], TTSStoppedFrame), seq
     assert not [f for f in seq if isinstance(f, TTSAudioRawFrame)]
+
+
+def test_a_promoted_sentences_words_go_out_before_words_queued_behind_it():
+    """In TOKEN mode pipecat's sequencer hands back the words it held for a sentence once the sentence is complete;
+    word frames already queued in the audio context must not overtake them (stops 14 and 35: the context read "to
+    Here is a long answer ..."). Driven by hand, without a server: the handed-back frames wait beside the queue, go out
+    before the queue's next item, the marker queued with them is never pushed, the end of the context flushes them, and
+    an interruption drops them with the queue."""
+    import asyncio
+
+    from pipecat.services.tts_service import _AudioContextPlayback
+
+    tts = CadenceTTSService(url="ws://127.0.0.1:9")
+    pushed, queued = [], []
+
+    async def push_frame(frame, *args, **kwargs):
+        pushed.append(frame)
+
+    async def append(context_id, frame):
+        queued.append(frame)
+
+    tts.push_frame, tts.append_to_audio_context = push_frame, append
+    tts.audio_context_available = lambda context_id: True
+    words = [TTSTextFrame(w, "word") for w in ("Here", "is", "to")]
+
+    async def scenario():
+        playback = _AudioContextPlayback()
+        await tts._push_sequencer_frames(words[:2], "c")  # the sentence promoted, its held words handed back
+        assert not pushed and len(queued) == 1, "they wait; a marker is queued"
+        await tts._push_audio_context_item("c", words[2], playback)  # a word frame queued before the promotion
+        await tts._push_audio_context_item("c", queued.pop(), playback)  # the marker: nothing left to push
+        assert [f.text for f in pushed] == ["Here", "is", "to"]
+        await tts._push_sequencer_frames(words[:1], "c")
+        await tts.on_audio_context_interrupted("c")
+        await tts._push_audio_context_item("c", words[2], playback)
+        assert [f.text for f in pushed] == ["Here", "is", "to", "to"], "an interruption drops them"
+
+    asyncio.run(scenario())
