@@ -243,21 +243,26 @@ def test_code_predictor_with_early_triggers_gives_the_codes_of_late_ones(runners
         f"codes {codes[early][0].tolist()} with early triggers {early}, {codes[()][0].tolist()} without"
 
 
-@pytest.fixture(scope="module")
-def wide_code_predictors(triton_model, runners):
+def code_predictors_32(triton_model, runners, **fast):
     """(fast, reference) code predictors over the fixture's weights for batches up to 32 (the fixture's runners hold
-    8): the fast one with every default (PDL, the qkv table, attention + o) and the tensor-core passes up to 64
-    rows; sampled rows (the talker's defaults) with seeds 0-31."""
+    8), the fast one with PDL, the qkv table, attention + o and `fast`; sampled rows (the talker's defaults) with
+    seeds 0-31."""
     from tts_engine.runtime.code_predictor import CodePredictorRunner
     from tts_engine.runtime.sampler import SamplingRows
 
-    _, (fast, _) = runners
-    made = [CodePredictorRunner(triton_model[1].talker, fast.codec_embedding, 32, use_triton=t, gemv_rows=2, pdl=t,
-                                mma_rows=64, qkv_table=t, attention_o=t) for t in (True, False)]
-    rows = SamplingRows.empty(32, fast.device)
+    _, (runner, _) = runners
+    made = [CodePredictorRunner(triton_model[1].talker, runner.codec_embedding, 32, use_triton=t, gemv_rows=2, pdl=t,
+                                qkv_table=t, attention_o=t, **(fast if t else {})) for t in (True, False)]
+    rows = SamplingRows.empty(32, runner.device)
     for i in range(32):
         rows.set_row(i, SamplingParams(seed=i), seed=i)
     return made, rows
+
+
+@pytest.fixture(scope="module")
+def wide_code_predictors(triton_model, runners):
+    """`code_predictors_32` with the tensor-core passes up to 64 rows."""
+    return code_predictors_32(triton_model, runners, mma_rows=64)
 
 
 # the tensor-core passes (kernels/gemv_mma.py, PDL) at 8-64 rows: batch 8 (prefill 16 rows), 16 (32), 32 (64)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.gpu.replays import assert_pdl_gives_the_output_without, graph_replays, rel_err
-from tests.gpu.test_code_predictor_gpu import _compare_code_predictor_steps
+from tests.gpu.test_code_predictor_gpu import _compare_code_predictor_steps, code_predictors_32
 from tts_engine.kernels.backend import FIXED_ONE, PDL_EARLY
 from tts_engine.kernels.cp_gemv import CpGemv, rows_fit
 from tts_engine.kernels.gemv import gemv, gemv_ref
@@ -265,21 +265,9 @@ def test_rows_split_k_partials_sum_to_the_product(cuda, rows_kw, cta_k, blocks, 
 
 @pytest.fixture(scope="module")
 def rows_code_predictors(triton_model, runners):
-    """(fast, reference) code predictors over the fixture's weights for batches up to 32 (the fixture's runners hold
-    8): the fast one with the defaults of an sm90 GPU (PDL, the qkv table, attention + o, the CUDA products and draw,
-    the rows passes under PDL); sampled rows (the talker's defaults) with seeds 0-31."""
-    from tts_engine.runtime.code_predictor import CodePredictorRunner
-    from tts_engine.runtime.sampler import SamplingRows
-    from tts_engine.sampling import SamplingParams
-
-    _, (fast, _) = runners
-    made = [CodePredictorRunner(triton_model[1].talker, fast.codec_embedding, 32, use_triton=t, gemv_rows=2, pdl=t,
-                                qkv_table=t, attention_o=t, cuda_draw=None if t else False, cuda_gemv=t, rows_pdl=t)
-            for t in (True, False)]
-    rows = SamplingRows.empty(32, fast.device)
-    for i in range(32):
-        rows.set_row(i, SamplingParams(seed=i), seed=i)
-    return made, rows
+    """`code_predictors_32` (tests/gpu/test_code_predictor_gpu.py) with the defaults of an sm90 GPU: the CUDA products
+    and draw, the rows passes under PDL."""
+    return code_predictors_32(triton_model, runners, cuda_draw=None, cuda_gemv=True, rows_pdl=True)
 
 
 # passes of 3 rows (prefill 6), 16 (prefill 32) and 32 (prefill 64)
