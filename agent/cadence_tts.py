@@ -12,9 +12,10 @@ One engine context per turn:
   - an interruption sends `cancel` for every interrupted context; the service drops everything
     the server still sends for it, so no stale audio, word or stop frame follows.
 Server events: `audio` -> TTSAudioRawFrame, `timestamps` -> word timestamps (timed TTSTextFrames,
-so the assistant context holds only the words played), `done` -> TTSStoppedFrame and the end of
-the audio context, `error` -> an ErrorFrame (and, if the server no longer knows the context, its
-end). `report_playout` sends what the listener has heard back to the engine (see playout.py).
+so the assistant context holds only the words played, in the order played: agent/word_order.py),
+`done` -> TTSStoppedFrame and the end of the audio context, `error` -> an ErrorFrame (and, if the
+server no longer knows the context, its end). `report_playout` sends what the listener has heard
+back to the engine (see playout.py).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from .cadence_protocol import (
     EngineContext,
     split_words,
 )
+from .word_order import WordsInPlaybackOrder
 
 
 @dataclass
@@ -80,15 +82,7 @@ class _ImplicitTurnIdleFrame(ControlFrame):
     context_id: str = ""
 
 
-@dataclass
-class _SequencedFramesDue(ControlFrame):
-    """Internal, queued in audio context `context_id`: frames the sequencer handed back for it wait to be pushed
-    (`CadenceTTSService._push_sequencer_frames`). Never pushed downstream itself."""
-
-    context_id: str = ""
-
-
-class CadenceTTSService(WebsocketTTSService):
+class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
     """pipecat TTS service for a Cadence server's WebSocket `/v1/stream`."""
 
     Settings = CadenceTTSSettings
@@ -144,9 +138,6 @@ class CadenceTTSService(WebsocketTTSService):
         self._implicit_turn_id: str | None = None
         self._implicit_deadline = 0.0
         self._implicit_watch: asyncio.Task | None = None
-        # Frames the sequencer handed back for an audio context (a promoted sentence, the words it replays), pushed
-        # by the audio-context task before its next item: `_push_sequencer_frames`.
-        self._sequenced: dict[str, list[Frame]] = {}
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -287,39 +278,10 @@ class CadenceTTSService(WebsocketTTSService):
             await self.flush_audio(context_id)
 
     async def on_audio_context_interrupted(self, context_id: str):
-        self._sequenced.pop(context_id, None)  # its queue is dropped too
+        self.drop_sequenced(context_id)
         await self.stop_all_metrics()
         await self._cancel_context(context_id)
         await super().on_audio_context_interrupted(context_id)
-
-    # --- the sequencer's frames in playback order -----------------------------------------------
-
-    async def _push_sequencer_frames(self, frames: list[Frame], context_id: str | None):
-        """In TOKEN mode pipecat's sequencer holds the words timed before their sentence is complete, and when the
-        sentence is (its end, or the turn's), hands them back to be queued at the end of the audio context. Word
-        timestamps queued there meanwhile are ahead of them: the audio-context task matches those against the new
-        sentence and pushes them first, so the context got "to Here is a long answer ..." (stops 14 and 35, CI).
-        Here the handed-back frames wait beside the queue and go out before its next item, in the order the
-        sequencer matched them; a marker in the queue makes that item come."""
-        if not (self._is_streaming_tokens and context_id and self.audio_context_available(context_id)):
-            await super()._push_sequencer_frames(frames, context_id)
-            return
-        if frames:
-            self._sequenced.setdefault(context_id, []).extend(frames)
-            await self.append_to_audio_context(context_id, _SequencedFramesDue(context_id=context_id))
-
-    async def _push_audio_context_item(self, context_id: str, item, playback) -> None:
-        await self._push_sequenced(context_id)
-        if not isinstance(item, _SequencedFramesDue):
-            await super()._push_audio_context_item(context_id, item, playback)
-
-    async def _end_audio_context(self, context_id: str, playback) -> None:
-        await self._push_sequenced(context_id)
-        await super()._end_audio_context(context_id, playback)
-
-    async def _push_sequenced(self, context_id: str) -> None:
-        for frame in self._sequenced.pop(context_id, ()):
-            await self.push_frame(frame)
 
     async def on_audio_context_completed(self, context_id: str):
         # Normally the context is gone (its `done` ended it). Still open means pipecat gave up
