@@ -401,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         result[f"cp_cuda_draw_{mode}"] = runner.code_predictor.draw_kernel is not None
         result[f"cp_cuda_gemv_{mode}"] = runner.code_predictor.gemv_kernel is not None
         result[f"cp_rows_pdl_{mode}"] = runner.code_predictor.pass_pdl(32)
+        result[f"cp_rows_norms_{mode}"] = runner.code_predictor.norm_rows(32)
         if args.talker_launch_from is not None:
             from bench.kernels import best_launch
 

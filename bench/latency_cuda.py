@@ -62,11 +62,10 @@ def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(8, 16, 32))
 # the x copies then all at once) timed columns a CTA (rows_cta_k: o and down as split-K partials; 1 << 20 whole),
 # call 2 the blocks of 16 rows of w a CTA (kernels/cp_gemv.py ROWS_BLOCKS), call 3 passes of 64 rows on them (slower
 # than cuBLAS: the code predictor's frame at batch 32 2.344 ms with its prefill on them against 2.300, at batch 64
-# 3.124-3.397 against 2.771). Here: x's copies in 2 and 4 groups of columns (CG_STAGES), the attention's warps.
-CP_GEMM_ROWS_VARIANTS = {"rows": ({}, {}), "stages2": ({}, {"macros": ("CG_STAGES=2",)}),
-                         "stages4": ({}, {"macros": ("CG_STAGES=4",)}),
-                         "attention4": ({"fused_attention_warps": 4}, {}),
-                         "attention8": ({"fused_attention_warps": 8}, {})}
+# 3.124-3.397 against 2.771), call 3 x's copies in 2 and 4 groups of columns (CG_STAGES=2 / 4: 2.318 / 2.331 against
+# 2.300) and the attention's warps (4 or 8: slower). Here: the norms as launches of their own or in the products
+# (`CodePredictorRunner.rows_norms`).
+CP_GEMM_ROWS_VARIANTS = {"rows": ({"rows_norms": False}, {}), "norms": ({"rows_norms": True}, {})}
 
 
 # The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).

@@ -166,6 +166,10 @@ def _add_serve(sub) -> None:
                    help="the code predictor's passes of 3-32 token rows, whose products (qkv, gate/up, o, down, the "
                         "heads) are the CUDA kernel's rows where --cp-cuda-gemv runs, with every launch under PDL "
                         "(default: on; off: the same kernels without PDL)")
+    p.add_argument("--cp-rows-norms", action=argparse.BooleanOptionalAction, default=None,
+                   help="in those passes the norms inside the products (qkv, gate/up and the heads normalise their "
+                        "input, o and down add the residual): 5 launches a layer, not 7 (default: on; off: the norms "
+                        "as launches of their own)")
     p.add_argument("--cp-down-splits", type=int, default=None,
                    help="the code predictor's cuBLAS passes (past --cp-gemv-rows) make each down product as this "
                         "many fp32 split-K partials that the next norm sums, not cuBLAS' own split-K product and its "

@@ -82,8 +82,8 @@ def test_residual_read_before_or_after_the_wait_is_the_same(products):
 def test_calls_it_does_not_take_go_to_the_triton_gemv(products):
     g = torch.Generator(device="cuda").manual_seed(6)
     w, ln = _bf16(g, 1024, 1024, scale=1 / 32), _bf16(g, 1024) + 1
-    norm = {"norm": (ln, 1e-6)}
-    refused = {"two rows with a norm": (_bf16(g, 2, 1024), w, norm), "fp32": (_bf16(g, 1, 1024).float(), w.float(), {}),
+    refused = {"two rows with x's delta": (_bf16(g, 2, 1024), w, {"x_delta": _fixed(g, 2, 1024)}),
+               "fp32": (_bf16(g, 1, 1024).float(), w.float(), {}),
                "K not whole warps": (_bf16(g, 1, 1000), _bf16(g, 1024, 1000), {}),
                "N not 16 rows": (_bf16(g, 1, 1024), w[:1000], {})}
     for what, (x, ww, kw) in refused.items():
@@ -200,8 +200,64 @@ def test_rows_are_the_products_of_cublas(products, m, case):
     assert got.shape == want.shape and rel_err(got, want) < 1e-2, case
     same = (got == want).float().mean().item()
     assert same > 0.95, f"{case}, {m} rows: {same:.3%} of the outputs equal the reference's"
-    assert not products.takes(x, w, norm=(torch.ones(k, device="cuda", dtype=torch.bfloat16), 1e-6)), "no norm"
+    ones = torch.ones(k, device="cuda", dtype=torch.bfloat16)
+    assert not products.takes(x, w, norm=(ones, 1e-6), partials=True), "a norm takes whole rows, not partials"
     assert not products.takes(_bf16(g, 65, k), w), "at most 64 rows"
+
+
+@pytest.mark.parametrize("m", [2, 3, 16, 32, 64])
+@pytest.mark.parametrize("case", ["qkv", "gate_up", "head"])
+def test_rows_normalise_x_as_the_norm_launch_does(products, m, case):
+    """The rows with the norm in their prologue (qkv, gate/up with SwiGLU, the heads; x strided, as the head's last
+    position of a prefill is): against the reference, against the norm launch then the same product, and with w an
+    identity (the products then are the normalised x itself) against `rms_norm_ref` within an ulp."""
+    from tts_engine.kernels.rms_norm import rms_norm, rms_norm_ref
+
+    g = torch.Generator(device="cuda").manual_seed(m + len(case))
+    n, k = {"qkv": (4096, 1024), "gate_up": (6144, 1024), "head": (2048, 1024)}[case]
+    x = _bf16(g, m, 2, k, scale=3.0)[:, 1]
+    w, ln = _bf16(g, n, k, scale=k ** -0.5), _bf16(g, k, scale=0.2) + 1
+    silu, norm = case == "gate_up", (ln, 1e-6)
+    assert products.takes(x, w, norm=norm, silu_mul=silu)
+    before = products.launches
+    got = products(x, w, norm=norm, silu_mul=silu)
+    assert products.launches == before + 1
+    want = gemv_ref(x, w, norm=norm, silu_mul=silu)
+    assert got.shape == want.shape and rel_err(got, want) < 1e-2, case
+    unfused = products(rms_norm(x, ln, 1e-6), w, silu_mul=silu)
+    same = (got == unfused).float().mean().item()
+    assert same > 0.97, f"{case}, {m} rows: {same:.3%} of the outputs equal the norm launch's then the product's"
+    if case == "qkv":  # y's first k features are the normalised x (exact sums: one product of 1.0 each)
+        eye = torch.cat((torch.eye(k, device="cuda"), torch.zeros(n - k, k, device="cuda"))).bfloat16()
+        normed, ref = products(x, eye, norm=norm)[:, :k].float(), rms_norm_ref(x, ln, 1e-6).float()
+        ulp = ref.abs() * 2.0 ** -7
+        assert ((normed - ref).abs() <= ulp).all(), "within one bf16 ulp of the reference norm"
+        assert (normed == ref).float().mean().item() > 0.99
+
+
+@pytest.mark.parametrize("m", [2, 3, 16, 32, 64])
+@pytest.mark.parametrize("case", ["o", "down", "qkv"])
+def test_rows_add_the_residual_as_the_norm_launch_does(products, m, case):
+    """The rows with the residual add in their epilogue (o and down in slices of K, each column's last CTA adding them
+    up; qkv's K whole): the bits of the residual plus the partials' sum that the norm launch made (`add_rms_norm_ref`'s
+    sum), the same bits again, and the counters zero after each launch."""
+    from tts_engine.kernels.rms_norm import partials_sum_ref
+
+    g = torch.Generator(device="cuda").manual_seed(m + len(case) + 100)
+    n, k = {"o": (1024, 2048), "down": (1024, 3072), "qkv": (4096, 1024)}[case]
+    x = _bf16(g, m + 3, k)[:m]
+    w, r = _bf16(g, n, k, scale=k ** -0.5), _bf16(g, m, n + 8)[:, :n]
+    assert products.takes(x, w, residual=r)
+    before = products.launches
+    got = products(x, w, residual=r)
+    torch.cuda.synchronize()
+    assert products.launches == before + 1 and not products.counters.any(), "every counter back to zero"
+    parts = products(x, w, partials=True)
+    assert parts.dim() == (3 if k > 1024 else 2)
+    assert torch.equal(got, r + (partials_sum_ref(parts, r.dtype) if parts.dim() == 3 else parts))
+    assert torch.equal(products(x, w, residual=r), got), "a second launch: the same bits"
+    assert rel_err(got, gemv_ref(x, w, residual=r)) < 1e-2
+    assert not products.takes(x, w, residual=r[:1]), "a residual row a row of x"
 
 
 @pytest.mark.parametrize("b", [4, 8])
@@ -266,29 +322,37 @@ def test_rows_split_k_partials_sum_to_the_product(cuda, rows_kw, cta_k, blocks, 
 @pytest.fixture(scope="module")
 def rows_code_predictors(triton_model, runners):
     """`code_predictors_32` (tests/gpu/test_code_predictor_gpu.py) with the defaults of an sm90 GPU: the CUDA products
-    and draw, the rows passes under PDL."""
-    return code_predictors_32(triton_model, runners, cuda_draw=None, cuda_gemv=True, rows_pdl=True)
+    and draw, the rows passes under PDL with their norms in the products."""
+    return code_predictors_32(triton_model, runners, cuda_draw=None, cuda_gemv=True, rows_pdl=True, rows_norms=True)
 
 
-# passes of 3 rows (prefill 6), 16 (prefill 32) and 32 (prefill 64)
+# passes of 3 rows (prefill 6), 16 (prefill 32) and 32 (prefill 64); the norms as launches or in the products
+@pytest.mark.parametrize("norms", [False, True])
 @pytest.mark.parametrize("b", [3, 16, 32])
-def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b):
+def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b, norms):
     cfg, _ = runners
     (fast_cp, ref_cp), _ = rows_code_predictors
     assert fast_cp.pass_pdl(b) and fast_cp.rows_product(b) is fast_cp.gemv_kernel is not None
     before = fast_cp.gemv_kernel.launches
-    _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
+    try:
+        fast_cp.rows_norms = norms
+        assert fast_cp.norm_rows(b) == norms
+        _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
+    finally:
+        fast_cp.rows_norms = True
     # the prefill (on the rows up to gemv_kernel_rows) and two one-position passes: 20 products each (no qkv table
     # here), and the three heads (b rows each)
     prefill = 20 if 2 * b <= fast_cp.gemv_kernel_rows else 0
     assert fast_cp.gemv_kernel.launches - before == prefill + 2 * 20 + 3
 
 
+@pytest.mark.parametrize("norms", [False, True])
 @pytest.mark.parametrize("b", [4, 32])
-def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runners, b):
+def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runners, b, norms):
     """Whole frames of the rows passes (the products, norms, attention, heads and draws under PDL, each product's
-    weights loaded before its wait) captured in a graph as the engine runs it, against the same kernels without PDL:
-    any difference is a kernel reading before its input is written."""
+    weights loaded before its wait; with norms, the norms inside the products and o's and down's slices counted in)
+    captured in a graph as the engine runs it, against the same kernels without PDL: any difference is a kernel
+    reading before its input is written."""
     from tts_engine.runtime.sampler import GENERAL
 
     cfg, _ = runners
@@ -299,6 +363,7 @@ def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runn
     frames = torch.arange(b, device="cuda") + 3
     rows = sampling.gather(torch.arange(b, device="cuda"))
     codes = {}
+    cp.rows_norms = norms
     try:
         with torch.inference_mode():
             for pdl in (False, True):
@@ -307,7 +372,8 @@ def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runn
                 codes[pdl] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
                                             before=lambda i: hidden.copy_(inputs[i % 2]))
     finally:
-        cp.rows_pdl = True
+        cp.rows_pdl = cp.rows_norms = True
+    assert cp.gemv_kernel is not None and not cp.gemv_kernel.counters.any()
     assert len(torch.cat(codes[False]).unique()) > 1
     assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0][:2].tolist()} with PDL, {codes[False][0][:2].tolist()} without)")

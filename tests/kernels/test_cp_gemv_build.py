@@ -46,20 +46,24 @@ def test_kernel_compiles_for_sm90a_without_local_memory(tmp_path, k, mode, norm,
     assert 64 < used <= 128, done.stderr
 
 
-# (K, mode, tiles, slices of K, columns a warp, blocks of 16 rows of w a CTA) of the passes' rows products: qkv / the
-# heads, gate/up + SwiGLU, o and down as split-K partials (a CTA 1,024 columns: kernels/cp_gemv.py ROWS_CTA_K), down
-# whole; 128 columns a warp; 2 and 4 blocks a CTA; 64 rows
-ROWS_SHAPES = [(1024, 0, 4, 1, 256, 1), (1024, 2, 4, 1, 256, 1), (2048, 0, 4, 2, 256, 1), (3072, 0, 4, 3, 256, 1),
-               (3072, 0, 4, 1, 256, 1), (1024, 2, 1, 1, 256, 1), (2048, 0, 2, 2, 256, 1), (3072, 0, 4, 3, 128, 1),
-               (1024, 2, 4, 1, 256, 4), (2048, 0, 4, 1, 256, 2), (1024, 0, 2, 1, 256, 2), (1024, 2, 8, 1, 256, 4),
-               (2048, 0, 8, 4, 256, 4)]
+# (K, mode, tiles, slices of K, columns a warp, blocks of 16 rows of w a CTA, norm) of the passes' rows products: qkv /
+# the heads, gate/up + SwiGLU, o and down as split-K partials (a CTA 1,024 columns: kernels/cp_gemv.py ROWS_CTA_K),
+# down whole; 128 columns a warp; 2 and 4 blocks a CTA; 64 rows; with the norm (qkv, the heads, gate/up), with the
+# residual (o and down in slices, and whole)
+ROWS_SHAPES = [(1024, 0, 4, 1, 256, 1, 0), (1024, 2, 4, 1, 256, 1, 0), (2048, 0, 4, 2, 256, 1, 0),
+               (3072, 0, 4, 3, 256, 1, 0), (3072, 0, 4, 1, 256, 1, 0), (1024, 2, 1, 1, 256, 1, 0),
+               (2048, 0, 2, 2, 256, 1, 0), (3072, 0, 4, 3, 128, 1, 0), (1024, 2, 4, 1, 256, 4, 0),
+               (2048, 0, 4, 1, 256, 2, 0), (1024, 0, 2, 1, 256, 2, 0), (1024, 2, 8, 1, 256, 4, 0),
+               (2048, 0, 8, 4, 256, 4, 0), (1024, 0, 4, 1, 256, 4, 1), (1024, 2, 4, 1, 256, 4, 1),
+               (1024, 0, 8, 1, 256, 4, 1), (1024, 2, 1, 1, 256, 1, 1), (2048, 1, 4, 2, 256, 4, 0),
+               (3072, 1, 4, 3, 256, 4, 0), (3072, 1, 8, 3, 256, 4, 0), (1024, 1, 2, 1, 256, 2, 0)]
 
 
 @needs_nvcc
-@pytest.mark.parametrize("k,mode,tiles,splits,kw,blocks", ROWS_SHAPES)
-def test_rows_kernel_compiles_without_local_memory(tmp_path, k, mode, tiles, splits, kw, blocks):
+@pytest.mark.parametrize("k,mode,tiles,splits,kw,blocks,norm", ROWS_SHAPES)
+def test_rows_kernel_compiles_without_local_memory(tmp_path, k, mode, tiles, splits, kw, blocks, norm):
     done = _nvcc(tmp_path, "CG_ROWS=1", f"CG_K={k}", f"CG_MODE={mode}", f"CG_NT={tiles}", f"CG_SPLIT={splits}",
-                 f"CG_KW={kw}", f"CG_RB={blocks}")
+                 f"CG_KW={kw}", f"CG_RB={blocks}", f"CG_NORM={norm}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "cp_gemv'" not in done.stderr, "one kernel a cubin"
     rows = done.stderr[done.stderr.index("Function properties for cp_gemm_rows"):]
@@ -70,10 +74,11 @@ def test_rows_kernel_compiles_without_local_memory(tmp_path, k, mode, tiles, spl
 
 
 @needs_nvcc
-def test_rows_kernel_copies_every_fragment_of_x_before_its_first_product(tmp_path):
+@pytest.mark.parametrize("norm", [0, 1])
+def test_rows_kernel_copies_every_fragment_of_x_before_its_first_product(tmp_path, norm):
     """One round trip to L2 for x: every asynchronous copy (LDGSTS) comes before the first MMA in the SASS (ptxas
-    spreads plain loads between the MMAs)."""
-    done = _nvcc(tmp_path, "CG_ROWS=1", "CG_K=1024", "CG_MODE=0", "CG_NT=4")
+    spreads plain loads between the MMAs); with the norm, its weights' copy too (a loop of one copy a lane here)."""
+    done = _nvcc(tmp_path, "CG_ROWS=1", "CG_K=1024", "CG_MODE=0", "CG_NT=4", f"CG_NORM={norm}")
     assert done.returncode == 0, done.stderr[-3000:]
     cuobjdump = shutil.which("cuobjdump") or Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if not Path(cuobjdump).exists():
@@ -81,7 +86,7 @@ def test_rows_kernel_copies_every_fragment_of_x_before_its_first_product(tmp_pat
     sass = subprocess.run([str(cuobjdump), "-sass", str(tmp_path / "k.cubin")], capture_output=True, text=True)
     assert sass.returncode == 0, sass.stderr[-2000:]
     ops = re.findall(r"\b(LDGSTS|HMMA)\b", sass.stdout)
-    assert ops.count("LDGSTS") == 4 * 8 and ops.count("HMMA") == 4 * 8 * 2, ops
+    assert ops.count("LDGSTS") in (4 * 8 + norm, 4 * 8 + 2 * norm) and ops.count("HMMA") == 4 * 8 * 2, ops
     assert ops.index("HMMA") > max(i for i, op in enumerate(ops) if op == "LDGSTS"), ops
 
 
@@ -92,7 +97,12 @@ def test_rows_kernel_copies_every_fragment_of_x_before_its_first_product(tmp_pat
                                          (("CG_K=1024", "CG_MODE=0", "CG_NT=9"), "1-8 tiles"),
                                          (("CG_K=1024", "CG_MODE=0", "CG_KW=128"), "KW a multiple of 256"),
                                          (("CG_K=1024", "CG_MODE=0", "CG_RB=2"), "one block"),
-                                         (("CG_ROWS=1", "CG_K=1024", "CG_MODE=1"), "modes 0 and 2"),
+                                         (("CG_ROWS=1", "CG_K=1024", "CG_MODE=0", "CG_DELTA=1"), "no delta"),
+                                         (("CG_ROWS=1", "CG_K=1024", "CG_MODE=1", "CG_NORM=1"), "a norm before"),
+                                         (("CG_ROWS=1", "CG_K=2048", "CG_MODE=0", "CG_NORM=1", "CG_SPLIT=2"),
+                                          "whole rows"),
+                                         (("CG_ROWS=1", "CG_K=1024", "CG_MODE=0", "CG_NORM=1", "CG_STAGES=2"),
+                                          "whole rows"),
                                          (("CG_ROWS=1", "CG_K=2048", "CG_MODE=2", "CG_SPLIT=2"), "whole sums"),
                                          (("CG_ROWS=1", "CG_K=3072", "CG_MODE=0", "CG_SPLIT=5"), "whole warps")])
 def test_layouts_the_kernel_does_not_hold_fail_to_compile(tmp_path, macros, said):
@@ -145,7 +155,7 @@ def test_which_passes_run_under_pdl_on_the_rows():
     assert not any(runner.pass_pdl(r) for r in (1, 3))
 
 
-def test_the_rows_option_reaches_the_runner():
+def test_the_rows_options_reach_the_runner():
     from tts_engine.checkpoint import random_model
     from tts_engine.runtime.options import FastPathOptions
     from tts_engine.runtime.runner import ModelRunner
@@ -153,8 +163,49 @@ def test_the_rows_option_reaches_the_runner():
     model = random_model("tiny", torch.float32, "cpu", seed=0)[1]
     for on in (True, False):
         runner = ModelRunner(model, max_slots=2, max_context=64, use_triton=False, use_graphs=False,
-                             options=FastPathOptions(cp_rows_pdl=on))
-        assert runner.code_predictor.rows_pdl is on
+                             options=FastPathOptions(cp_rows_pdl=on, cp_rows_norms=not on))
+        assert runner.code_predictor.rows_pdl is on and runner.code_predictor.rows_norms is not on
+
+
+class _Takes:
+    """A stand-in for the CUDA kernel where only which calls it takes is asked (`takes`: `answer`, the calls kept)."""
+
+    def __init__(self, answer: bool):
+        self.answer, self.calls = answer, []
+
+    def takes(self, x, w, **kw):
+        self.calls.append((tuple(x.shape), tuple(w.shape), sorted(kw)))
+        return self.answer
+
+
+def test_which_passes_run_with_their_norms_in_the_rows_products():
+    """`norm_rows`: the passes past the GEMV ones that the rows take (up to gemv_kernel_rows) with rows_norms, where
+    the kernel takes each of their products with its norm or residual; those passes' products and head are the
+    kernel's (`product`), launched with the pass's PDL and no other configuration."""
+    from tts_engine.checkpoint import random_model
+    from tts_engine.runtime.code_predictor import PDL_LAUNCH, CodePredictorRunner
+
+    talker = random_model("tiny", torch.float32, "cpu", seed=0)[1].talker
+    runner = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2,
+                                 pdl=True, cuda_gemv=None, rows_pdl=True, rows_norms=True)
+    assert runner.gemv_kernel is None and not any(runner.norm_rows(r) for r in (3, 32))
+    runner.gemv_kernel = kernel = _Takes(True)
+    assert [runner.norm_rows(r) for r in (1, 2, 3, 32, 33)] == [False, False, True, True, False]
+    c = runner.stack
+    h, q, inter, vocab = c.layers[0].w_qkv.shape[1], c.q_size, c.intermediate, runner.heads.shape[1]
+    assert sorted(kernel.calls) == sorted(
+        [((rows, h), tuple(c.layers[0].w_qkv.shape), ["norm"]) for rows in (3, 32)]
+        + [((rows, h), tuple(c.layers[0].w_gate_up.shape), ["norm", "silu_mul"]) for rows in (3, 32)]
+        + [((rows, q), (h, q), ["residual"]) for rows in (3, 32)]
+        + [((rows, inter), (h, inter), ["residual"]) for rows in (3, 32)]
+        + [((rows, h), (vocab, h), ["norm"]) for rows in (3, 32)]), "each product of the pass, asked once"
+    assert runner.product(3) is kernel and runner.launch(3) == {name: {"pdl": True} for name in PDL_LAUNCH}
+    runner.rows_pdl = False
+    assert runner.launch(3) == {name: {"pdl": False} for name in PDL_LAUNCH}
+    runner.rows_norms = False
+    assert not runner.norm_rows(3) and runner.product(3) is None
+    runner.rows_norms, runner.gemv_kernel = True, _Takes(False)
+    assert not runner.norm_rows(3), "a product the kernel does not take so: the norms stay launches"
 
 
 def test_the_rows_layout_policy():

@@ -92,10 +92,10 @@ class CodePredictorRunner:
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
                  qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0,
                  early_trigger: bool = False, persistent: bool | None = False, cuda_draw: bool | None = False,
-                 cuda_gemv: bool | None = False, rows_pdl: bool = False):
+                 cuda_gemv: bool | None = False, rows_pdl: bool = False, rows_norms: bool = False):
         """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits, early_trigger,
-        persistent, cuda_draw, cuda_gemv, rows_pdl: `FastPathOptions`' cp_* (validated there; the splits also against
-        the model's shapes here)."""
+        persistent, cuda_draw, cuda_gemv, rows_pdl, rows_norms: `FastPathOptions`' cp_* (validated there; the splits
+        also against the model's shapes here)."""
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
@@ -177,6 +177,11 @@ class CodePredictorRunner:
         # MAX_ROWS, 64), with `rows_pdl` every launch of those passes under PDL. Read at every pass.
         self.gemv_kernel_rows = GEMV_KERNEL_ROWS
         self.rows_pdl = rows_pdl
+        # ... and with `rows_norms` their norms in those products too (`norm_rows`: the norms in the prologues of qkv,
+        # gate/up and the head, the residual adds in o's and down's; 5 launches a layer, as the GEMV passes). Read at
+        # every pass.
+        self.rows_norms = rows_norms
+        self._rows_take: dict[tuple[int, int], bool] = {}
         if cuda_gemv is not False:
             self.gemv_kernel = self.cuda_gemv_kernel(required=bool(cuda_gemv))
 
@@ -281,6 +286,9 @@ class CodePredictorRunner:
                                         l2_policy=self.l2_policy if pdl and b * n <= self.gemv_rows else None,
                                         product=self.product(b * n))
                 return out.view(b, n, -1)[:, -1], False
+            if self.norm_rows(b * n):
+                out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused, product=self.gemv_kernel)
+                return out.view(b, n, -1)[:, -1], False
             out = decoder_step_triton(*args, **fused, split_k=self.split_k, rows_product=self.rows_product(b * n),
                                       pdl=pdl)
             return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
@@ -298,12 +306,35 @@ class CodePredictorRunner:
         of one row, else None (`gemv`)."""
         if self.gemv_kernel is not None and rows == 1 and self.uses_pdl(rows):  # uses_pdl: a GEMV pass
             return self.gemv_kernel
+        if self.norm_rows(rows):
+            return self.gemv_kernel
         return None
 
     def rows_product(self, rows: int) -> CpGemv | None:
         """What computes the products (and the head) of a pass of `rows` token rows past the GEMV passes where it takes
         them: the CUDA kernel's rows (`gemv_kernel`, up to `gemv_kernel_rows`), else None (cuBLAS)."""
         return self.gemv_kernel if self.gemv_kernel is not None and rows <= self.gemv_kernel_rows else None
+
+    def norm_rows(self, rows: int) -> bool:
+        """Does a pass of `rows` token rows past the GEMV passes run on the CUDA kernel's rows with its norms in their
+        products (`rows_norms`: `fused.decoder_step_gemv` with the kernel as its product, the final norm in the head's
+        prologue): where `rows_product` is the kernel and it takes each product so."""
+        if not self.rows_norms or rows <= max(self.gemv_rows, self.mma_rows) or self.rows_product(rows) is None:
+            return False
+        key = (rows, id(self.gemv_kernel))
+        if key not in self._rows_take:
+            self._rows_take[key] = self._rows_take_norms(rows)
+        return self._rows_take[key]
+
+    def _rows_take_norms(self, rows: int) -> bool:
+        kernel, c, layer = self.gemv_kernel, self.stack, self.stack.layers[0]
+        x = torch.empty(rows, c.layers[0].w_qkv.shape[1], device=self.device, dtype=self.dtype)
+        act = torch.empty(rows, c.intermediate, device=self.device, dtype=self.dtype)
+        attn = torch.empty(rows, c.q_size, device=self.device, dtype=self.dtype)
+        return (kernel.takes(x, layer.w_qkv, norm=(layer.ln_in, c.eps))
+                and kernel.takes(x, layer.w_gate_up, norm=(layer.ln_post, c.eps), silu_mul=True)
+                and kernel.takes(attn, layer.w_o, residual=x) and kernel.takes(act, layer.w_down, residual=x)
+                and kernel.takes(x, self.heads[0], norm=(c.norm, c.eps)))
 
     def pass_pdl(self, rows: int) -> bool:
         """Does a pass of `rows` token rows launch its kernels with PDL: those of `uses_pdl`, and with `rows_pdl` the
@@ -332,6 +363,8 @@ class CodePredictorRunner:
             if not self.uses_pdl(rows):
                 return self.gemv_launch
             return {name: {**cfg, "pdl": self.trigger(name, True)} for name, cfg in PDL_LAUNCH.items()}
+        if self.norm_rows(rows):  # the CUDA kernel's rows: no configurations but PDL
+            return {name: {"pdl": self.pass_pdl(rows)} for name in PDL_LAUNCH}
         pdl = self.uses_pdl(rows)
         return {name: {**cfg, "pdl": pdl} for name, cfg in self.mma_launch.items()}
 

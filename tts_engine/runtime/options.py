@@ -92,6 +92,11 @@ class FastPathOptions:
     # without, 1.558 / 1.641 / 2.130 / 2.895 with (one block of w a CTA; with kernels/cp_gemv.py ROWS_BLOCKS'
     # blocks, call 2: 1.569 / 1.885 / 2.285 at 8 / 16 / 32, against cuBLAS' 2.472 / 2.557 / 2.633).
     cp_rows_pdl: bool = True
+    # In those passes the norms inside the products (kernels/cp_gemv.py: qkv, gate/up and the heads RMS-normalise their
+    # input in the prologue, o and down add the residual in the epilogue, the last CTA of a column of w summing the
+    # slices of K): 5 launches a layer, not 7 (two norm launches of ~2.4 µs each at 32 rows, run 32's profile); where
+    # the kernel takes each product so (`CodePredictorRunner.norm_rows`). Off: the norms as launches of their own.
+    cp_rows_norms: bool = True
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms

@@ -175,7 +175,8 @@ class ModelRunner(PromptPrefill):
             fused_attention=opts.cp_fused_attention, qkv_table=opts.cp_qkv_table,
             attention_o=opts.cp_attention_o, down_splits=opts.cp_down_splits, o_splits=opts.cp_o_splits,
             early_trigger=opts.cp_early_trigger, persistent=opts.cp_persistent,
-            cuda_draw=opts.cp_cuda_draw, cuda_gemv=opts.cp_cuda_gemv, rows_pdl=opts.cp_rows_pdl)
+            cuda_draw=opts.cp_cuda_draw, cuda_gemv=opts.cp_cuda_gemv, rows_pdl=opts.cp_rows_pdl,
+            rows_norms=opts.cp_rows_norms)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)

@@ -26,7 +26,8 @@
 // plain, 1 + residual, 2 SwiGLU; CG_NORM 1: RMSNorm of x with ln first; CG_DELTA 1: x (modes 0, 2) or the residual
 // (mode 1) plus the int64 multiples of 2^-32 at delta (kernels/cp_attention_o.py's o_sum), a residual's delta zeroed
 // once read. CG_ROWS 1 builds `cp_gemm_rows` (below) instead of `cp_gemv`: CG_NT tiles of 8 rows of x, a CTA CG_RB
-// blocks of 16 rows of w on the columns of one of CG_SPLIT slices of K (KW may then be any multiple of 32).
+// blocks of 16 rows of w on the columns of one of CG_SPLIT slices of K (KW may then be any multiple of 32), with the
+// norm (CG_NORM) or the residual add (mode 1) of its own.
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -100,6 +101,9 @@ struct CpGemvParams {
     int m;               // `cp_gemm_rows`: rows of x and y (at most 8 CG_NT)
     long long x_stride;  // `cp_gemm_rows`: elements between rows of x, of y
     long long y_stride;
+    long long r_stride;  // `cp_gemm_rows` mode 1: elements between rows of the residual
+    float* partials;     // `cp_gemm_rows` mode 1 with CG_SPLIT > 1: the slices' sums [CG_SPLIT, m, n_out] fp32
+    int* counters;       // ... and a counter a CTA column (zero before and after the launch)
 };
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -310,31 +314,96 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
 
 #endif
 
-// Rows 1 .. 8 NT of x (`cp_gemm_rows`, CG_ROWS: the code predictor's passes of 2-64 token rows; modes 0 and 2, no norm
-// or delta: those passes norm in launches of their own). The same weight fragments; B's column n of tile t is x's row
-// 8 t + n (rows past m repeat x's last row, and their D columns are not read), so D's columns are x's rows: lane (g, c)
-// holds weight rows g and g + 8 against x's rows 8 t + 2c, 8 t + 2c + 1. Each tile keeps two accumulator chains (one
-// from 4 tiles).
+// Rows 1 .. 8 NT of x (`cp_gemm_rows`, CG_ROWS: the code predictor's passes of 2-64 token rows). The same weight
+// fragments; B's column n of tile t is x's row 8 t + n (rows past m repeat x's last row, and their D columns are not
+// read), so D's columns are x's rows: lane (g, c) holds weight rows g and g + 8 against x's rows 8 t + 2c, 8 t + 2c + 1.
+// Each tile keeps two accumulator chains (one from 4 tiles).
 // A CTA: CG_RB blocks of 16 rows of w on CTA_K = K / CG_SPLIT of the columns (blockIdx.y the slice), a warp a block and
 // KW columns. Its warps on the same columns share one copy of x in shared memory, so L2 sends each SM 2 / CG_RB bytes
 // of x a byte of weights at 32 rows. Every fragment of x is copied at once after the wait (cp.async), one round trip to
 // L2: run 31's version loaded them as its MMAs went (ptxas spreads plain loads between the MMAs whatever their order in
-// the source), ~8 round trips in a row at 4 tiles, and lost to cuBLAS at 32 rows. With CG_SPLIT > 1 (mode 0) y is fp32
-// partial sums [CG_SPLIT, m, n_out] (split-K partials: the norm after o and down sums them, kernels/rms_norm.py), else
-// the bf16 product.
+// the source), ~8 round trips in a row at 4 tiles, and lost to cuBLAS at 32 rows.
+// The norms of a pass need no launches of their own (a norm launch is ~2.4 µs of a ~29 µs layer at 32 rows, run 32):
+// - CG_NORM (one slice: the CTA holds x's whole rows): x is the residual stream, RMS-normalised in shared memory
+//   before the products, each row's sum of squares added up from its fragments (every CTA redoes it: x is 64 KB);
+// - mode 1: y = residual + the product, rounded as the reference rounds `x + o_proj(...)`. With CG_SPLIT > 1 the CTAs
+//   of a column of w write their slices' sums to `partials`, and the last of them to count itself in (`counters`)
+//   adds them in slice order (kernels/rms_norm.py `partials_sum_ref`'s order) and the residual.
+// Mode 0 with CG_SPLIT > 1: y is the fp32 partial sums [CG_SPLIT, m, n_out] (the norm after o and down sums them,
+// kernels/rms_norm.py), else the bf16 product.
 #if CG_ROWS
-static_assert(MODE != 1 && !NORM && !DELTA, "the rows kernel: modes 0 and 2, no norm or delta");
-static_assert(SPLIT == 1 || MODE == 0, "split-K partials of plain products only (SwiGLU takes whole sums)");
+static_assert(!DELTA && !(NORM && MODE == 1), "the rows kernel: no delta; a norm before plain or SwiGLU products");
+static_assert(SPLIT == 1 || MODE != 2, "split-K slices of plain or residual products only (SwiGLU takes whole sums)");
+static_assert(!NORM || (SPLIT == 1 && STAGES == 1), "the norm takes x's whole rows, copied at once");
+constexpr int SQ_ROWS = 8 * NT;  // CG_NORM: the rows of each warp column's sums of squares
+// CG_NORM: the fragments of x this thread copied, RMS-normalised in place as `rms_norm_ref` rounds them (ln[4 j]: the
+// norm's weights of its columns col0 + 32 j + 8 c). A row's sum of squares: this thread's 8 J columns, then the row's 4
+// lanes (c), then the WARPS_K warps' columns in order; so every CTA, and every replay, sums a row alike.
+__device__ __forceinline__ void normalize_rows(const CpGemvParams& p, uint4* staged, const uint4* ln,
+                                               float (*squares)[SQ_ROWS], int rb, int wk, int g, int c) {
+    wait_copies(0);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t % RB != rb) continue;  // the same for the whole warp
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            const uint4 v = staged[(t * J + j) * 32];
+            const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = __bfloat1622float2(h[i]);
+                ss = fmaf(f.y, f.y, fmaf(f.x, f.x, ss));
+            }
+        }
+        ss += __shfl_xor_sync(FULL, ss, 1);
+        ss += __shfl_xor_sync(FULL, ss, 2);
+        if (c == 0) squares[wk][8 * t + g] = ss;
+    }
+    __syncthreads();  // the sums of squares, and the norm's weights copied by the warps of block 0
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t % RB != rb) continue;
+        float total = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS_K; ++w) total += squares[w][8 * t + g];
+        const float inv = rsqrtf(total / K + p.eps);
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            uint4 v = staged[(t * J + j) * 32];
+            const uint4 weight = ln[4 * j];
+            __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+            const __nv_bfloat162* lw = reinterpret_cast<const __nv_bfloat162*>(&weight);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = __bfloat1622float2(h[i]), l = __bfloat1622float2(lw[i]);
+                h[i] = __floats2bfloat162_rn(l.x * round_bf16(f.x * inv), l.y * round_bf16(f.y * inv));
+            }
+            staged[(t * J + j) * 32] = v;
+        }
+    }
+    __syncthreads();  // every normalised fragment, for the warps of the other blocks
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvParams p) {
     // Dynamic shared memory (kernels/cp_gemv.py `rows_shared`): x's fragments [WARPS_K][NT][J][32 lanes], then the
-    // warps' sums [WARPS][16][8 NT + 1] (+1: the epilogue's reads down a column hit 16 banks).
+    // warps' sums [WARPS][16][8 NT + 1] (+1: the epilogue's reads down a column hit 16 banks); with CG_NORM then the
+    // norm's weights of the CTA's columns [CTA_K] and the sums of squares [WARPS_K][8 NT].
     extern __shared__ __align__(16) uint4 x_stage[];
     float(*partial)[16][8 * NT + 1] = reinterpret_cast<float(*)[16][8 * NT + 1]>(x_stage + WARPS_K * NT * J * 32);
+    uint4* ln_stage = reinterpret_cast<uint4*>(&partial[WARPS][0][0]);
+    float(*squares)[SQ_ROWS] = reinterpret_cast<float(*)[SQ_ROWS]>(ln_stage + CTA_K / 8);
+    __shared__ int last;  // mode 1, CG_SPLIT > 1: is this CTA its column's last
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int rb = warp / WARPS_K, wk = warp % WARPS_K;  // the warp's block of rows, its columns
     const int col0 = blockIdx.y * CTA_K + wk * KW;
     uint4 wa[J], wb[J];
     load_weights(p, blockIdx.x * RB + rb, g, c, col0, wa, wb);
+    if constexpr (NORM) {  // the norm's weights (constants) in their own group, before the wait
+        if (rb == 0)
+            for (int i = lane; i < KW / 8; i += 32) copy_async(ln_stage + wk * KW / 8 + i, p.ln + col0 + 8 * i);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
     pdl_wait(p.early);
 
     // x's fragments as lane (g, c) of any warp on these columns takes them: copied asynchronously all at once (the
@@ -354,6 +423,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
+    if constexpr (NORM) normalize_rows(p, staged, ln_stage + wk * KW / 8 + c, squares, rb, wk, g, c);
     float acc[NT][TILE_CHAINS][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t)
@@ -361,8 +431,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
         for (int i = 0; i < 4; ++i) acc[t][0][i] = acc[t][TILE_CHAINS - 1][i] = 0.f;
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-        wait_copies(STAGES - 1 - s);
-        if constexpr (RB > 1) __syncthreads();
+        if constexpr (!NORM) {
+            wait_copies(STAGES - 1 - s);
+            if constexpr (RB > 1) __syncthreads();
+        }
 #pragma unroll
         for (int j = s * J / STAGES; j < (s + 1) * J / STAGES; ++j)
 #pragma unroll
@@ -390,6 +462,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
     // An output a thread at a time: (x row, feature of the CTA's RB blocks), the sums of the warps on the feature's
     // block added in warp order.
     constexpr int FEATURES = MODE == 2 ? 8 : 16;  // a block's
+    constexpr bool SLICES = MODE == 1 && SPLIT > 1;  // the column's last CTA finishes the residual add
     for (int o = threadIdx.x; o < FEATURES * RB * p.m; o += THREADS) {
         const int f = o % (FEATURES * RB), xr = o / (FEATURES * RB);
         const int r = f % FEATURES, first = f / FEATURES * WARPS_K;
@@ -399,13 +472,38 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
             sum += partial[first + w][r][xr];
             if constexpr (MODE == 2) up += partial[first + w][r + 8][xr];
         }
-        const long long at = xr * p.y_stride + blockIdx.x * FEATURES * RB + f;
-        if constexpr (SPLIT > 1) {
+        const int feature = blockIdx.x * FEATURES * RB + f;
+        const long long at = xr * p.y_stride + feature;
+        if constexpr (SLICES) {
+            __stcg(p.partials + ((long long)blockIdx.y * p.m + xr) * p.n_out + feature, sum);
+        } else if constexpr (SPLIT > 1) {
             reinterpret_cast<float*>(p.y)[blockIdx.y * p.m * p.y_stride + at] = sum;
         } else {
             float out = round_bf16(sum);
             if constexpr (MODE == 2) out = round_bf16(out / (1.f + expf(-out))) * round_bf16(up);
+            if constexpr (MODE == 1) out = __bfloat162float(p.residual[xr * p.r_stride + feature]) + out;
             p.y[at] = __float2bfloat16_rn(out);
+        }
+    }
+    if constexpr (SLICES) {
+        // The classic last-block reduction: each CTA's sums visible before it counts itself in; the last sees them all.
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            last = atomicAdd(p.counters + blockIdx.x, 1) == SPLIT - 1;
+            if (last) p.counters[blockIdx.x] = 0;  // every slice is in: zero for the next launch
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        for (int o = threadIdx.x; o < FEATURES * RB * p.m; o += THREADS) {
+            const int f = o % (FEATURES * RB), xr = o / (FEATURES * RB);
+            const int feature = blockIdx.x * FEATURES * RB + f;
+            float sum = 0.f;
+#pragma unroll
+            for (int s = 0; s < SPLIT; ++s) sum += __ldcg(p.partials + ((long long)s * p.m + xr) * p.n_out + feature);
+            const float out = __bfloat162float(p.residual[xr * p.r_stride + feature]) + round_bf16(sum);
+            p.y[xr * p.y_stride + feature] = __float2bfloat16_rn(out);
         }
     }
 }
