@@ -64,8 +64,9 @@ def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(8, 16, 32))
 # than cuBLAS: the code predictor's frame at batch 32 2.344 ms with its prefill on them against 2.300, at batch 64
 # 3.124-3.397 against 2.771), call 3 x's copies in 2 and 4 groups of columns (CG_STAGES=2 / 4: 2.318 / 2.331 against
 # 2.300) and the attention's warps (4 or 8: slower). Here: the norms as launches of their own or in the products
-# (`CodePredictorRunner.rows_norms`).
-CP_GEMM_ROWS_VARIANTS = {"rows": ({"rows_norms": False}, {}), "norms": ({"rows_norms": True}, {})}
+# (`CodePredictorRunner.rows_norms`), and a bound of the latter without the norm's arithmetic (CG_BOUND=1: wrong codes).
+CP_GEMM_ROWS_VARIANTS = {"rows": ({"rows_norms": False}, {}), "norms": ({"rows_norms": True}, {}),
+                         "norms_bound": ({"rows_norms": True}, {"macros": ("CG_BOUND=1",)})}
 
 
 # The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).

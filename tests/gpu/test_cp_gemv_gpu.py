@@ -238,9 +238,9 @@ def test_rows_normalise_x_as_the_norm_launch_does(products, m, case):
 @pytest.mark.parametrize("m", [2, 3, 16, 32, 64])
 @pytest.mark.parametrize("case", ["o", "down", "qkv"])
 def test_rows_add_the_residual_as_the_norm_launch_does(products, m, case):
-    """The rows with the residual add in their epilogue (o and down in slices of K, each column's last CTA adding them
-    up; qkv's K whole): the bits of the residual plus the partials' sum that the norm launch made (`add_rms_norm_ref`'s
-    sum), the same bits again, and the counters zero after each launch."""
+    """The rows with the residual add in their epilogue (o and down in slices of K, a cluster of CTAs a column of w
+    whose first adds them up; qkv's K whole): the bits of the residual plus the partials' sum that the norm launch made
+    (`add_rms_norm_ref`'s sum), and the same bits again."""
     from tts_engine.kernels.rms_norm import partials_sum_ref
 
     g = torch.Generator(device="cuda").manual_seed(m + len(case) + 100)
@@ -251,7 +251,7 @@ def test_rows_add_the_residual_as_the_norm_launch_does(products, m, case):
     before = products.launches
     got = products(x, w, residual=r)
     torch.cuda.synchronize()
-    assert products.launches == before + 1 and not products.counters.any(), "every counter back to zero"
+    assert products.launches == before + 1
     parts = products(x, w, partials=True)
     assert parts.dim() == (3 if k > 1024 else 2)
     assert torch.equal(got, r + (partials_sum_ref(parts, r.dtype) if parts.dim() == 3 else parts))
@@ -350,7 +350,8 @@ def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b, nor
 @pytest.mark.parametrize("b", [4, 32])
 def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runners, b, norms):
     """Whole frames of the rows passes (the products, norms, attention, heads and draws under PDL, each product's
-    weights loaded before its wait; with norms, the norms inside the products and o's and down's slices counted in)
+    weights loaded before its wait; with norms, the norms inside the products and o's and down's slices added up in
+    clusters)
     captured in a graph as the engine runs it, against the same kernels without PDL: any difference is a kernel
     reading before its input is written."""
     from tts_engine.runtime.sampler import GENERAL
@@ -373,7 +374,6 @@ def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runn
                                             before=lambda i: hidden.copy_(inputs[i % 2]))
     finally:
         cp.rows_pdl = cp.rows_norms = True
-    assert cp.gemv_kernel is not None and not cp.gemv_kernel.counters.any()
     assert len(torch.cat(codes[False]).unique()) > 1
     assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0][:2].tolist()} with PDL, {codes[False][0][:2].tolist()} without)")

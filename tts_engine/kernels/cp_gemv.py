@@ -37,8 +37,7 @@ class _Params(ctypes.Structure):  # kernels/cuda/cp_gemv.cu CpGemvParams
     _fields_ = [("x", ctypes.c_void_p), ("w", ctypes.c_void_p), ("ln", ctypes.c_void_p), ("residual", ctypes.c_void_p),
                 ("delta", ctypes.c_void_p), ("y", ctypes.c_void_p), ("n_out", ctypes.c_int), ("eps", ctypes.c_float),
                 ("early", ctypes.c_int), ("residual_early", ctypes.c_int), ("m", ctypes.c_int),
-                ("x_stride", ctypes.c_longlong), ("y_stride", ctypes.c_longlong), ("r_stride", ctypes.c_longlong),
-                ("partials", ctypes.c_void_p), ("counters", ctypes.c_void_p)]
+                ("x_stride", ctypes.c_longlong), ("y_stride", ctypes.c_longlong), ("r_stride", ctypes.c_longlong)]
 
 
 def unsupported(device: torch.device) -> str | None:
@@ -110,18 +109,12 @@ def _aligned(t: torch.Tensor) -> bool:
     return t.data_ptr() % 16 == 0
 
 
-COUNTERS = 4096  # `cp_gemm_rows` mode 1 in slices: counters a CpGemv holds, a CTA column a launch (reused in turn)
-
-
 class CpGemv:
     """The products on `device` (an sm90 GPU), a kernel a (K, mode, norm, delta, tiles, splits, blocks) built at its
     first call; `kw`: columns a warp of `cp_gemv`, `rows_kw` of `cp_gemm_rows`, `rows_cta_k`: its columns a CTA where a
     call takes partials or adds a residual, `rows_blocks` and `rows_min_ctas`: its blocks of w a CTA (`blocks`);
-    `macros`: cp_gemv.cu's.
-
-    A rows call with a residual counts its slices in on `counters` (zero between launches), at an offset of its own
-    that the calls take in turn: launches on one stream never share them (a PDL launch touches them only after its
-    wait); launches of one CpGemv on streams that overlap could, once the 4,096 have gone round."""
+    `macros`: cp_gemv.cu's. A rows call with a residual in slices of K launches each column of w's CTAs as a
+    thread block cluster (the first adds the others' sums, read from their shared memory)."""
 
     def __init__(self, device: torch.device, kw: int = KW, macros: tuple[str, ...] = (), rows_kw: int = ROWS_KW,
                  rows_cta_k: int = ROWS_CTA_K, rows_blocks: tuple[int, ...] = ROWS_BLOCKS,
@@ -136,8 +129,6 @@ class CpGemv:
             rows_min_ctas
         self.kernels: dict[tuple, cuda_build.CudaKernel] = {}
         self.launches = 0  # products launched (captured launches count once)
-        self.counters = torch.zeros(COUNTERS, device=device, dtype=torch.int32)
-        self.next_counter = 0
 
     def kernel(self, k: int, mode: int, norm: bool, delta: bool, tiles: int = 0, splits: int = 1,
                blocks: int = 1) -> cuda_build.CudaKernel:
@@ -190,22 +181,13 @@ class CpGemv:
             return False
         n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
         if residual is not None and (residual.shape != (m, n_out) or residual.dtype != x.dtype
-                                     or residual.stride(1) != 1 or residual.device != x.device
-                                     or (m > 1 and w.shape[0] // 16 > COUNTERS)):
+                                     or residual.stride(1) != 1 or residual.device != x.device):
             return False
         for d, width in ((x_delta, k), (residual_delta, n_out)):
             if d is not None and (d.dtype != torch.int64 or d.dim() != 2 or d.shape[1] != width or d.stride(1) != 1
                                   or not _aligned(d)):
                 return False
         return (residual_delta is None or residual is not None) and (x_delta is None or residual is None)
-
-    def _counters(self, n: int) -> int:
-        """The address of `n` counters of their own for one launch."""
-        if self.next_counter + n > COUNTERS:
-            self.next_counter = 0
-        at = self.counters[self.next_counter:].data_ptr()
-        self.next_counter += n
-        return at
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
                  silu_mul: bool = False, norm: tuple[torch.Tensor, float] | None = None,
@@ -231,18 +213,14 @@ class CpGemv:
         else:
             y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
         blocks = self.blocks(tiles, w, splits, norm is not None) if tiles else 1
-        slices, counters = None, None
-        if splits > 1 and mode == 1:
-            slices = torch.empty(splits, m, n_out, device=x.device, dtype=torch.float32)
-            counters = self._counters(w.shape[0] // 16 // blocks)
         ln, eps = norm if norm is not None else (None, 0.0)
         p = _Params(x.data_ptr(), w.data_ptr(), None if ln is None else ln.data_ptr(),
                     None if residual is None else residual.data_ptr(), None if delta is None else delta.data_ptr(),
                     y.data_ptr(), n_out, eps, int(pdl == 2), int(residual_early), m, x.stride(0), y.stride(-2),
-                    0 if residual is None else residual.stride(0), None if slices is None else slices.data_ptr(),
-                    counters)
+                    0 if residual is None else residual.stride(0))
         kernel = self.kernel(k, mode, norm is not None, delta is not None, tiles, splits, blocks)
         warps = k // self.kw if not tiles else k // splits // self.rows_kw * blocks
-        kernel.launch((w.shape[0] // 16 // blocks, splits), warps * 32, p, bool(pdl))
+        kernel.launch((w.shape[0] // 16 // blocks, splits), warps * 32, p, bool(pdl),
+                      cluster=(1, splits) if mode == 1 and splits > 1 else None)
         self.launches += 1
         return y

@@ -72,12 +72,13 @@ def unsupported(device: torch.device, prefix: str) -> str | None:
 
 # ---- the CUDA driver, through ctypes ---------------------------------------------------------------------------------
 
-_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+_CLUSTER_DIMENSION = 4  # CUlaunchAttributeID
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 _MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute
 
 
-class _LaunchAttribute(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: the value a 64-byte union (an int; a cluster's x, y, z)
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -125,15 +126,21 @@ class CudaKernel:
             self.driver.check(lib.cuFuncSetAttribute(self.function, _MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                      ctypes.c_int(shared)), "cuFuncSetAttribute")
 
-    def launch(self, grid: int | tuple[int, int], block: int, params: ctypes.Structure, pdl: bool) -> None:
+    def launch(self, grid: int | tuple[int, int], block: int, params: ctypes.Structure, pdl: bool,
+               cluster: tuple[int, int] | None = None) -> None:
         """One launch on PyTorch's current stream, `params` its one argument; grid: CTAs, or (x, y); pdl: with
         programmatic dependent launch (it may start before the launch ahead of it ends; its griddepcontrol.wait waits
-        for that launch)."""
-        attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+        for that launch); cluster: CTAs (x, y) a thread block cluster, each of grid's a multiple of it."""
+        attrs = []
+        if pdl:
+            attrs.append(_LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=(ctypes.c_uint * 16)(1)))
+        if cluster is not None:
+            attrs.append(_LaunchAttribute(id=_CLUSTER_DIMENSION, value=(ctypes.c_uint * 16)(*cluster, 1)))
+        array = (_LaunchAttribute * max(1, len(attrs)))(*attrs)
         gx, gy = grid if isinstance(grid, tuple) else (grid, 1)
         cfg = _LaunchConfig(grid=(ctypes.c_uint * 3)(gx, gy, 1), block=(ctypes.c_uint * 3)(block, 1, 1),
                             shared=self.shared, stream=torch.cuda.current_stream(self.device).cuda_stream,
-                            attrs=ctypes.pointer(attr), num_attrs=1 if pdl else 0)
+                            attrs=array, num_attrs=len(attrs))
         args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(params), ctypes.c_void_p))
         self.driver.ensure_context(self.device)
         self.driver.check(self.driver.lib.cuLaunchKernelEx(ctypes.byref(cfg), self.function, args, None),

@@ -29,6 +29,7 @@
 // blocks of 16 rows of w on the columns of one of CG_SPLIT slices of K (KW may then be any multiple of 32), with the
 // norm (CG_NORM) or the residual add (mode 1) of its own.
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -58,6 +59,9 @@
 #endif
 #ifndef CG_STAGES
 #define CG_STAGES 1  // `cp_gemm_rows`: groups of x's columns copied in turn, each one's products begun once it is in
+#endif
+#ifndef CG_BOUND
+#define CG_BOUND 0  // experiments only (wrong results, bench/latency_cuda.py): 1 the norm's arithmetic left out
 #endif
 
 constexpr int K = CG_K;
@@ -102,8 +106,6 @@ struct CpGemvParams {
     long long x_stride;  // `cp_gemm_rows`: elements between rows of x, of y
     long long y_stride;
     long long r_stride;  // `cp_gemm_rows` mode 1: elements between rows of the residual
-    float* partials;     // `cp_gemm_rows` mode 1 with CG_SPLIT > 1: the slices' sums [CG_SPLIT, m, n_out] fp32
-    int* counters;       // ... and a counter a CTA column (zero before and after the launch)
 };
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -326,9 +328,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
 // The norms of a pass need no launches of their own (a norm launch is ~2.4 µs of a ~29 µs layer at 32 rows, run 32):
 // - CG_NORM (one slice: the CTA holds x's whole rows): x is the residual stream, RMS-normalised in shared memory
 //   before the products, each row's sum of squares added up from its fragments (every CTA redoes it: x is 64 KB);
-// - mode 1: y = residual + the product, rounded as the reference rounds `x + o_proj(...)`. With CG_SPLIT > 1 the CTAs
-//   of a column of w write their slices' sums to `partials`, and the last of them to count itself in (`counters`)
-//   adds them in slice order (kernels/rms_norm.py `partials_sum_ref`'s order) and the residual.
+// - mode 1: y = residual + the product, rounded as the reference rounds `x + o_proj(...)`. With CG_SPLIT > 1 the
+//   CG_SPLIT CTAs of a column of w are one thread block cluster (kernels/cp_gemv.py launches it so): each leaves its
+//   slice's sums in its shared memory, and the first reads the others' there (distributed shared memory: no round
+//   trip to L2) and adds them in slice order (kernels/rms_norm.py `partials_sum_ref`'s order) and the residual.
 // Mode 0 with CG_SPLIT > 1: y is the fp32 partial sums [CG_SPLIT, m, n_out] (the norm after o and down sums them,
 // kernels/rms_norm.py), else the bf16 product.
 #if CG_ROWS
@@ -342,6 +345,10 @@ constexpr int SQ_ROWS = 8 * NT;  // CG_NORM: the rows of each warp column's sums
 __device__ __forceinline__ void normalize_rows(const CpGemvParams& p, uint4* staged, const uint4* ln,
                                                float (*squares)[SQ_ROWS], int rb, int wk, int g, int c) {
     wait_copies(0);
+    if constexpr (CG_BOUND == 1) {
+        __syncthreads();
+        return;
+    }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         if (t % RB != rb) continue;  // the same for the whole warp
@@ -375,9 +382,9 @@ __device__ __forceinline__ void normalize_rows(const CpGemvParams& p, uint4* sta
             __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
             const __nv_bfloat162* lw = reinterpret_cast<const __nv_bfloat162*>(&weight);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float2 f = __bfloat1622float2(h[i]), l = __bfloat1622float2(lw[i]);
-                h[i] = __floats2bfloat162_rn(l.x * round_bf16(f.x * inv), l.y * round_bf16(f.y * inv));
+            for (int i = 0; i < 4; ++i) {  // round(ln round(x inv)): ln's product with a bf16 is exact before rounding
+                const float2 f = __bfloat1622float2(h[i]);
+                h[i] = __hmul2(lw[i], __floats2bfloat162_rn(f.x * inv, f.y * inv));
             }
             staged[(t * J + j) * 32] = v;
         }
@@ -393,7 +400,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
     float(*partial)[16][8 * NT + 1] = reinterpret_cast<float(*)[16][8 * NT + 1]>(x_stage + WARPS_K * NT * J * 32);
     uint4* ln_stage = reinterpret_cast<uint4*>(&partial[WARPS][0][0]);
     float(*squares)[SQ_ROWS] = reinterpret_cast<float(*)[SQ_ROWS]>(ln_stage + CTA_K / 8);
-    __shared__ int last;  // mode 1, CG_SPLIT > 1: is this CTA its column's last
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int rb = warp / WARPS_K, wk = warp % WARPS_K;  // the warp's block of rows, its columns
     const int col0 = blockIdx.y * CTA_K + wk * KW;
@@ -405,6 +411,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
     pdl_wait(p.early);
+    constexpr int FEATURES = MODE == 2 ? 8 : 16;  // a block's
+    constexpr int ITER = (FEATURES * RB * 8 * NT + THREADS - 1) / THREADS;  // the epilogue's outputs a thread at most
+    const int outputs = FEATURES * RB * p.m, f0 = blockIdx.x * FEATURES * RB;  // the CTA's, its first feature
+    float residual[MODE == 1 ? ITER : 1];  // mode 1: the epilogue's residuals, read while the products run
+    if constexpr (MODE == 1) {
+        if (blockIdx.y == 0) {
+#pragma unroll
+            for (int i = 0; i < ITER; ++i) {
+                const int o = threadIdx.x + i * THREADS;
+                const int f = o % (FEATURES * RB), xr = o / (FEATURES * RB);
+                if (o < outputs) residual[i] = __bfloat162float(p.residual[xr * p.r_stride + f0 + f]);
+            }
+        }
+    }
 
     // x's fragments as lane (g, c) of any warp on these columns takes them: copied asynchronously all at once (the
     // tiles shared out among the RB warps on the same columns; ptxas issues plain loads a few at a time between the
@@ -461,9 +481,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
 
     // An output a thread at a time: (x row, feature of the CTA's RB blocks), the sums of the warps on the feature's
     // block added in warp order.
-    constexpr int FEATURES = MODE == 2 ? 8 : 16;  // a block's
-    constexpr bool SLICES = MODE == 1 && SPLIT > 1;  // the column's last CTA finishes the residual add
-    for (int o = threadIdx.x; o < FEATURES * RB * p.m; o += THREADS) {
+    constexpr bool SLICES = MODE == 1 && SPLIT > 1;  // the cluster's first CTA finishes the residual add
+    static_assert(!SLICES || CTA_K * 8 * NT * 2 >= FEATURES * RB * 8 * NT * 4, "the slice's sums fit x's stage");
+    float* sums = reinterpret_cast<float*>(x_stage);  // SLICES: [outputs], x's stage read by every MMA already
+#pragma unroll
+    for (int i = 0; i < ITER; ++i) {
+        const int o = threadIdx.x + i * THREADS;
+        if (o >= outputs) break;
         const int f = o % (FEATURES * RB), xr = o / (FEATURES * RB);
         const int r = f % FEATURES, first = f / FEATURES * WARPS_K;
         float sum = 0.f, up = 0.f;
@@ -472,39 +496,38 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemm_rows(const CpGemvP
             sum += partial[first + w][r][xr];
             if constexpr (MODE == 2) up += partial[first + w][r + 8][xr];
         }
-        const int feature = blockIdx.x * FEATURES * RB + f;
-        const long long at = xr * p.y_stride + feature;
+        const long long at = xr * p.y_stride + f0 + f;
         if constexpr (SLICES) {
-            __stcg(p.partials + ((long long)blockIdx.y * p.m + xr) * p.n_out + feature, sum);
+            sums[o] = sum;
         } else if constexpr (SPLIT > 1) {
             reinterpret_cast<float*>(p.y)[blockIdx.y * p.m * p.y_stride + at] = sum;
         } else {
             float out = round_bf16(sum);
             if constexpr (MODE == 2) out = round_bf16(out / (1.f + expf(-out))) * round_bf16(up);
-            if constexpr (MODE == 1) out = __bfloat162float(p.residual[xr * p.r_stride + feature]) + out;
+            if constexpr (MODE == 1) out = residual[i] + out;
             p.y[at] = __float2bfloat16_rn(out);
         }
     }
     if constexpr (SLICES) {
-        // The classic last-block reduction: each CTA's sums visible before it counts itself in; the last sees them all.
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            last = atomicAdd(p.counters + blockIdx.x, 1) == SPLIT - 1;
-            if (last) p.counters[blockIdx.x] = 0;  // every slice is in: zero for the next launch
-        }
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        for (int o = threadIdx.x; o < FEATURES * RB * p.m; o += THREADS) {
-            const int f = o % (FEATURES * RB), xr = o / (FEATURES * RB);
-            const int feature = blockIdx.x * FEATURES * RB + f;
-            float sum = 0.f;
+        namespace cg = cooperative_groups;
+        const cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();  // every slice's sums in its CTA's shared memory
+        if (cluster.block_rank() == 0) {
+            const float* slice[SPLIT];
 #pragma unroll
-            for (int s = 0; s < SPLIT; ++s) sum += __ldcg(p.partials + ((long long)s * p.m + xr) * p.n_out + feature);
-            const float out = __bfloat162float(p.residual[xr * p.r_stride + feature]) + round_bf16(sum);
-            p.y[xr * p.y_stride + feature] = __float2bfloat16_rn(out);
+            for (int s = 0; s < SPLIT; ++s) slice[s] = cluster.map_shared_rank(sums, s);
+#pragma unroll
+            for (int i = 0; i < ITER; ++i) {
+                const int o = threadIdx.x + i * THREADS;
+                if (o >= outputs) break;
+                float sum = 0.f;
+#pragma unroll
+                for (int s = 0; s < SPLIT; ++s) sum += slice[s][o];
+                const int f = o % (FEATURES * RB), xr = o / (FEATURES * RB);
+                p.y[xr * p.y_stride + f0 + f] = __float2bfloat16_rn(residual[i] + round_bf16(sum));
+            }
         }
+        cluster.sync();  // the other CTAs' shared memory kept until the first has read it
     }
 }
 #endif
