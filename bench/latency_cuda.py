@@ -64,13 +64,16 @@ def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(8, 16, 32))
 # than cuBLAS: the code predictor's frame at batch 32 2.344 ms with its prefill on them against 2.300, at batch 64
 # 3.124-3.397 against 2.771), call 3 x's copies in 2 and 4 groups of columns (CG_STAGES=2 / 4: 2.318 / 2.331 against
 # 2.300) and the attention's warps (4 or 8: slower). Here: the norms as launches of their own or in the products
-# (`CodePredictorRunner.rows_norms`), each with fewer blocks of w a CTA where they would leave fewer than 64 or 96 CTAs
-# (kernels/cp_gemv.py ROWS_MIN_CTAS: o, down and the heads at 32 rows). Run 33 call 2 timed a bound of the norms in the
-# products without their arithmetic (macros CG_BOUND=1: wrong codes).
-CP_GEMM_ROWS_VARIANTS = {"rows": ({"rows_norms": False}, {}), "norms": ({"rows_norms": True}, {}),
-                         "rows_min64": ({"rows_norms": False}, {"rows_min_ctas": 64}),
-                         "rows_min96": ({"rows_norms": False}, {"rows_min_ctas": 96}),
-                         "norms_min64": ({"rows_norms": True}, {"rows_min_ctas": 64})}
+# (`CodePredictorRunner.rows_norms`), each with every launch that may letting the next start before its wait
+# (`rows_early`), and with only the products doing so. Run 33: call 2 timed a bound of the norms in the products without
+# their arithmetic (macros CG_BOUND=1: wrong codes), call 3 fewer blocks of w a CTA where they would leave fewer than 64
+# or 96 CTAs (kernels/cp_gemv.py ROWS_MIN_CTAS: o, down and the heads at 32 rows; a tie and slower).
+_EARLY = ("attention", "norm", "o", "gate_up", "down", "head", "draw")  # runtime/cp_launch.py ROWS_EARLY_LAUNCHES
+CP_GEMM_ROWS_VARIANTS = {"rows": ({"rows_norms": False, "rows_early": ()}, {}),
+                         "norms": ({"rows_norms": True, "rows_early": ()}, {}),
+                         "rows_early": ({"rows_norms": False, "rows_early": _EARLY}, {}),
+                         "rows_early_products": ({"rows_norms": False, "rows_early": ("o", "gate_up", "down")}, {}),
+                         "norms_early": ({"rows_norms": True, "rows_early": _EARLY}, {})}
 
 
 # The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).

@@ -346,14 +346,16 @@ def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b, nor
     assert fast_cp.gemv_kernel.launches - before == prefill + 2 * 20 + 3
 
 
+@pytest.mark.parametrize("early", [False, True])
 @pytest.mark.parametrize("norms", [False, True])
 @pytest.mark.parametrize("b", [4, 32])
-def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runners, b, norms):
+def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runners, b, norms, early):
     """Whole frames of the rows passes (the products, norms, attention, heads and draws under PDL, each product's
     weights loaded before its wait; with norms, the norms inside the products and o's and down's slices added up in
-    clusters)
-    captured in a graph as the engine runs it, against the same kernels without PDL: any difference is a kernel
+    clusters; with early, every launch that may (cp_launch.ROWS_EARLY_LAUNCHES) letting the next start before its
+    wait) captured in a graph as the engine runs it, against the same kernels without PDL: any difference is a kernel
     reading before its input is written."""
+    from tts_engine.runtime.code_predictor import ROWS_EARLY_LAUNCHES
     from tts_engine.runtime.sampler import GENERAL
 
     cfg, _ = runners
@@ -364,7 +366,7 @@ def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runn
     frames = torch.arange(b, device="cuda") + 3
     rows = sampling.gather(torch.arange(b, device="cuda"))
     codes = {}
-    cp.rows_norms = norms
+    cp.rows_norms, cp.rows_early = norms, ROWS_EARLY_LAUNCHES if early else ()
     try:
         with torch.inference_mode():
             for pdl in (False, True):
@@ -373,7 +375,7 @@ def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runn
                 codes[pdl] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
                                             before=lambda i: hidden.copy_(inputs[i % 2]))
     finally:
-        cp.rows_pdl = cp.rows_norms = True
+        cp.rows_pdl, cp.rows_norms, cp.rows_early = True, True, ()
     assert len(torch.cat(codes[False]).unique()) > 1
     assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0][:2].tolist()} with PDL, {codes[False][0][:2].tolist()} without)")

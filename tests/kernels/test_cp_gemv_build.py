@@ -229,3 +229,27 @@ def test_the_rows_layout_policy():
     assert blocks(4096, 1024, 64) == 4
     assert not rows_fit(3072, 8, 1, ROWS_KW) and rows_fit(3072, 4, 1, ROWS_KW), \
         "x's 3,072 columns of 64 rows do not fit a CTA's shared memory, of 32 rows they do"
+
+
+def test_which_rows_launches_let_the_next_start_before_their_wait():
+    """`rows_early` (cp_launch.ROWS_EARLY_LAUNCHES: never qkv, the launch ahead of an attention that reads the cache
+    before its wait): the PDL launches it names trigger early, the frame's last draw never; a name it may not hold is
+    refused."""
+    from tts_engine.checkpoint import random_model
+    from tts_engine.kernels.backend import PDL_EARLY
+    from tts_engine.runtime.code_predictor import ROWS_EARLY_LAUNCHES, CodePredictorRunner
+
+    talker = random_model("tiny", torch.float32, "cpu", seed=0)[1].talker
+    runner = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2,
+                                 pdl=True, cuda_gemv=None, rows_pdl=True, rows_norms=True)
+    runner.gemv_kernel = _Takes(True)
+    assert "qkv" not in ROWS_EARLY_LAUNCHES
+    assert runner.rows_trigger("o", True) is True and runner.draw_pdl(8, True, last=False) is True
+    runner.rows_early = ROWS_EARLY_LAUNCHES
+    assert [runner.rows_trigger(name, True) for name in ("o", "head", "qkv")] == [PDL_EARLY, PDL_EARLY, True]
+    assert runner.rows_trigger("o", False) is False
+    assert runner.draw_pdl(8, True, last=False) == PDL_EARLY and runner.draw_pdl(8, True, last=True) is True
+    assert runner.launch(8)["gate_up"] == {"pdl": PDL_EARLY} and runner.launch(8)["qkv"] == {"pdl": True}
+    runner.rows_early = ("qkv",)
+    with pytest.raises(ValueError, match="rows_early names launches of"):
+        runner.rows_trigger("o", True)

@@ -54,6 +54,7 @@ from .cp_launch import (
     MMA_LAUNCH,
     PDL_LAUNCH,
     PDL_ROWS,
+    ROWS_EARLY_LAUNCHES,
     attention_warps,
 )
 from .fused import (
@@ -181,6 +182,9 @@ class CodePredictorRunner:
         # gate/up and the head, the residual adds in o's and down's; 5 launches a layer, as the GEMV passes). Read at
         # every pass.
         self.rows_norms = rows_norms
+        # ... and which of their launches let the next one start before their own wait (cp_launch.ROWS_EARLY_LAUNCHES
+        # says which may). Read at every pass.
+        self.rows_early: tuple[str, ...] = ()
         self._rows_take: dict[tuple[int, int], bool] = {}
         if cuda_gemv is not False:
             self.gemv_kernel = self.cuda_gemv_kernel(required=bool(cuda_gemv))
@@ -259,13 +263,16 @@ class CodePredictorRunner:
                 raise ValueError(f"the code predictor takes 1 or 2 new positions, got {n}")
 
             pdl = self.pass_pdl(b * n)
+            gemv_pass = b * n <= max(self.gemv_rows, self.mma_rows)
+            attention_pdl = pdl if gemv_pass else self.rows_trigger("attention", pdl)
 
             def attend(i, q):  # q [b n, Hq, D]
-                return cp_attention(q.view(b, n, *q.shape[1:]), self.k[i], self.v[i], start, pdl=pdl).flatten(0, 1)
+                return cp_attention(q.view(b, n, *q.shape[1:]), self.k[i], self.v[i], start,
+                                    pdl=attention_pdl).flatten(0, 1)
 
             def qkv_attend(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> [b n, Hq, D]
                 return cp_qk_attention(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], start, n,
-                                       c.eps, c.num_heads, c.num_kv_heads, pdl=pdl,
+                                       c.eps, c.num_heads, c.num_kv_heads, pdl=attention_pdl,
                                        num_warps=self.fused_attention_warps or attention_warps(b * n, pdl and
                                                                                               b * n <= PDL_ROWS))
 
@@ -279,7 +286,7 @@ class CodePredictorRunner:
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
             fused = dict(qkv_attend=qkv_attend if fuse else None, first_qkv=first_qkv)
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
-            if b * n <= max(self.gemv_rows, self.mma_rows):
+            if gemv_pass:
                 if fuse and self.attention_o and b * n <= self.gemv_rows:
                     fused["attention_o"] = attention_o
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused,
@@ -290,7 +297,7 @@ class CodePredictorRunner:
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused, product=self.gemv_kernel)
                 return out.view(b, n, -1)[:, -1], False
             out = decoder_step_triton(*args, **fused, split_k=self.split_k, rows_product=self.rows_product(b * n),
-                                      pdl=pdl)
+                                      pdl=pdl, early=frozenset(self.rows_early) if pdl else frozenset())
             return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
@@ -357,6 +364,13 @@ class CodePredictorRunner:
             raise ValueError(f"early_trigger names launches of {EARLY_TRIGGER_LAUNCHES} only, got {sorted(unknown)}")
         return PDL_EARLY if name in self.early_trigger else pdl
 
+    def rows_trigger(self, name: str, pdl: bool) -> bool | int:
+        """A rows pass's launch's `pdl`: PDL_EARLY where it is a PDL launch that `rows_early` names."""
+        unknown = set(self.rows_early) - set(ROWS_EARLY_LAUNCHES)
+        if unknown:
+            raise ValueError(f"rows_early names launches of {ROWS_EARLY_LAUNCHES} only, got {sorted(unknown)}")
+        return PDL_EARLY if pdl and name in self.rows_early else pdl
+
     def launch(self, rows: int) -> dict[str, dict]:
         """The GEMVs' launch configurations for a pass of `rows` token rows."""
         if rows <= self.gemv_rows:
@@ -364,7 +378,7 @@ class CodePredictorRunner:
                 return self.gemv_launch
             return {name: {**cfg, "pdl": self.trigger(name, True)} for name, cfg in PDL_LAUNCH.items()}
         if self.norm_rows(rows):  # the CUDA kernel's rows: no configurations but PDL
-            return {name: {"pdl": self.pass_pdl(rows)} for name in PDL_LAUNCH}
+            return {name: {"pdl": self.rows_trigger(name, self.pass_pdl(rows))} for name in PDL_LAUNCH}
         pdl = self.uses_pdl(rows)
         return {name: {**cfg, "pdl": pdl} for name, cfg in self.mma_launch.items()}
 
@@ -373,7 +387,7 @@ class CodePredictorRunner:
         if normed:
             rows = self.rows_product(out.shape[0])
             if rows is not None and rows.takes(out, self.heads[j]):
-                return rows(out, self.heads[j], pdl=self.pass_pdl(out.shape[0]))
+                return rows(out, self.heads[j], pdl=self.rows_trigger("head", self.pass_pdl(out.shape[0])))
             return F.linear(out, self.heads[j])
         launch = self.launch(out.shape[0])["head"]
         evict = self.l2_policy.get(("head", j), "") if launch.get("whole_rows") else ""
@@ -421,7 +435,7 @@ class CodePredictorRunner:
                        gather=None if last else (self.inputs[j], x[:, 0]),
                        gather2=None if last or table is None else (table[j], first_qkv),
                        prefetch=() if last else self.prefetch_weights[:self.draw_prefetch],
-                       pdl=pdl if last or persistent is not None or not self.uses_pdl(b) else self.trigger("draw", pdl),
+                       pdl=self.draw_pdl(b, pdl, last or persistent is not None),
                        **settings)
             if last:
                 break
@@ -431,6 +445,13 @@ class CodePredictorRunner:
                 out, normed = self.layers(x, b, j + 2, first_qkv)
                 logits = self.logits(out, normed, j + 1)
         return codes
+
+    def draw_pdl(self, b: int, pdl: bool, last: bool) -> bool | int:
+        """A draw's `pdl` at batch b (`pdl`: its passes'): early where its passes' launches name it and it is not the
+        frame's last (or one before the persistent pass)."""
+        if last:
+            return pdl
+        return self.trigger("draw", pdl) if self.uses_pdl(b) else self.rows_trigger("draw", pdl)
 
     def _draw(self, logits: torch.Tensor, out: torch.Tensor, *, prefetch: tuple, **kw) -> None:
         """A codebook's draw: the CUDA kernel where it takes these logits and no prefetch is asked for, else

@@ -5,6 +5,7 @@ there). Each table's comment says which measurement chose it (docs/benchmarks.md
     GEMV_LAUNCH             passes of up to `FastPathOptions.cp_gemv_rows` rows, without PDL
     PDL_LAUNCH, PDL_ROWS    the same passes with programmatic dependent launch (`cp_pdl`, the default on sm90)
     EARLY_TRIGGER_LAUNCHES  the launches of those that may let the next one start before their wait
+    ROWS_EARLY_LAUNCHES     the same for the passes on the CUDA kernel's rows
     ATTENTION_O_LAUNCH      the attention + o launch in those passes (kernels/cp_attention_o.py)
     GEMV_KERNEL_ROWS        the passes past them on the CUDA kernel's rows (kernels/cp_gemv.py), under PDL
     MMA_LAUNCH              opt-in: passes on kernels/gemv_mma.py's tensor-core kernel (`cp_mma_rows`)
@@ -77,6 +78,14 @@ PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
 # last -> the next pass's attention + o. Not gate/up: down after it reads early the residual and o's sum, complete only
 # once gate/up has passed its wait; not the frame's last draw: what follows the code predictor is not these launches.
 EARLY_TRIGGER_LAUNCHES = ("qkv", "attention_o", "down", "head", "draw")
+
+# The same for the rows passes (past the GEMV ones, their products the CUDA kernel's rows under PDL; `rows_early`
+# names those that do). Before its wait a launch there reads only constants (weights, norm weights, the RoPE table)
+# but the attention, which reads the cache positions of earlier passes: so every launch may trigger early but qkv,
+# the launch ahead of every attention but the first layer's (with the qkv table, the draw's), and what the first layer's
+# attention reads was written before the last qkv of the pass before it. Not the frame's last draw either: what follows
+# the code predictor is not these launches.
+ROWS_EARLY_LAUNCHES = ("attention", "norm", "o", "gate_up", "down", "head", "draw")
 
 
 # The attention + o launch (`attention_o`, kernels/cp_attention_o.py) by the positions a row of the pass holds

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..kernels.backend import PDL_EARLY
 from ..kernels.gemv import gemv
 from ..kernels.qk_norm_rope import qk_norm_rope
 from ..kernels.rms_norm import add_rms_norm, split_k_partials
@@ -167,7 +168,7 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
                         positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                         attend: TritonAttend, qkv_attend: QkvAttend | None = None,
                         first_qkv: torch.Tensor | None = None, split_k: SplitK = SplitK(),
-                        rows_product=None, pdl: bool = False) -> torch.Tensor:
+                        rows_product=None, pdl: bool = False, early: frozenset[str] = frozenset()) -> torch.Tensor:
     """The same step through the Triton kernels, 9 launches a layer (10 with split attention, 8 with
     qkv_attend): the four cuBLAS products (qkv, o, gate/up, down), two norms, q/k norm + RoPE + cache
     store, attention, SiLU-mul. x [N, H] new tokens at `positions` [N] of cache rows `rows` [N];
@@ -178,40 +179,44 @@ def decoder_step_triton(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tens
     products it takes (`.takes(x, w, silu_mul=, partials=)`: kernels/cp_gemv.py's rows on the tensor cores), o's and
     down's as split-K partials of its own where it makes them, gate/up with SwiGLU in its epilogue (no SiLU-mul
     launch). pdl: the norms and rows_product's products launched with programmatic dependent launch (`attend` and
-    `qkv_attend` say for themselves; cuBLAS' products are launched as they are).
+    `qkv_attend` say for themselves; cuBLAS' products are launched as they are); early: those of them ("norm", "o",
+    "gate_up", "down"; with pdl) that let the next launch start before their own wait (`backend.PDL_EARLY`).
 
     The residual add after each MLP is fused with the next layer's input norm (the last with the
     final norm), the one after attention with the post-attention norm."""
     eps = stack.eps
     res, delta = x, None
 
-    def tensor_cores(x: torch.Tensor, w: torch.Tensor, **kw) -> torch.Tensor | None:  # None: not taken
+    def trigger(name: str) -> bool | int:
+        return PDL_EARLY if pdl and name in early else pdl
+
+    def tensor_cores(x: torch.Tensor, w: torch.Tensor, name: str, **kw) -> torch.Tensor | None:  # None: not taken
         if rows_product is None or not rows_product.takes(x, w, **kw):
             return None
-        return rows_product(x, w, **kw, pdl=pdl)
+        return rows_product(x, w, **kw, pdl=trigger(name))
 
     for i, layer in enumerate(stack.layers):
         if i == 0 and first_qkv is not None:
             qkv_out = first_qkv
         else:
             if delta is None:
-                h = rms_norm_kernel(res, layer.ln_in, eps, pdl=pdl)
+                h = rms_norm_kernel(res, layer.ln_in, eps, pdl=trigger("norm"))
             else:
-                res, h = add_rms_norm(res, delta, layer.ln_in, eps, pdl=pdl)
-            qkv_out = tensor_cores(h, layer.w_qkv)
+                res, h = add_rms_norm(res, delta, layer.ln_in, eps, pdl=trigger("norm"))
+            qkv_out = tensor_cores(h, layer.w_qkv, "qkv")
             qkv_out = F.linear(h, layer.w_qkv) if qkv_out is None else qkv_out
         attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend,
                           qkv_attend, pdl=pdl)
-        o = tensor_cores(attn, layer.w_o, partials=True)
+        o = tensor_cores(attn, layer.w_o, "o", partials=True)
         o = _product(attn, layer.w_o, split_k.o) if o is None else o
-        res, h = add_rms_norm(res, o, layer.ln_post, eps, pdl=pdl)
-        act = tensor_cores(h, layer.w_gate_up, silu_mul=True)
+        res, h = add_rms_norm(res, o, layer.ln_post, eps, pdl=trigger("norm"))
+        act = tensor_cores(h, layer.w_gate_up, "gate_up", silu_mul=True)
         if act is None:
             gate_up = _product(h, layer.w_gate_up, split_k.gate_up)
             act = silu_mul_of_partials(gate_up, h.dtype) if split_k.gate_up else silu_mul(gate_up)
-        delta = tensor_cores(act, layer.w_down, partials=True)
+        delta = tensor_cores(act, layer.w_down, "down", partials=True)
         delta = _product(act, layer.w_down, split_k.down) if delta is None else delta
-    return add_rms_norm(res, delta, stack.norm, eps, pdl=pdl)[1]
+    return add_rms_norm(res, delta, stack.norm, eps, pdl=trigger("norm"))[1]
 
 
 def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor, rope_sin: torch.Tensor,
