@@ -148,8 +148,8 @@ def _add_serve(sub) -> None:
                         "o summed across kv heads in int64 fixed point (default: on; Triton paths)")
     p.add_argument("--cp-early-trigger", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's PDL passes let the next launch start before the wait of each launch "
-                        "that may (all but gate/up), so two launches ahead load their weights at once (default: on; "
-                        "sm90+ with --cp-pdl)")
+                        "that may (all but gate/up; in the passes on the CUDA kernel's rows all but qkv), so two "
+                        "launches ahead load their weights at once (default: on; sm90+ with --cp-pdl)")
     p.add_argument("--cp-persistent", action=argparse.BooleanOptionalAction, default=None,
                    help="the code predictor's batch-1 passes 1-14 as one persistent CUDA kernel each, built by nvcc "
                         "at load (kernels/cuda/cp_pass.cu; needs an sm90 GPU, nvcc, --cp-pdl and --cp-qkv-table; "
@@ -168,8 +168,8 @@ def _add_serve(sub) -> None:
                         "(default: on; off: the same kernels without PDL)")
     p.add_argument("--cp-rows-norms", action=argparse.BooleanOptionalAction, default=None,
                    help="in those passes the norms inside the products (qkv, gate/up and the heads normalise their "
-                        "input, o and down add the residual): 5 launches a layer, not 7 (default: on; off: the norms "
-                        "as launches of their own)")
+                        "input, o and down add the residual): 5 launches a layer, not 7 (default: off, slower in run "
+                        "33; off: the norms as launches of their own)")
     p.add_argument("--cp-down-splits", type=int, default=None,
                    help="the code predictor's cuBLAS passes (past --cp-gemv-rows) make each down product as this "
                         "many fp32 split-K partials that the next norm sums, not cuBLAS' own split-K product and its "

@@ -322,8 +322,10 @@ def test_rows_split_k_partials_sum_to_the_product(cuda, rows_kw, cta_k, blocks, 
 @pytest.fixture(scope="module")
 def rows_code_predictors(triton_model, runners):
     """`code_predictors_32` (tests/gpu/test_code_predictor_gpu.py) with the defaults of an sm90 GPU: the CUDA products
-    and draw, the rows passes under PDL with their norms in the products."""
-    return code_predictors_32(triton_model, runners, cuda_draw=None, cuda_gemv=True, rows_pdl=True, rows_norms=True)
+    and draw, the rows passes under PDL with the early triggers, their norms launches of their own (the tests set
+    `rows_norms` and `rows_early` and put the defaults back)."""
+    return code_predictors_32(triton_model, runners, cuda_draw=None, cuda_gemv=True, rows_pdl=True, rows_norms=False,
+                              early_trigger=True)
 
 
 # passes of 3 rows (prefill 6), 16 (prefill 32) and 32 (prefill 64); the norms as launches or in the products
@@ -339,7 +341,7 @@ def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b, nor
         assert fast_cp.norm_rows(b) == norms
         _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
     finally:
-        fast_cp.rows_norms = True
+        fast_cp.rows_norms = False
     # the prefill (on the rows up to gemv_kernel_rows) and two one-position passes: 20 products each (no qkv table
     # here), and the three heads (b rows each)
     prefill = 20 if 2 * b <= fast_cp.gemv_kernel_rows else 0
@@ -375,7 +377,7 @@ def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runn
                 codes[pdl] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
                                             before=lambda i: hidden.copy_(inputs[i % 2]))
     finally:
-        cp.rows_pdl, cp.rows_norms, cp.rows_early = True, True, ()
+        cp.rows_pdl, cp.rows_norms, cp.rows_early = True, False, ROWS_EARLY_LAUNCHES
     assert len(torch.cat(codes[False]).unique()) > 1
     assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0][:2].tolist()} with PDL, {codes[False][0][:2].tolist()} without)")

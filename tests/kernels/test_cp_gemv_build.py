@@ -253,3 +253,6 @@ def test_which_rows_launches_let_the_next_start_before_their_wait():
     runner.rows_early = ("qkv",)
     with pytest.raises(ValueError, match="rows_early names launches of"):
         runner.rows_trigger("o", True)
+    early = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2,
+                                pdl=True, cuda_gemv=None, rows_pdl=True, early_trigger=True)
+    assert early.rows_early == ROWS_EARLY_LAUNCHES, "the early triggers' option covers the rows passes"

@@ -183,8 +183,8 @@ class CodePredictorRunner:
         # every pass.
         self.rows_norms = rows_norms
         # ... and which of their launches let the next one start before their own wait (cp_launch.ROWS_EARLY_LAUNCHES
-        # says which may). Read at every pass.
-        self.rows_early: tuple[str, ...] = ()
+        # says which may; all of them with `early_trigger`). Read at every pass.
+        self.rows_early: tuple[str, ...] = ROWS_EARLY_LAUNCHES if early_trigger else ()
         self._rows_take: dict[tuple[int, int], bool] = {}
         if cuda_gemv is not False:
             self.gemv_kernel = self.cuda_gemv_kernel(required=bool(cuda_gemv))

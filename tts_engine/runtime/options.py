@@ -60,7 +60,9 @@ class FastPathOptions:
     # (cp_launch.EARLY_TRIGGER_LAUNCHES: qkv, attention + o, down, the head, the draws but a frame's last;
     # `backend.PDL_EARLY`), so that two launches ahead load their weights while the one before them finishes; gate/up
     # still waits first. Run 26 (bench.latency --experiments early_trigger, three interleaved rounds): frame 1.449 ->
-    # 1.402 ms at batch 1, 1.785 -> 1.769 at 2.
+    # 1.402 ms at batch 1, 1.785 -> 1.769 at 2. The same in the rows passes (cp_rows_pdl; cp_launch.ROWS_EARLY_LAUNCHES:
+    # every launch but qkv, a frame's last draw never): run 33 (bench.latency --experiments cp_gemm_rows, three
+    # interleaved rounds, call 4) frame 1.608 / 1.871 / 2.284 -> 1.569 / 1.706 / 2.196 ms at batch 8 / 16 / 32.
     cp_early_trigger: bool = True
     # The code predictor's batch-1 passes 1-14 as one persistent CUDA kernel each (kernels/cuda/cp_pass.cu: the
     # pass's 20 steps in one launch, each step's outputs handed to the next as tagged words, the weights streamed ahead
@@ -94,9 +96,15 @@ class FastPathOptions:
     cp_rows_pdl: bool = True
     # In those passes the norms inside the products (kernels/cp_gemv.py: qkv, gate/up and the heads RMS-normalise their
     # input in the prologue, o and down add the residual in the epilogue, the last CTA of a column of w summing the
-    # slices of K): 5 launches a layer, not 7 (two norm launches of ~2.4 µs each at 32 rows, run 32's profile); where
-    # the kernel takes each product so (`CodePredictorRunner.norm_rows`). Off: the norms as launches of their own.
-    cp_rows_norms: bool = True
+    # slices of K in a thread block cluster): 5 launches a layer, not 7 (two norm launches of ~2.4 µs each at 32 rows,
+    # run 32's profile); where the kernel takes each product so (`CodePredictorRunner.norm_rows`). Off (the default):
+    # the norms as launches of their own. Slower at 8 and 32 rows: every CTA of qkv, gate/up and the head normalises
+    # all of x (32 x 1,024 at batch 32; the norm launch spreads it over 32 CTAs). Run 33 (bench.latency --experiments
+    # cp_gemm_rows, three interleaved rounds), frame at batch 8 / 16 / 32: call 2 1.607 / 1.867 / 2.288 ms without,
+    # 1.668 / 1.832 / 2.409 with, 1.507 / 1.667 / 2.122 with and the norm's arithmetic left out (a bound: wrong
+    # codes); call 4 with the early triggers (cp_early_trigger) 1.569 / 1.706 / 2.196 without, 1.594 / 1.853 / 2.564
+    # with.
+    cp_rows_norms: bool = False
     # Prompts of at most this many rows (a captured prefill graph: its bucket) prefill with the talker's
     # products on the tensor-core GEMV (kernels/gemv.py `mma`, the norms and residual adds fused in,
     # talker_launch.PREFILL_MMA_LAUNCH) instead of cuBLAS; 0: none. Prefills of 12 / 40 rows took 1.55 / 1.69 ms
