@@ -21,9 +21,10 @@ launch (`cp_attention_o`: 4 a layer), and passes 1-14 gather their first layer's
 load (`qkv_table`, the default). On an sm90 GPU with nvcc the products of the one-row PDL passes and the heads run
 on the tensor cores as a CUDA kernel (`cuda_gemv`, kernels/cp_gemv.py), and with it the products and heads of the
 passes past the GEMV ones of up to 32 rows (`gemv_kernel_rows`; o and down as its own split-K partials), every launch
-of those passes under PDL (`rows_pdl`). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with
-tensor-core products). The launch tables are runtime/cp_launch.py's, looked up in this module's globals when a runner
-is built or a pass runs (a test may set its own here).
+of those passes under PDL (`rows_pdl`), all but qkv letting the next start before their own wait (`rows_early`, with
+`early_trigger`). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with tensor-core products),
+`rows_norms` (those passes' norms inside their products: `norm_rows`). The launch tables are runtime/cp_launch.py's,
+looked up in this module's globals when a runner is built or a pass runs (a test may set its own here).
 """
 
 from __future__ import annotations
