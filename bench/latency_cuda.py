@@ -6,6 +6,7 @@ bench/latency_experiments.py's, whose EXPERIMENTS names them."""
 from __future__ import annotations
 
 from bench.stages import frame_times
+from tts_engine.runtime.cp_launch import ROWS_EARLY_LAUNCHES
 
 
 def cp_persistent_times(runner, t_len: int, rounds: int = 5, batches=(1,)) -> dict:
@@ -63,17 +64,19 @@ def cp_gemm_rows_times(runner, t_len: int, rounds: int = 3, batches=(8, 16, 32))
 # call 2 the blocks of 16 rows of w a CTA (kernels/cp_gemv.py ROWS_BLOCKS), call 3 passes of 64 rows on them (slower
 # than cuBLAS: the code predictor's frame at batch 32 2.344 ms with its prefill on them against 2.300, at batch 64
 # 3.124-3.397 against 2.771), call 3 x's copies in 2 and 4 groups of columns (CG_STAGES=2 / 4: 2.318 / 2.331 against
-# 2.300) and the attention's warps (4 or 8: slower). Here: the norms as launches of their own or in the products
-# (`CodePredictorRunner.rows_norms`), each with every launch that may letting the next start before its wait
-# (`rows_early`), and with only the products doing so. Run 33: call 2 timed a bound of the norms in the products without
-# their arithmetic (macros CG_BOUND=1: wrong codes), call 3 fewer blocks of w a CTA where they would leave fewer than 64
-# or 96 CTAs (kernels/cp_gemv.py ROWS_MIN_CTAS: o, down and the heads at 32 rows; a tie and slower).
-_EARLY = ("attention", "norm", "o", "gate_up", "down", "head", "draw")  # runtime/cp_launch.py ROWS_EARLY_LAUNCHES
+# 2.300) and the attention's warps (4 or 8: slower). Run 33: call 3 fewer blocks of w a CTA where they would leave
+# fewer than 64 or 96 CTAs (kernels/cp_gemv.py ROWS_MIN_CTAS: o, down and the heads at 32 rows; a tie and slower);
+# call 4 these: the norms as launches of their own or in the products (`CodePredictorRunner.rows_norms`), each with
+# every launch that may letting the next start before its wait (`rows_early`), and with only the products doing so;
+# and (call 2, without the early triggers) a bound of the norms in the products without their arithmetic (macros
+# CG_BOUND=1: wrong codes).
 CP_GEMM_ROWS_VARIANTS = {"rows": ({"rows_norms": False, "rows_early": ()}, {}),
                          "norms": ({"rows_norms": True, "rows_early": ()}, {}),
-                         "rows_early": ({"rows_norms": False, "rows_early": _EARLY}, {}),
+                         "rows_early": ({"rows_norms": False, "rows_early": ROWS_EARLY_LAUNCHES}, {}),
                          "rows_early_products": ({"rows_norms": False, "rows_early": ("o", "gate_up", "down")}, {}),
-                         "norms_early": ({"rows_norms": True, "rows_early": _EARLY}, {})}
+                         "norms_early": ({"rows_norms": True, "rows_early": ROWS_EARLY_LAUNCHES}, {}),
+                         "norms_bound": ({"rows_norms": True, "rows_early": ROWS_EARLY_LAUNCHES},
+                                         {"macros": ("CG_BOUND=1",)})}
 
 
 # The CUDA one-row products' variants: (columns a warp, kernels/cuda/cp_gemv.cu macros).
