@@ -12,8 +12,9 @@ residual_early its residual, read before the wait). Why: see the .cu file; in sh
 MMAs where the Triton kernel's threads convert, multiply and reduce every weight. Run 31: the batch-1 code-predictor
 frame 1.368 -> 1.145 ms. For 2-64 rows (`cp_gemm_rows`: the passes of batches 2-64) it computes the plain product
 (or its split-K partials) or gate/up with SwiGLU, x's rows as the B operand's columns, with the RMSNorm of x before
-(qkv, gate/up, the heads) or a residual added after (o, down; in slices of K, which the last CTA of a column of w
-adds up): so a pass of rows launches no norms of its own.
+(qkv, gate/up, the heads) or a residual added after (o, down; in slices of K, a thread block cluster a column of w
+whose first CTA adds them up), so that a pass of rows may launch no norms of its own (`cp_rows_norms`, opt-in: slower
+than the norm launches at 8 and 32 rows in run 33).
 
 Where it cannot run (no sm90 GPU or nvcc) the runner keeps the Triton GEMVs (`unsupported`); a call it does not take
 (`takes`) goes to `gemv`.

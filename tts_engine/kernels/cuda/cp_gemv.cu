@@ -327,7 +327,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
 // the source), ~8 round trips in a row at 4 tiles, and lost to cuBLAS at 32 rows.
 // The norms of a pass need no launches of their own (a norm launch is ~2.4 µs of a ~29 µs layer at 32 rows, run 32):
 // - CG_NORM (one slice: the CTA holds x's whole rows): x is the residual stream, RMS-normalised in shared memory
-//   before the products, each row's sum of squares added up from its fragments (every CTA redoes it: x is 64 KB);
+//   before the products, each row's sum of squares added up from its fragments. Every CTA redoes it (all of x: 32K
+//   values at 32 rows, ~400 instructions a thread), so it loses to the norm launch at 8 and 32 rows (run 33: opt-in);
 // - mode 1: y = residual + the product, rounded as the reference rounds `x + o_proj(...)`. With CG_SPLIT > 1 the
 //   CG_SPLIT CTAs of a column of w are one thread block cluster (kernels/cp_gemv.py launches it so): each leaves its
 //   slice's sums in its shared memory, and the first reads the others' there (distributed shared memory: no round
