@@ -70,7 +70,8 @@ def window_of(name: str) -> dict:
     return out
 
 
-def codec_precision_times(codec, batches=(1, 8, 32), frames=(1, 2, 12), names: tuple[str, ...] | None = None) -> dict:
+def codec_precision_times(codec, batches=(1, 8, 32, 64), frames=(1, 2, 12),
+                          names: tuple[str, ...] | None = None) -> dict:
     """The incremental chunk as a CUDA graph at each codec precision (fp32 exact, TF32 convs and
     matmuls, bf16 weights and activations; cuDNN's timed algorithm choice, as the server runs it;
     `+fused`: the codec's fast path as the server runs it on CUDA, `use_fused_kernels`), and each

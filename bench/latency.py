@@ -337,7 +337,7 @@ def codec_part(args) -> dict:
     codec = load_into(codec, safetensors_files(args.model / "speech_tokenizer"), prefix="decoder.",
                       ignore_prefixes=("encoder.",), device="cuda").eval()
     if not args.skip_codec_eager:
-        result["codec"] = codec_times(codec, (1, 8, 32))
+        result["codec"] = codec_times(codec, (1, 8, 32, 64))
     variants = tuple(args.codec_variants.split(",")) if args.codec_variants else None
     result["codec_precision"] = codec_precision_times(codec, names=variants)
     # The calls a loaded server makes: the codec tick's 2-frame chunks of many streams, and first
