@@ -36,7 +36,6 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels import cp_pass
-from ..kernels.backend import PDL_EARLY
 from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
 from ..kernels.cp_attention_o import cp_attention_o
 from ..kernels.cp_draw import CpDrawKernel
@@ -58,6 +57,7 @@ from .cp_launch import (
     ROWS_EARLY_LAUNCHES,
     attention_warps,
 )
+from .cp_routing import PassRouting
 from .fused import (
     FusedStack,
     SplitK,
@@ -89,7 +89,7 @@ def _cuda_kernel(build, why: str | None, required: bool, what: str, instead: str
     return None
 
 
-class CodePredictorRunner:
+class CodePredictorRunner(PassRouting):
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
                  gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
                  qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0,
@@ -309,69 +309,6 @@ class CodePredictorRunner:
         cos, sin = (t[start:start + n] for t in self.rope)  # [n, D]: static slices
         return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1], True
 
-    def product(self, rows: int) -> CpGemv | None:
-        """What computes a pass's products (`gemv`'s signature): the CUDA one-row kernel (`gemv_kernel`) in PDL passes
-        of one row, else None (`gemv`)."""
-        if self.gemv_kernel is not None and rows == 1 and self.uses_pdl(rows):  # uses_pdl: a GEMV pass
-            return self.gemv_kernel
-        if self.norm_rows(rows):
-            return self.gemv_kernel
-        return None
-
-    def rows_product(self, rows: int) -> CpGemv | None:
-        """What computes the products (and the head) of a pass of `rows` token rows past the GEMV passes where it takes
-        them: the CUDA kernel's rows (`gemv_kernel`, up to `gemv_kernel_rows`), else None (cuBLAS)."""
-        return self.gemv_kernel if self.gemv_kernel is not None and rows <= self.gemv_kernel_rows else None
-
-    def norm_rows(self, rows: int) -> bool:
-        """Does a pass of `rows` token rows past the GEMV passes run on the CUDA kernel's rows with its norms in their
-        products (`rows_norms`: `fused.decoder_step_gemv` with the kernel as its product, the final norm in the head's
-        prologue): where `rows_product` is the kernel and it takes each product so."""
-        if not self.rows_norms or rows <= max(self.gemv_rows, self.mma_rows) or self.rows_product(rows) is None:
-            return False
-        key = (rows, id(self.gemv_kernel))
-        if key not in self._rows_take:
-            self._rows_take[key] = self._rows_take_norms(rows)
-        return self._rows_take[key]
-
-    def _rows_take_norms(self, rows: int) -> bool:
-        kernel, c, layer = self.gemv_kernel, self.stack, self.stack.layers[0]
-        x = torch.empty(rows, c.layers[0].w_qkv.shape[1], device=self.device, dtype=self.dtype)
-        act = torch.empty(rows, c.intermediate, device=self.device, dtype=self.dtype)
-        attn = torch.empty(rows, c.q_size, device=self.device, dtype=self.dtype)
-        return (kernel.takes(x, layer.w_qkv, norm=(layer.ln_in, c.eps))
-                and kernel.takes(x, layer.w_gate_up, norm=(layer.ln_post, c.eps), silu_mul=True)
-                and kernel.takes(attn, layer.w_o, residual=x) and kernel.takes(act, layer.w_down, residual=x)
-                and kernel.takes(x, self.heads[0], norm=(c.norm, c.eps)))
-
-    def pass_pdl(self, rows: int) -> bool:
-        """Does a pass of `rows` token rows launch its kernels with PDL: those of `uses_pdl`, and with `rows_pdl` the
-        passes past the GEMV ones whose products are the CUDA kernel's rows (`rows_product`)."""
-        if rows <= max(self.gemv_rows, self.mma_rows):
-            return self.uses_pdl(rows)
-        return self.pdl and self.rows_pdl and self.rows_product(rows) is not None
-
-    def uses_pdl(self, rows: int) -> bool:
-        """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows and
-        the tensor-core ones (mma_rows)."""
-        return self.pdl and (rows <= min(PDL_ROWS, self.gemv_rows) or self.gemv_rows < rows <= self.mma_rows)
-
-    def trigger(self, name: str, pdl: bool) -> bool | int:
-        """A launch's `pdl`: PDL_EARLY where it is a PDL launch that `early_trigger` names."""
-        if not pdl or not self.early_trigger:
-            return pdl
-        unknown = set(self.early_trigger) - set(EARLY_TRIGGER_LAUNCHES)
-        if unknown:
-            raise ValueError(f"early_trigger names launches of {EARLY_TRIGGER_LAUNCHES} only, got {sorted(unknown)}")
-        return PDL_EARLY if name in self.early_trigger else pdl
-
-    def rows_trigger(self, name: str, pdl: bool) -> bool | int:
-        """A rows pass's launch's `pdl`: PDL_EARLY where it is a PDL launch that `rows_early` names."""
-        unknown = set(self.rows_early) - set(ROWS_EARLY_LAUNCHES)
-        if unknown:
-            raise ValueError(f"rows_early names launches of {ROWS_EARLY_LAUNCHES} only, got {sorted(unknown)}")
-        return PDL_EARLY if pdl and name in self.rows_early else pdl
-
     def launch(self, rows: int) -> dict[str, dict]:
         """The GEMVs' launch configurations for a pass of `rows` token rows."""
         if rows <= self.gemv_rows:
@@ -446,13 +383,6 @@ class CodePredictorRunner:
                 out, normed = self.layers(x, b, j + 2, first_qkv)
                 logits = self.logits(out, normed, j + 1)
         return codes
-
-    def draw_pdl(self, b: int, pdl: bool, last: bool) -> bool | int:
-        """A draw's `pdl` at batch b (`pdl`: its passes'): early where its passes' launches name it and it is not the
-        frame's last (or one before the persistent pass)."""
-        if last:
-            return pdl
-        return self.trigger("draw", pdl) if self.uses_pdl(b) else self.rows_trigger("draw", pdl)
 
     def _draw(self, logits: torch.Tensor, out: torch.Tensor, *, prefetch: tuple, **kw) -> None:
         """A codebook's draw: the CUDA kernel where it takes these logits and no prefetch is asked for, else
