@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from bench import latency
+from bench import latency, latency_stages
 from bench.latency_cuda import cp_draw_times, cp_gemm_rows_times, cp_gemv_times, cp_persistent_times
 from bench.latency_weights import cp_bytes_times, cp_l2_times
 from bench.stages import frame_times, medians, prompt_ids, stage_fns, variant_times
@@ -377,5 +377,5 @@ EXPERIMENTS = {"talker_context": talker_context_times, "residual_early": residua
                "cp_bytes": cp_bytes_times, "cp_persistent": cp_persistent_times,
                "draw_gathers": draw_gathers_times, "cp_draw": cp_draw_times, "cp_gemv": cp_gemv_times,
                "cp_gemm_rows": cp_gemm_rows_times,
-               "qk_attention": lambda runner, t_len: latency.talker_qk_attention_times(
+               "qk_attention": lambda runner, t_len: latency_stages.talker_qk_attention_times(
                    runner, stage_fns(runner, 1, t_len))}

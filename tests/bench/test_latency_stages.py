@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import torch
 
-from bench import latency, stages
+from bench import latency, latency_stages, stages
 from tests.bench.stand_in import StandInRunner, fake_timing
 
 
 def test_batch_the_gemvs_serve_times_cublas_and_attention_v3_beside_the_default(monkeypatch):
     fake_timing(monkeypatch)
     runner = StandInRunner(gemv_rows=2)
-    out = latency._stage_times_at(runner, 1, 11)
+    out = latency_stages._stage_times_at(runner, 1, 11)
     assert set(out) == {"talker_step_ms", "talker_step_long_ms", "code_predictor_frame_ms", "frame_step_ms",
                         "frame_step_general_sampler_ms", "talker_step_attn3_ms", "talker_step_long_attn3_ms",
                         "frame_step_attn3_ms", "talker_step_tgemv_ms", "talker_step_long_tgemv_ms",
@@ -29,11 +29,11 @@ def test_batch_the_gemvs_serve_times_cublas_and_attention_v3_beside_the_default(
 def test_with_the_talker_gemvs_on_their_cublas_steps_are_timed_beside(monkeypatch):
     fake_timing(monkeypatch)
     runner = StandInRunner(gemv_rows=2, talker_gemv_rows=1)
-    out = latency._stage_times_at(runner, 1, 11)
+    out = latency_stages._stage_times_at(runner, 1, 11)
     assert "talker_step_talker_cublas_ms" in out and "frame_step_talker_cublas_ms" in out
     assert "talker_step_tgemv_ms" not in out
     assert ("talker", 2, 0) in runner.calls and runner.talker_gemv_rows == 1
-    assert "talker_step_tgemv_ms" not in latency._stage_times_at(runner, 8, 11)
+    assert "talker_step_tgemv_ms" not in latency_stages._stage_times_at(runner, 8, 11)
 
 
 def test_larger_batches_time_the_tensor_core_kernel_and_a_failure_is_reported(monkeypatch):
@@ -45,7 +45,7 @@ def test_larger_batches_time_the_tensor_core_kernel_and_a_failure_is_reported(mo
             raise RuntimeError("no kernel")
 
     runner.code_predictor.predict = predict
-    out = latency._stage_times_at(runner, 8, 11)
+    out = latency_stages._stage_times_at(runner, 8, 11)
     assert "code_predictor_frame_cublas_ms" not in out and out["mma_error"] == "RuntimeError: no kernel"
     assert runner.code_predictor.mma_rows == 0
 
@@ -85,7 +85,7 @@ def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
 
     runner._talker_decode = decode
     fns = stages.stage_fns(runner, 1, 11)
-    out = latency.talker_pdl_times(runner, fns)
+    out = latency_stages.talker_pdl_times(runner, fns)
     assert (True, True) in early and (False, True) not in early and runner.talker_attention_early is False
     assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "talker_step_long", "frame_step")
                         for name in ("tpdl", "tpdl_sliced", "tpdl_mixed", "trows", "tpdl_early", "tsplit1")}
@@ -99,7 +99,7 @@ def test_the_talkers_pdl_variants_time_pdl_and_whole_rows_apart(monkeypatch):
     assert (runner.talker_pdl, runner.talker_launch, runner.talker_pdl_launch) == (
         False, TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH)
     runner.talker_pdl = True
-    assert "talker_step_notpdl_ms" in latency.talker_pdl_times(runner, fns)
+    assert "talker_step_notpdl_ms" in latency_stages.talker_pdl_times(runner, fns)
 
 
 def test_the_code_predictors_attention_variants_toggle_the_setting_its_batch_uses(monkeypatch):
@@ -112,7 +112,7 @@ def test_the_code_predictors_attention_variants_toggle_the_setting_its_batch_use
     cp.uses_pdl = lambda rows: rows <= 2
     seen = []
     cp.predict = lambda *a, **k: seen.append((cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps))
-    out = latency.cp_attention_times(runner, {1: {}, 8: {}}, 11)
+    out = latency_stages.cp_attention_times(runner, {1: {}, 8: {}}, 11)
     names = ("cp{}", "cpfused_w1", "cpfused_w2", "cpfused_w4", "cpfused_w8")
     assert set(out[1]) == {f"{stage}_{n.format('fusedpdl')}_ms" for stage in ("code_predictor_frame", "frame_step")
                            for n in names}
@@ -160,14 +160,14 @@ def test_pdl_launch_from_a_step_sweep_merges_each_products_best_onto_the_default
     sweep = {"talker": {"best": {"o": dict(block_n=16, num_warps=8)}, "best_ms": 1.2},
              "talker_stream": {"best": {"o": dict(block_n=2, num_warps=8, row_blocks=4)}, "best_ms": 1.1},
              "cp": {"best": {"head": dict(num_warps=4)}, "best_ms": 1.5}}
-    got = latency.pdl_launch_from(runner, sweep)
+    got = latency_stages.pdl_launch_from(runner, sweep)
     assert runner.talker_pdl_launch["o"] == dict(block_n=2, num_warps=8, row_blocks=4, whole_rows=True, pdl=True)
     assert runner.talker_pdl_launch["down"] == dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)
     assert cp_module.PDL_LAUNCH["head"] == dict(block_n=2, num_warps=4, whole_rows=True, pdl=True)
     assert cp_module.PDL_LAUNCH["qkv"]["block_n"] == 4 and got["cp"]["head"]["num_warps"] == 4
     sweep["talker_stream"]["best_ms"] = 1.3  # slower than the talker stage's: that one's table
     runner.talker_pdl_launch = {"o": dict(block_n=2, num_warps=2, whole_rows=True, pdl=True)}
-    latency.pdl_launch_from(runner, sweep)
+    latency_stages.pdl_launch_from(runner, sweep)
     assert runner.talker_pdl_launch["o"]["block_n"] == 16 and "row_blocks" not in runner.talker_pdl_launch["o"]
 
 
@@ -184,7 +184,7 @@ def test_pdl_launch_from_judges_stages_by_their_interleaved_pairs(monkeypatch):
                                "interleaved_ms": {"default": [1.08, 1.08, 1.08], "best": [1.05, 1.06, 1.05]}},
              "talker_fine": {"best": {"o": dict(block_n=8)}, "best_ms": 1.03,
                              "interleaved_ms": {"default": [1.08, 1.08, 1.08], "best": [0.94, 0.94, 0.95]}}}
-    latency.pdl_launch_from(runner, sweep)
+    latency_stages.pdl_launch_from(runner, sweep)
     assert cp_module.PDL_LAUNCH["o"] == dict(block_n=4, num_warps=4, whole_rows=True, pdl=True)  # kept: it lost
     assert runner.talker_pdl_launch["o"]["block_n"] == 8  # the fine stage: faster pairs, slower best_ms
 
@@ -203,9 +203,9 @@ def test_the_talker_stages_run_the_attention_a_step_at_their_position_would(monk
     stages.stage_fns(runner, 8, 11)["talker_step"]()
     assert [fused for fused, _ in seen] == [True, False, False]
     seen.clear()
-    out = latency.talker_qk_attention_times(runner, fns, rounds=2)
+    out = latency_stages.talker_qk_attention_times(runner, fns, rounds=2)
     assert set(out) == {f"{stage}_{name}_ms" for stage in ("talker_step", "talker_step_long")
-                        for name in ("tqkbase", *latency.QK_ATTENTION_VARIANTS)}
+                        for name in ("tqkbase", *latency_stages.QK_ATTENTION_VARIANTS)}
     assert seen.count((False, {})) == 4  # tqkbase: two stages, two rounds
     assert (True, {"num_warps": 4}) in seen and (True, {"dot": False}) in seen
     assert (True, {}) in seen  # "tqkattn": the runner's own launch, at both contexts
