@@ -298,7 +298,7 @@ class CodePredictorRunner(PassRouting):
                 out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused, product=self.gemv_kernel)
                 return out.view(b, n, -1)[:, -1], False
             out = decoder_step_triton(*args, **fused, split_k=self.split_k, rows_product=self.rows_product(b * n),
-                                      pdl=pdl, early=frozenset(self.rows_early) if pdl else frozenset())
+                                      pdl=pdl, early=frozenset(self.rows_early))
             return out.view(b, n, -1)[:, -1], True  # [b n, h] -> last position
 
         def attend_torch(i, q, k, v):  # q [b, n, Hq, D], k/v [b, n, Hkv, D]
