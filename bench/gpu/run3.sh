@@ -39,7 +39,7 @@
 #                                                               SWEEP_ARGS e.g. "--wide talker --rounds 1",
 #                                                               SWEEP_LEAVE: seconds it leaves the parts after it)
 #   TABLE_ARGS: more bench.latency arguments for PART=table (e.g. "--pdl-launch-from $W/step-sweep.json" after
-#   a sweep in the same call: the table at the tables it found); TABLE_REFERENCE=0: without the fp32 reference loop
+#   a sweep in the same call: the table at the tables it found); TABLE_REFERENCE=0: without the plain reference loop
 #   (issue 3 asks for it in the table's run; ~1 min)
 # Parts can be combined and run in the order given (PART="load latency": a load pair on two GPUs first,
 # diagnostics after). Everything lands in $W and comes back as one tarball ($OUT takes at most 8
@@ -215,7 +215,7 @@ part_draw() {  # the sampling kernel's launch: timed alone, then in the engine's
 }
 
 part_table() {  # issue 3's table, one process (run 19's call 3), this script's environment (the server's wheels)
-  reference=""; [ "${TABLE_REFERENCE:-1}" = 0 ] && reference=--skip-reference  # TABLE_REFERENCE=0: no fp32 loop
+  reference=""; [ "${TABLE_REFERENCE:-1}" = 0 ] && reference=--skip-reference  # TABLE_REFERENCE=0: no reference loop
   timeout $(left 5) python3 -m bench.latency --model /tmp/ckpt --out $W/latency.json --modes triton \
     --batches ${TABLE_BATCHES:-1,8,32,64} --skip-codec-eager $reference --requests 100 \
     --codec-variants "${CODEC_VARIANTS:-bf16+fused}" ${TABLE_ARGS:-} > $W/latency.log 2>&1
