@@ -68,48 +68,53 @@ def test_make_checkpoint_rejects_unknown_size(tmp_path):
     assert r.returncode == 2 and "invalid choice" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_serve_rejects_a_bad_scheduler_setting_before_loading_the_model(tmp_path):
-    r = cadence("serve", "--model", tmp_path / "missing", "--realtime-margin", "0.5")
-    assert r.returncode == 2 and r.stderr.strip() == "cadence serve: error: realtime_margin must be >= 1, got 0.5"
+def _config(tmp_path, text: str):
+    path = tmp_path / "serve.toml"
+    path.write_text(text)
+    return path
 
 
-def test_serve_rejects_a_negative_lookahead_buffer(tmp_path):
-    r = cadence("serve", "--model", tmp_path / "missing", "--lookahead-buffer-s", "-1")
-    assert r.returncode == 2
-    assert r.stderr.strip() == "cadence serve: error: lookahead_buffer_s must be >= 0, got -1.0"
-
-
-def test_serve_rejects_a_gil_switch_interval_that_is_not_positive(tmp_path):
-    r = cadence("serve", "--model", tmp_path / "missing", "--gil-switch-ms", "0")
-    assert r.returncode == 2 and r.stderr.strip() == "cadence serve: error: --gil-switch-ms must be > 0, got 0.0"
-
-
-def test_serve_rejects_a_profile_window_that_is_not_positive(tmp_path):
-    r = cadence("serve", "--model", tmp_path / "missing", "--profile-engine", tmp_path / "p", "--profile-seconds", "0")
-    assert r.returncode == 2 and r.stderr.strip() == "cadence serve: error: profile seconds must be > 0, got 0.0"
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--cp-gemv-rows", "9"], "--cp-gemv-rows must be in 0..4, got 9"),
-    (["--talker-gemv-rows", "-1"], "--talker-gemv-rows must be in 0..4, got -1"),
-    (["--cp-mma-rows", "2"], "--cp-mma-rows must be 0 or above --cp-gemv-rows (2) and at most 64, got 2"),
-    (["--cp-gemv-rows", "1", "--cp-mma-rows", "65"],
-     "--cp-mma-rows must be 0 or above --cp-gemv-rows (1) and at most 64, got 65"),
-    (["--prefill-mma-rows", "65"], "--prefill-mma-rows must be in 0..64, got 65"),
-    (["--talker-qk-attention-context", "-1"], "--talker-qk-attention-context must be >= 0, got -1"),
-    (["--first-audio-yield-ms", "-1"], "--first-audio-yield-ms must be >= 0, got -1.0"),
-    (["--codec-window-max", "-1"], "--codec-window-max must be >= 0, got -1"),
-    (["--cp-gemv-rows", "0", "--cp-pdl"],
-     "--cp-pdl needs --cp-gemv-rows > 0 (PDL launches the code predictor's GEMVs)"),
-    (["--cp-pdl"], "--cp-pdl needs a CUDA device (sm90+), not cpu"),
-    (["--talker-gemv-rows", "0", "--talker-pdl"],
-     "--talker-pdl needs --talker-gemv-rows > 0 (PDL launches the talker's GEMV steps)"),
-    (["--talker-pdl"], "--talker-pdl needs a CUDA device (sm90+), not cpu"),
-    (["--prefill-stream"], "--prefill-stream needs a CUDA device, not cpu"),
+@pytest.mark.parametrize("toml,message", [
+    ("[scheduler]\nrealtime_margin = 0.5\n", "[scheduler]: realtime_margin must be >= 1, got 0.5"),
+    ("[scheduler]\nlookahead_buffer_s = -1\n", "[scheduler]: lookahead_buffer_s must be >= 0, got -1.0"),
+    ("[engine]\ngil_switch_ms = 0\n", "[engine]: gil_switch_ms must be > 0, got 0.0"),
+    ("[engine]\nprofile_seconds = 0\n", "[engine]: profile_seconds must be > 0, got 0.0"),
+    ("[engine]\ncodec_precision = \"fp8\"\n", "[engine]: codec_precision must be one of fp32, tf32, bf16"),
+    ("[server]\nport = \"eighty\"\n", "[server].port: expected int, got str 'eighty'"),
+    ("[server]\nmax_body_byte = 1\n", "[server]: unknown setting 'max_body_byte'"),
+    ("[kernels]\ncp_gemv_rows = 1\n", "unknown table [kernels]"),
+    ("[server\n", "Expected ']'"),
 ])
-def test_serve_rejects_fast_path_options_out_of_range(tmp_path, args, message):
-    r = cadence("serve", "--model", tmp_path / "missing", *args)
-    assert r.returncode == 2 and r.stderr.strip() == f"cadence serve: error: {message}"
+def test_serve_rejects_a_bad_config_file_before_loading_the_model(tmp_path, toml, message):
+    r = cadence("serve", "--model", tmp_path / "missing", "--config", _config(tmp_path, toml))
+    assert r.returncode == 2 and r.stderr.startswith("cadence serve: error: ") and message in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_serve_shows_its_config_defaults_and_they_load_back(tmp_path):
+    """--show-config prints a file that `--config` accepts as it is, with every table's defaults."""
+    from tts_engine import settings
+
+    r = cadence("serve", "--show-config")
+    assert r.returncode == 0 and "[server]" in r.stdout and "[scheduler]" in r.stdout and "[engine]" in r.stdout
+    assert "max_active_streams = 64" in r.stdout
+    assert settings.load(_config(tmp_path, r.stdout)) == settings.ServeSettings()
+
+
+def test_serve_flags_override_the_config_file(tmp_path):
+    from tts_engine import settings
+
+    path = _config(tmp_path, "[server]\nport = 9000\nhost = \"0.0.0.0\"\n[scheduler]\nmax_active_streams = 8\n")
+    loaded = settings.load(path, {"server": {"port": 9100, "host": None}, "scheduler": {"max_active_streams": 4}})
+    assert (loaded.server.port, loaded.server.host, loaded.scheduler.max_active_streams) == (9100, "0.0.0.0", 4)
+
+
+def test_serve_keeps_at_most_fifteen_options():
+    """Kernel choices are internal (runtime/options.py) and server knobs live in the config file."""
+    from tts_engine.cli import build_parser
+
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    assert len([a for a in serve._actions if a.option_strings]) <= 15
 
 
 @pytest.mark.parametrize("command", ["serve", "say", "make-checkpoint"])
@@ -128,16 +133,3 @@ def test_a_device_this_machine_lacks_is_a_clear_error(tmp_path, tiny_checkpoint,
             else "--device cuda:9: no CUDA device is available"}[device]
     assert r.returncode == 2 and r.stderr.startswith(f"cadence {command}: error: {want}"), r.stderr
     assert not (tmp_path / "a.wav").exists() and not (tmp_path / "ckpt").exists()
-
-
-def test_serve_has_a_flag_for_every_fast_path_option():
-    """Every FastPathOptions field is settable from `cadence serve` (a new kernel path can be timed on a server
-    without code changes), as --field-name, and its value reaches the options."""
-    from tts_engine.cli import build_parser
-    from tts_engine.runtime.options import FastPathOptions
-
-    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
-    dests = {a.dest for a in serve._actions}
-    assert set(FastPathOptions.__dataclass_fields__) <= dests, set(FastPathOptions.__dataclass_fields__) - dests
-    args = build_parser().parse_args(["serve", "--model", "x", "--cp-qkv-table", "--no-cp-fused-attention"])
-    assert args.cp_qkv_table is True and args.cp_fused_attention is False

@@ -1,0 +1,32 @@
+"""`cadence demo`: registered with the `cadence` command through the `cadence.commands` entry points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="run the voice agent with its browser page (offline defaults; docs/agent.md)")
+    p.add_argument("--model", type=Path, default=None,
+                   help="checkpoint directory: start a Cadence engine on it (else CADENCE_URL, else no TTS)")
+    p.add_argument("--cadence-url", default=None, help="an already running engine's ws://.../v1/stream")
+    p.add_argument("--config", type=Path, default=None, help="TOML file of agent settings (docs/agent.md)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=7860, help="0 picks a free port")
+    p.add_argument("--device", default="cpu", help="the engine's device with --model (cpu or cuda)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tts_engine.cli import check_device
+
+    from .demo import load_config, run_demo
+
+    if args.model is not None and args.cadence_url is not None:
+        raise ValueError("give --model or --cadence-url, not both")
+    if args.config is not None and not args.config.is_file():
+        raise FileNotFoundError(f"config file {args.config} does not exist")
+    if args.model is not None:
+        check_device(args.device)
+    cfg = load_config(args.config, cadence_url=args.cadence_url)
+    return run_demo(cfg, host=args.host, port=args.port, model=args.model, device=args.device)
