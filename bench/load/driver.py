@@ -8,8 +8,8 @@ The client must not shape what it measures: chunk arrival times are taken on its
 pause of the loop looks like a late chunk. Python's cyclic garbage collector is held off for the
 trial (objects made before it are frozen out of its reach; reference counting still frees the
 rest), and a monitor task records every pause of the loop longer than LOOP_STALL_S, so that the
-report can say which underruns coincide with one (H200 run 6: a 112 ms client pause, two
-"underruns").
+report can say which underruns coincide with one (a client pause of 100 ms reads as underruns
+of the streams it stalls).
 """
 
 from __future__ import annotations

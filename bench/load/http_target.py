@@ -32,8 +32,8 @@ class HttpTarget:
         self.sample_rate = sample_rate
         # Unbounded pool: an open-loop client must never queue a request behind a busy connection.
         # Idle connections expire well before a server's keep-alive timeout (uvicorn's default 5 s
-        # equals httpx's default expiry: a request written as the server closes its connection fails;
-        # run 12, one in 3,503 at 30 req/s).
+        # equals httpx's default expiry: a request written as the server closes its connection fails,
+        # about one in a few thousand at 30 req/s).
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0),
                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=256,
                                                             keepalive_expiry=KEEPALIVE_EXPIRY_S))

@@ -47,7 +47,8 @@ class RateSummary:
     underruns_in_client_stalls: int = 0
     # The longest time in which no request received audio although one was mid-audio (had its first
     # chunk, not yet its last), over the pooled trials: a pause of the whole server, not of one stream
-    # (run 7: 160-230 ms garbage collections). `_at_s`: its start, in seconds from its trial's start.
+    # (a garbage collection of the server's heap pauses every stream at once). `_at_s`: its start, in
+    # seconds from its trial's start.
     server_silence_max_s: float = 0.0
     server_silence_at_s: float | None = None
     # The engine's own counters during the measured trials (server_metrics.during, pooled over seeds):

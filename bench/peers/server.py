@@ -287,7 +287,7 @@ def serve(args: argparse.Namespace, name: str, load: Callable[[], Peer]) -> None
         peer = worker.call(load)
     except ImportError as e:
         # The whole chain to the log: a lazy import (transformers' "Could not import module
-        # 'AutoProcessor'", run 7) names only the symbol, its cause names the module that failed.
+        # 'AutoProcessor'") names only the symbol, its cause names the module that failed.
         log.error("%s failed to import", name, exc_info=e)
         raise SystemExit(f"{name}: {e}. Its packages come as wheels: bench/peers/wheels.sh, then "
                          f"bench/peers/start.sh {name} ... (docs/peers.md)") from e

@@ -14,11 +14,15 @@ from tts_engine.model.codec_init import random_codec_decoder
 
 
 @pytest.fixture(autouse=True)
-def exact_fp32(monkeypatch):
+def exact_fp32():
     """With a GPU these tests run on CUDA, where torch's fp32 convs (cuDNN) and matmuls may use TF32 (the
-    reference was 7e-4 off against a 2e-5 tolerance): fp32 for both sides here; on CPU it changes nothing."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    reference was 7e-4 off against a 2e-5 tolerance): fp32 for both sides here; on CPU it changes nothing.
+    Saved and restored by hand, not by monkeypatch: `torch.backends.cuda.matmul.allow_tf32` is served by
+    the module's __getattr__, which pytest's monkeypatch (9.2) cannot see and so tries to delete at teardown."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _pair(name: str, device):
