@@ -14,6 +14,7 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=7860, help="0 picks a free port")
     p.add_argument("--device", default="cpu", help="the engine's device with --model (cpu or cuda)")
+    p.add_argument("--flow", type=Path, default=None, help="a structured conversation (YAML or JSON; docs/flows.md)")
     p.set_defaults(func=run)
 
 
@@ -28,5 +29,9 @@ def run(args) -> int:
         raise FileNotFoundError(f"config file {args.config} does not exist")
     if args.model is not None:
         check_device(args.device)
-    cfg = load_config(args.config, cadence_url=args.cadence_url)
+    cfg = load_config(args.config, cadence_url=args.cadence_url, flow=str(args.flow) if args.flow else None)
+    if cfg.flow is not None:
+        from flows.loader import load_flow
+
+        load_flow(cfg.flow)  # a bad flow file fails now, with its file, line and key, not inside a session
     return run_demo(cfg, host=args.host, port=args.port, model=args.model, device=args.device)
