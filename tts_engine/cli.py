@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import wave
 from dataclasses import replace
@@ -94,11 +95,15 @@ def _serve(args) -> int:
     from .engine.profile import EngineProfile
     from .loading import load_model_dir
     from .server.run import bind, serve
+    from .server.security import with_api_keys
+
+    # The one place the environment is read: API keys from CADENCE_API_KEYS join the config file's.
+    server = with_api_keys(settings.server, os.environ)
 
     profile = EngineProfile(args.profile_engine, settings.engine.profile_seconds) if args.profile_engine else None
     check_device(args.device)
     load_model_dir(args.model)  # a missing or wrong directory fails before the socket is taken
-    sock = bind(settings.server)
+    sock = bind(server)
     from .engine.core import StreamingEngine
 
     engine = StreamingEngine(args.model, device=args.device, scheduler=settings.scheduler,
@@ -109,10 +114,11 @@ def _serve(args) -> int:
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.
     sys.setswitchinterval(settings.engine.gil_switch_ms / 1e3)
     host, port = sock.getsockname()[:2]
-    print(f"cadence serve: listening on http://{host}:{port} (model {args.model}, device {args.device})",
+    scheme = "https" if server.tls_certfile else "http"
+    print(f"cadence serve: listening on {scheme}://{host}:{port} (model {args.model}, device {args.device})",
           file=sys.stderr)
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
-        serve(engine, settings.server, sock)
+        serve(engine, server, sock)
     print("cadence serve: stopped", file=sys.stderr)
     return 0
 

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -19,6 +20,16 @@ from pathlib import Path
 import httpx
 
 _LISTENING = re.compile(r"listening on (http://\S+?:\d+)")
+# Every simulated client of the benchmark comes from one address: the server's per-client fair share
+# (tts_engine/server/quota.py) would refuse it past a share of the slots, so its own server lifts it.
+BENCH_SERVER_TOML = "[server]\nmax_streams_per_client = 100000\nmax_ws_connections_per_client = 100000\n"
+
+
+def bench_config() -> Path:
+    """A settings file for the benchmark's own server (`cadence serve --config`)."""
+    path = Path(tempfile.gettempdir()) / "cadence-bench-serve.toml"
+    path.write_text(BENCH_SERVER_TOML)
+    return path
 
 
 class ServerProcess:
@@ -26,6 +37,8 @@ class ServerProcess:
                  ready_timeout_s: float = 900.0):
         self.cmd = [sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(model), "--port", "0",
                     "--device", device, "--log-level", "warning", *extra_args]
+        if "--config" not in extra_args:
+            self.cmd += ["--config", str(bench_config())]
         self.ready_timeout_s = ready_timeout_s
         self.proc: subprocess.Popen | None = None
         self.url = ""

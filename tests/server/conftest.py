@@ -66,10 +66,13 @@ class ServerThread:
 
     def rejections(self, code: str) -> float:
         """`cadence_rejections_total{code=...}` as /metrics reports it now (0 before the first)."""
+        return self.rejections_with({}, code)
+
+    def rejections_with(self, headers: dict[str, str], code: str) -> float:
         import httpx
         from prometheus_client.parser import text_string_to_metric_families
 
-        for family in text_string_to_metric_families(httpx.get(self.url + "/metrics").text):
+        for family in text_string_to_metric_families(httpx.get(self.url + "/metrics", headers=headers).text):
             for sample in family.samples:
                 if sample.name == "cadence_rejections_total" and sample.labels.get("code") == code:
                     return sample.value

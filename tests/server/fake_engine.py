@@ -97,6 +97,9 @@ class FakeStream:
             target = 1 + math.ceil(len(self.text.strip()) / 14.5 * 12.5) if self.text.strip() else 0
             if self.options.max_frames is not None:
                 target = min(target, self.options.max_frames)
+            limit = self.engine.context_frames
+            if limit is not None:
+                target = min(target, limit)
             want = schedule[min(index, len(schedule) - 1)]
             n = min(want, target - self.frames)
             if n > 0 and (n == want or self.ended or self.flushes > flushed):
@@ -115,7 +118,7 @@ class FakeStream:
                 self.queue.put_nowait(FlushDoneEvent(self.id))
                 continue
             if self.ended and self.frames >= target:
-                reason = "length" if target == self.options.max_frames else "eos"
+                reason = "length" if target in (self.options.max_frames, self.engine.context_frames) else "eos"
                 self._finish(DoneEvent(self.id, self.frames, self.frames * 0.08, reason))
                 return
             await asyncio.sleep(0.005)
@@ -127,6 +130,8 @@ class FakeEngine:
         self.max_active_streams = max_active_streams
         self.frame_s = frame_s
         self.fail_after_frames: int | None = None
+        # the real engine's context, in frames: a stream reaching it ends with reason "length"
+        self.context_frames: int | None = None
         self.ignore_cancel = False
         self.active: set[FakeStream] = set()
         self.opened: list[FakeStream] = []

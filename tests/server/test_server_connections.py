@@ -87,7 +87,7 @@ def test_connections_that_never_finish_a_request_are_closed():
     open for as long as the client liked; a complete request, a kept-alive connection and a
     WebSocket are untouched by the deadline."""
     cfg = ServerConfig(request_read_timeout_s=0.6, keep_alive_s=1.2)
-    head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
     with ServerThread(FakeEngine(), cfg) as s:
         s.wait_ready(5)
         addr = ("127.0.0.1", s.port)
@@ -103,7 +103,7 @@ def test_connections_that_never_finish_a_request_are_closed():
             assert time.monotonic() < deadline
             time.sleep(0.05)
         with socket.create_connection(addr) as crlf:  # a response, then a stray CRLF: no request, no reprieve
-            crlf.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            crlf.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
             crlf.settimeout(5)
             assert crlf.recv(4096).startswith(b"HTTP/1.1 200")
             crlf.sendall(b"\r\n")
@@ -126,7 +126,7 @@ def test_a_request_pipelined_behind_a_streaming_response_does_not_cut_it():
     with ServerThread(FakeEngine(frame_s=0.02), cfg) as s:
         s.wait_ready(5)
         body = json.dumps({**BODY, "input": "A sentence long enough to stream for a second or two. " * 2}).encode()
-        head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        head = b"POST /v1/audio/speech HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         with socket.create_connection(("127.0.0.1", s.port)) as sock:
             sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body + head + b"Content-Length: 50\r\n\r\n")
             sock.settimeout(10)
@@ -138,7 +138,8 @@ def test_a_request_pipelined_behind_a_streaming_response_does_not_cut_it():
 
 def _speech_request(body: dict) -> bytes:
     data = json.dumps(body).encode()
-    return (b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    return (b"POST /v1/audio/speech HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\n"
             b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
 
 
@@ -278,7 +279,7 @@ def test_a_half_open_websocket_is_closed_by_its_keepalive_and_its_contexts_freed
         s.wait_ready(5)
         raw = socket.create_connection(("127.0.0.1", s.port))
         key = base64.b64encode(os.urandom(16)).decode()
-        raw.sendall(f"GET /v1/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        raw.sendall(f"GET /v1/stream HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                     f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
         raw.settimeout(5)
         assert raw.recv(4096).startswith(b"HTTP/1.1 101")

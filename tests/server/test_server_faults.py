@@ -81,7 +81,7 @@ def test_a_client_gone_before_its_body_arrives_is_counted_not_logged_as_a_fault(
     try:
         for _ in range(3):
             with socket.create_connection(("127.0.0.1", fake_server.port)) as sock:
-                sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                              b"Content-Length: 100\r\n\r\n{\"in")
         deadline = time.monotonic() + 5
         line = 'cadence_http_responses_total{endpoint="/v1/audio/speech",status="499"} 3.0'

@@ -143,7 +143,7 @@ def test_a_context_longer_than_the_engine_context_is_an_error_event_counted_as_a
     and a `done` for that context alone; the connection and a neighbour go on."""
     before = server.rejections("invalid_request")
     with ws(server) as conn:
-        send(conn, **OPEN, context_id="big", text="\U0001f600" * 2500, end=True)
+        send(conn, **OPEN, context_id="big", text="\U0001f600" * 1400, end=True)
         send(conn, **OPEN, context_id="ok", text="Short and fine.", end=True, max_frames=6)
         messages = collect(conn, {"big", "ok"})
     big = [m for m in messages if m.get("context_id") == "big"]

@@ -48,6 +48,30 @@ def open_stream(engine: ServedEngine, options: StreamOptions, text: str, *, end_
         raise ApiError("invalid_request", str(e)) from None
 
 
+# Speech frames per character of text, with room for slow voices (12.5 frames/s at 12 characters/s; 14.5 is
+# typical), plus the prompt's text tokens per character and its fixed rows.
+_FRAMES_PER_CHAR = 12.5 / 12.0
+_TOKENS_PER_CHAR = 0.3
+_PROMPT_ROWS = 64
+
+
+def text_limit(engine: ServedEngine, max_text_chars: int) -> tuple[int, str]:
+    """(characters one stream may carry, why): max_text_chars, or less where the engine's context (prompt
+    plus speech frames) would run out first, so long text is refused up front instead of cut short."""
+    positions = getattr(getattr(engine, "intake", None), "max_context", None)
+    if not isinstance(positions, int):
+        return max_text_chars, "max_text_chars"
+    fits = max(1, int((positions - _PROMPT_ROWS) / (_FRAMES_PER_CHAR + _TOKENS_PER_CHAR)))
+    if fits >= max_text_chars:
+        return max_text_chars, "max_text_chars"
+    return fits, f"the engine's context of {positions} positions holds the speech of about that much text"
+
+
+def truncated(reason: str, frames: int, max_frames: int | None) -> bool:
+    """A `length` end the client did not ask for: the engine's context ran out before the text did."""
+    return reason == "length" and (max_frames is None or frames + 1 < max_frames)
+
+
 def engine_alive(engine: ServedEngine) -> bool:
     try:
         return bool(engine.alive)

@@ -41,6 +41,18 @@ _FAILURES = [
     Failure("slow_consumer", None, 1008, "the client reads too slowly: the send buffer is full"),
     Failure("context_idle", None, None, "a context's input is open but it had no text, flush or audio for "
             "context_idle_timeout_s (60 s): it is cancelled, its `done` follows"),
+    Failure("unauthorized", 401, None, "API keys are configured and the request has no valid `Authorization: "
+            "Bearer` key or browser token (a WebSocket handshake is refused with 403)"),
+    Failure("origin_not_allowed", 403, None, "a browser `Origin` that is not the server's own nor in allowed_origins "
+            "(`null` included; the WebSocket handshake is refused with 403)"),
+    Failure("host_not_allowed", 421, None, "a `Host` header not in allowed_hosts (DNS rebinding; the WebSocket "
+            "handshake is refused with 403)"),
+    Failure("client_quota", 429, None, "this client (its key, else its address) holds max_streams_per_client streams "
+            "or max_ws_connections_per_client connections (a connection past it: close 1008)"),
+    Failure("truncated", 422, None, "the speech reached the engine's context before the text ended (its `done` says "
+            "reason `length`); a raw audio stream ends without its last chunk"),
+    Failure("shutting_down", 503, 1012, "the server is draining for a restart: no new streams; one still running "
+            "past drain_grace_s is cancelled with this error"),
     Failure("not_found", 404, None, "no such endpoint", over_ws=False),
     Failure("method_not_allowed", 405, None, "the endpoint exists but not for this method", over_ws=False),
     Failure("internal_error", 500, None, "a server bug (logged); close 1011 if the connection itself fails"),
@@ -78,7 +90,7 @@ class ApiError(Exception):
         return {"error": error}
 
     def http_headers(self) -> dict[str, str]:
-        if self.http_status != 503:
+        if self.http_status not in (429, 503):
             return {}
         return {"Retry-After": str(retry_after_header(self.retry_after_s))}
 

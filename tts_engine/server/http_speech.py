@@ -6,6 +6,11 @@ engine admission (503) -> response. The status line waits for the stream's first
 engine error before any audio is still a proper status code; after that, an error ends an SSE
 stream with an `error` event and cuts a raw audio stream short (no terminating chunk).
 
+A stream that ends at the engine's context (`length` the client did not ask for) is never a success:
+the whole-body response is a 422 `truncated`, an SSE stream gets an `error` event before its done, and
+a raw audio stream ends without its terminating chunk. Text past what the context holds is refused up
+front (engine_link.text_limit).
+
 A client that goes away is noticed through the ASGI `http.disconnect` message (a watcher task
 runs beside the sender), and its stream is cancelled at once.
 """
@@ -25,10 +30,13 @@ from starlette.types import Receive, Scope, Send
 
 from ..engine.api import SAMPLE_RATE, AudioEvent, DoneEvent, ErrorEvent, StreamEvent, TTSStream
 from .config import ServerConfig
+from .drain import Drain
 from .encoding import MEDIA_TYPES, b64, sse, wav_header
-from .engine_link import ServedEngine, open_stream
+from .engine_link import ServedEngine, open_stream, text_limit, truncated
 from .errors import ApiError, engine_error_code
 from .metrics import ServerMetrics
+from .protocol import CUT
+from .quota import ClientQuota, client_of
 from .schemas import SpeechRequest, check_speech_request, parse_json_object, validate_model
 
 log = logging.getLogger(__name__)
@@ -42,7 +50,11 @@ def check_content_type(value: str | None) -> None:
                        f"Content-Type must be application/json, got {value or 'none'!r}")
 
 
-def make_speech_endpoint(engine: ServedEngine, cfg: ServerConfig, metrics: ServerMetrics):
+def make_speech_endpoint(engine: ServedEngine, cfg: ServerConfig, metrics: ServerMetrics,
+                         quota: ClientQuota | None = None, drain: Drain | None = None):
+    quota = quota or ClientQuota("streams", cfg.max_streams_per_client)
+    drain = drain or Drain()
+
     async def create_speech(request: Request) -> SpeechResponse:
         started = time.perf_counter()
         check_content_type(request.headers.get("content-type"))
@@ -52,10 +64,18 @@ def make_speech_endpoint(engine: ServedEngine, cfg: ServerConfig, metrics: Serve
             raise ApiError("client_closed_request", "the client closed the connection before the request body "
                                                     "arrived") from None
         req = validate_model(SpeechRequest, parse_json_object(body, "request body"))
-        text = check_speech_request(req, cfg.max_text_chars)
-        options = req.stream_options(engine.model_config)
-        stream = open_stream(engine, options, text, end_input=True)
-        return SpeechResponse(stream, req, len(text), started, metrics)
+        text = check_speech_request(req, *text_limit(engine, cfg.max_text_chars))
+        options = req.stream_options(engine.model_config, getattr(engine, "voices", None))
+        drain.check_admit()
+        client = client_of(request.scope)
+        quota.acquire(client)
+        try:
+            stream = open_stream(engine, options, text, end_input=True)
+        except BaseException:
+            quota.release(client)
+            raise
+        return SpeechResponse(stream, req, len(text), started, metrics,
+                              on_close=lambda: quota.release(client), drain=drain)
 
     return create_speech
 
@@ -64,8 +84,13 @@ class SpeechResponse(Response):
     """An ASGI response that owns one engine stream and cancels it unless it finished."""
 
     def __init__(self, stream: TTSStream, req: SpeechRequest, input_chars: int, started: float,
-                 metrics: ServerMetrics):
+                 metrics: ServerMetrics, on_close=None, drain: Drain | None = None):
         super().__init__()
+        self.on_close = on_close  # frees the client's quota once the response has run (Starlette always runs it)
+        self.drain = drain
+        self.shutting_down = False  # the drain stopped this stream
+        self.cut = None  # the protocol's way to end a response as cut short (protocol.CUT)
+        self.samples_sent = 0  # PCM samples handed to the socket: an SSE `done` reports them
         self.stream = stream
         self.req = req
         self.input_chars = input_chars
@@ -74,7 +99,27 @@ class SpeechResponse(Response):
         self.finished = False  # the engine sent its DoneEvent / ErrorEvent
         self.first_audio_sent = False
 
+    def _shut_down(self) -> None:
+        self.shutting_down = True
+        self.stream.cancel()
+
+    def _release(self) -> None:
+        if self.on_close is not None:
+            self.on_close, release = None, self.on_close
+            release()
+        if self.drain is not None:
+            self.drain.release(self)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.cut = scope.get(CUT)
+        try:
+            await self._run(scope, receive, send)
+        finally:
+            self._release()
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.drain is not None:
+            self.drain.hold(self, self._shut_down)
         gauge = self.metrics.streams_open.labels(ENDPOINT)
         gauge.inc()
         sender = asyncio.create_task(self._send_all(send))
@@ -120,10 +165,19 @@ class SpeechResponse(Response):
             if isinstance(event, AudioEvent):
                 data = head + event.pcm
                 head = b""
+                self.samples_sent += len(event.pcm) // 2
                 body = sse({"type": "speech.audio.delta", "audio": b64(data)}) if is_sse else data
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 self._note_audio()
             elif isinstance(event, DoneEvent):
+                if (failure := self._failure(event)) is not None:
+                    if not is_sse:
+                        log.info("stream %s: %s; its response ends without its last chunk", self.stream.id,
+                                 failure.message)
+                        self._cut()
+                        return
+                    await send({"type": "http.response.body", "more_body": True,
+                                "body": sse({"type": "error", "error": failure.http_body()["error"]})})
                 if is_sse:
                     await send({"type": "http.response.body", "body": self._sse_done(event, head),
                                 "more_body": True})
@@ -131,7 +185,8 @@ class SpeechResponse(Response):
                 if not is_sse:
                     log.error("stream %s failed after its response started: %s", self.stream.id,
                               event.message)
-                    return  # no final chunk: the client sees a truncated response
+                    self._cut()
+                    return
                 err = ApiError(engine_error_code(event.code), event.message)
                 await send({"type": "http.response.body", "more_body": True,
                             "body": sse({"type": "error", "error": err.http_body()["error"]})})
@@ -154,6 +209,10 @@ class SpeechResponse(Response):
             elif isinstance(event, ErrorEvent):
                 await self._refuse(send, event)
                 return
+            elif isinstance(event, DoneEvent) and (failure := self._failure(event)) is not None:
+                self.metrics.rejections.labels(failure.code).inc()
+                await _send_json_error(send, failure)
+                return
             event = await anext(events, None)
         fmt = self.req.response_format
         body = (wav_header(len(pcm)) if fmt == "wav" else b"") + bytes(pcm)
@@ -161,6 +220,20 @@ class SpeechResponse(Response):
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
         self._note_audio()
+
+    def _cut(self) -> None:
+        """End the response without its terminating chunk: the client sees it cut short, never complete."""
+        if self.cut is not None:
+            self.cut()
+
+    def _failure(self, event: DoneEvent) -> ApiError | None:
+        """Why a finished stream is not a success: cut at the engine's context, or stopped by the drain."""
+        if self.shutting_down and event.reason == "cancelled":
+            return ApiError("shutting_down", "the server shut down before this stream finished", retry_after_s=1.0)
+        if truncated(event.reason, event.frames, self.req.max_frames):
+            return ApiError("truncated", f"the speech reached the engine's context after {event.audio_s:.1f} s, "
+                            "before the text ended: send shorter input")
+        return None
 
     async def _events(self) -> AsyncIterator[StreamEvent]:
         """The engine's events up to and including the terminal one; marks the stream finished."""
@@ -186,7 +259,8 @@ class SpeechResponse(Response):
         out = b""
         if pending_head:  # a WAV stream that produced no audio still gets its header
             out = sse({"type": "speech.audio.delta", "audio": b64(pending_head)})
-        done = {"type": "speech.audio.done", "duration_s": round(event.audio_s, 4), "reason": event.reason,
+        done = {"type": "speech.audio.done", "duration_s": round(event.audio_s, 4), "samples": self.samples_sent,
+                "reason": event.reason,
                 "usage": {"input_characters": self.input_chars, "output_frames": event.frames}}
         if self.req.model is not None:
             done["model"] = self.req.model

@@ -36,6 +36,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from .errors import ApiError
 
 log = logging.getLogger(__name__)
+# scope key: a callable that ends a streamed response as cut short (http_speech.py), where the protocol offers it
+CUT = "cadence.cut_response"
 
 
 def too_many_connections(max_connections: int, on_refused: Callable[[], None] | None = None):
@@ -130,8 +132,15 @@ def timed_protocol(request_read_timeout_s: float, idle_s: float, write_stall_s: 
             self.transport.abort()  # close() would wait to flush a buffer that never drains
 
         def _start_asgi_task(self, cycle, app) -> None:
+            cycle.scope[CUT] = lambda: self._cut(cycle)
             # uvicorn picks its bare 503 past limit_concurrency (on_headers_complete); answer with the server's
             super()._start_asgi_task(cycle, refused if refused is not None and app is service_unavailable else app)
+
+        def _cut(self, cycle) -> None:
+            # What was written goes out, then the connection closes without the terminating chunk; marked
+            # as the client's disconnect, so uvicorn does not log the unfinished response as a server error.
+            cycle.disconnected = True
+            self.transport.close()
 
         def handle_websocket_upgrade(self) -> None:
             self._disarm()  # the transport is the WebSocket protocol's from here
@@ -143,3 +152,25 @@ def timed_protocol(request_read_timeout_s: float, idle_s: float, write_stall_s: 
             super().connection_lost(exc)
 
     return TimedHttpToolsProtocol
+
+
+def quiet_websocket_protocol():
+    """uvicorn's sans-I/O WebSocket protocol, refusing a text message of invalid UTF-8 with close 1007 as it
+    does, but without logging a traceback for it: that is the client's fault, and a client could make one
+    per connection and flood the log. (Imported late: uvicorn loads its protocols lazily.)"""
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    class QuietUtf8Protocol(WebSocketsSansIOProtocol):
+        def send_receive_event_to_app(self) -> None:
+            if self.curr_msg_data_type == "text" and not self.close_sent:
+                try:
+                    b"".join(self.frames).decode()
+                except UnicodeDecodeError as e:
+                    self.frames = []
+                    log.debug("closing a WebSocket whose client sent invalid UTF-8 (%s): %s", self.client, e.reason)
+                    self.conn.send_close(1007, "invalid UTF-8")
+                    self.handle_parser_exception()
+                    return
+            super().send_receive_event_to_app()
+
+    return QuietUtf8Protocol

@@ -1,26 +1,34 @@
-"""Run the app under uvicorn with the server's limits (message size, pings) applied."""
+"""Run the app under uvicorn with the server's limits (message size, pings), TLS and proxy trust
+applied, and a drain on SIGINT/SIGTERM (drain.py) before uvicorn closes anything; exit status 0."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import socket
+import threading
 
 import uvicorn
 
 from .app import create_app
 from .config import ServerConfig
 from .engine_link import ServedEngine
-from .protocol import timed_protocol, too_many_connections
+from .protocol import quiet_websocket_protocol, timed_protocol, too_many_connections
 
 
 def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
     options = dict(
         host=cfg.host, port=cfg.port, lifespan="on", log_level=cfg.log_level,
-        ws="websockets-sansio", ws_max_size=cfg.max_ws_message_bytes,
+        ws=quiet_websocket_protocol(), ws_max_size=cfg.max_ws_message_bytes,
         ws_ping_interval=cfg.ws_ping_interval_s, ws_ping_timeout=cfg.ws_ping_timeout_s,
         # Audio is incompressible; deflate would only cost CPU on the event loop.
         ws_per_message_deflate=False, timeout_graceful_shutdown=5, server_header=False,
         timeout_keep_alive=cfg.keep_alive_s,
+        # X-Forwarded-For only from the listed proxies: uvicorn trusts 127.0.0.1 by default, which would
+        # let any local client choose its own address (and per-client quota).
+        proxy_headers=bool(cfg.trusted_proxies), forwarded_allow_ips=list(cfg.trusted_proxies) or None,
+        ssl_certfile=cfg.tls_certfile, ssl_keyfile=cfg.tls_keyfile,
         # uvicorn refuses a request when open connections >= limit_concurrency, its own connection counted
         limit_concurrency=cfg.max_connections + 1,
         http=timed_protocol(cfg.request_read_timeout_s, cfg.keep_alive_s, cfg.http_write_stall_s,
@@ -30,6 +38,23 @@ def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
     )
     options.update(overrides)
     return uvicorn.Config(app, **options)
+
+
+FAULT_EXIT_DELAY_S = 1.0
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, draining the app's streams (app.state.drain) before its own shutdown."""
+
+    def __init__(self, config: uvicorn.Config, grace_s: float):
+        super().__init__(config)
+        self.grace_s = grace_s
+
+    async def shutdown(self, sockets=None) -> None:
+        drain = getattr(getattr(self.config.app, "state", None), "drain", None)
+        if drain is not None and not self.force_exit:
+            await drain.run(self.grace_s)
+        await super().shutdown(sockets)
 
 
 def _counter(app, count):
@@ -74,9 +99,29 @@ def bind(cfg: ServerConfig) -> socket.socket:
 
 
 def serve(engine: ServedEngine, cfg: ServerConfig, sock: socket.socket | None = None) -> None:
-    """Blocks until the server is stopped (Ctrl-C / SIGTERM)."""
+    """Blocks until the server is stopped (Ctrl-C / SIGTERM: returns after the drain), or its engine
+    fails (SystemExit with the reason, status 1, where exit_on_engine_fault)."""
     sock = sock or bind(cfg)
     if (warning := fit_descriptor_limit(cfg)) is not None:
         logging.getLogger(__name__).warning(warning)
-    server = uvicorn.Server(uvicorn_config(create_app(engine, cfg), cfg))
-    server.run(sockets=[sock])
+    app = create_app(engine, cfg)
+    server = DrainingServer(uvicorn_config(app, cfg), cfg.drain_grace_s)
+    if cfg.exit_on_engine_fault:
+        # a second for health probes to see `failed` before the listener closes
+        app.state.on_fault = lambda: asyncio.get_running_loop().call_later(FAULT_EXIT_DELAY_S, setattr, server,
+                                                                           "should_exit", True)
+    # uvicorn re-raises the signal it stopped on once it is done; SIGTERM's default would then kill the
+    # process (status 143) after a clean drain. As KeyboardInterrupt it ends like Ctrl-C: the CLI exits 0.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    try:
+        server.run(sockets=[sock])
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+    if app.state.fault is not None and cfg.exit_on_engine_fault:
+        raise SystemExit(f"cadence serve: {app.state.fault}")  # status 1: a supervisor restarts it
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt

@@ -57,10 +57,13 @@ class SynthesisFields(BaseModel):
     chunk_schedule: list[int] | None = Field(None, min_length=1, max_length=64)
     max_frames: _Positive | None = None
 
-    def stream_options(self, cfg: ModelConfig) -> StreamOptions:
-        """Build and check the engine's options. Raises ApiError(invalid_request)."""
+    def stream_options(self, cfg: ModelConfig, voices=None) -> StreamOptions:
+        """Build and check the engine's options. Raises ApiError(invalid_request). `voices`: the
+        engine's VoiceStore, where a cloned voice's id finds its prompt."""
         instruct = clean_text(self.instructions).strip() if self.instructions else None
         voice = VoiceSpec(self.voice, self.language, instruct or None)
+        if voices is not None:
+            voice = voices.attach(voice)
         try:
             resolve_voice(cfg, voice)
         except ValueError as e:
@@ -94,7 +97,7 @@ RESPONSE_FORMATS = ("pcm", "wav")
 STREAM_FORMATS = ("audio", "sse")
 
 
-def check_speech_request(req: SpeechRequest, max_text_chars: int) -> str:
+def check_speech_request(req: SpeechRequest, max_text_chars: int, why: str = "max_text_chars") -> str:
     """Checks beyond field types. Returns the text to speak (control characters removed)."""
     if req.response_format not in RESPONSE_FORMATS:
         raise ApiError("invalid_request", f"response_format {req.response_format!r} is not supported; "
@@ -107,17 +110,23 @@ def check_speech_request(req: SpeechRequest, max_text_chars: int) -> str:
     if req.speed != 1.0:
         raise ApiError("invalid_request", f"speed {req.speed} is not supported: only 1.0 is, for now",
                        param="speed")
-    return check_text(req.input, max_text_chars, param="input", empty_ok=False)
+    return check_text(req.input, max_text_chars, param="input", empty_ok=False, why=why)
 
 
-def check_text(text: str, max_chars: int, *, param: str, empty_ok: bool) -> str:
+def check_text(text: str, max_chars: int, *, param: str, empty_ok: bool, why: str = "max_text_chars") -> str:
     if len(text) > max_chars:
-        raise ApiError("text_too_long", f"{param} has {len(text)} characters; the limit is {max_chars}",
+        raise ApiError("text_too_long", f"{param} has {len(text)} characters; the limit is {max_chars} ({why})",
                        param=param)
     text = clean_text(text)
-    if not empty_ok and not text.strip():
-        raise ApiError("invalid_request", f"{param} is empty", param=param)
+    if not empty_ok and not speakable(text):
+        raise ApiError("invalid_request", f"{param} is empty (nothing to speak)", param=param)
     return text
+
+
+def speakable(text: str) -> bool:
+    """Anything to speak: a character that is not white space nor a format character (zero-width
+    spaces and joiners, bidi marks, BOM: category Cf), which alone would be spoken as noise."""
+    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
 
 
 # --- WebSocket client messages ---------------------------------------------------------------

@@ -9,6 +9,10 @@ The outbox is bounded in bytes; overflowing it (a client that does not read) clo
 connection with 1008. Cancelling a context drops its queued audio and makes its pump drop any
 later audio, so after the cancel's acknowledgement (`done` with reason "cancelled") nothing of
 it is sent. The connection ending, however it ends, cancels every context it still holds.
+
+Each context counts against its client's stream quota (quota.py) while it holds an engine stream, and
+is held by the drain (drain.py), which may stop it with a `shutting_down` error. Only progress keeps a
+context with open input alive: text to speak or audio out; empty appends and flushes do not.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..engine.api import AudioEvent, DoneEvent, ErrorEvent, FlushDoneEvent, StreamEvent, TTSStream
 from .config import ServerConfig
+from .drain import Drain
 from .encoding import b64
-from .engine_link import ServedEngine, engine_alive, open_stream
+from .engine_link import ServedEngine, engine_alive, open_stream, text_limit, truncated
 from .errors import ApiError, engine_error_code
 from .metrics import ServerMetrics
+from .quota import ClientQuota
 from .schemas import (
     AppendMessage,
     ContextMessage,
@@ -37,6 +43,7 @@ from .schemas import (
     check_text,
     parse_client_message,
     parse_json_object,
+    speakable,
 )
 from .ws_outbox import Outbox, OutMessage
 
@@ -55,22 +62,30 @@ class Context:
     stream: TTSStream
     opened: float  # perf_counter() when the open message was handled
     timestamps: bool
+    max_frames: int | None = None  # the client's own frame limit: a `length` end within it is no truncation
     chars: int = 0
     has_text: bool = False  # any non-whitespace text so far
     audio_s: float = 0.0  # audio queued for the client
+    samples: int = 0  # PCM samples queued for the client: its `done` reports them
     ended: bool = False
     cancelled: bool = False
+    shutting_down: bool = False  # stopped by the drain
     first_audio: bool = True
     pump: asyncio.Task | None = None
     ack_deadline: asyncio.Timeout | None = field(default=None, repr=False)
-    # monotonic time of its last text, flush or audio: an open input idle past
+    # monotonic time of its last text to speak or audio: an open input idle past
     # `context_idle_timeout_s` is cancelled (`_idle_loop`)
     active_at: float = field(default_factory=time.monotonic)
 
 
 class Connection:
-    def __init__(self, ws: WebSocket, engine: ServedEngine, cfg: ServerConfig, metrics: ServerMetrics):
+    def __init__(self, ws: WebSocket, engine: ServedEngine, cfg: ServerConfig, metrics: ServerMetrics, *,
+                 streams: ClientQuota | None = None, drain: Drain | None = None, client: str = "unknown"):
         self.ws = ws
+        self.streams = streams or ClientQuota("streams", cfg.max_streams_per_client)
+        self.drain = drain or Drain()
+        self.client = client
+        self.max_chars, self.max_chars_why = text_limit(engine, cfg.max_text_chars)
         self.engine = engine
         self.cfg = cfg
         self.metrics = metrics
@@ -160,7 +175,9 @@ class Connection:
         if isinstance(msg, AppendMessage):
             self._append(ctx, msg.text)
         elif isinstance(msg, PlayoutMessage):
-            ctx.stream.report_playout(msg.played_s, time.monotonic())
+            # No more can have been heard than was sent: an unbounded value would put this stream
+            # first in every deadline sort.
+            ctx.stream.report_playout(min(msg.played_s, ctx.audio_s), time.monotonic())
         elif isinstance(msg, ContextMessage) and msg.type == "cancel":
             self._cancel(ctx)
         elif ctx.cancelled:
@@ -175,7 +192,6 @@ class Connection:
         elif msg.type == "flush":
             if ctx.ended:
                 raise ApiError("input_ended", f"context {ctx.id!r} has ended its input")
-            ctx.active_at = time.monotonic()
             _engine_call(ctx.stream.flush)
 
     def _open(self, msg: OpenMessage) -> None:
@@ -184,31 +200,41 @@ class Connection:
         if len(self.contexts) >= self.cfg.max_contexts_per_connection:
             raise ApiError("too_many_contexts", f"{len(self.contexts)} contexts are open on this "
                            f"connection; the limit is {self.cfg.max_contexts_per_connection}")
-        text = check_text(msg.text, self.cfg.max_text_chars, param="text", empty_ok=True)
-        if msg.end and not text.strip():
-            raise ApiError("invalid_request", "open with end: true needs text", param="text")
-        options = msg.stream_options(self.engine.model_config)
-        stream = open_stream(self.engine, options, text, end_input=msg.end)
-        ctx = Context(msg.context_id, stream, time.perf_counter(), msg.timestamps, chars=len(msg.text),
-                      has_text=bool(text.strip()), ended=msg.end)
+        text = check_text(msg.text, self.max_chars, param="text", empty_ok=True, why=self.max_chars_why)
+        if msg.end and not speakable(text):
+            raise ApiError("invalid_request", "open with end: true needs text to speak", param="text")
+        options = msg.stream_options(self.engine.model_config, getattr(self.engine, "voices", None))
+        self.drain.check_admit()
+        self.streams.acquire(self.client)
+        try:
+            stream = open_stream(self.engine, options, text, end_input=msg.end)
+        except BaseException:
+            self.streams.release(self.client)
+            raise
+        ctx = Context(msg.context_id, stream, time.perf_counter(), msg.timestamps, max_frames=msg.max_frames,
+                      chars=len(msg.text), has_text=speakable(text), ended=msg.end)
+        self.drain.hold(ctx, lambda: self._shut_down(ctx))
         self.contexts[ctx.id] = ctx
         self.finished.pop(ctx.id, None)
         self.metrics.streams_open.labels(ENDPOINT).inc()
         ctx.pump = asyncio.create_task(self._pump(ctx))
+        # a done callback, not the pump's `finally`: a pump cancelled before it first ran has none
+        ctx.pump.add_done_callback(lambda _task: self._release(ctx))
 
     def _append(self, ctx: Context, text: str) -> None:
         if ctx.cancelled:
             return
         if ctx.ended:
             raise ApiError("input_ended", f"context {ctx.id!r} has ended its input")
-        room = self.cfg.max_text_chars - ctx.chars
+        room = self.max_chars - ctx.chars
         if len(text) > room:
             raise ApiError("text_too_long", f"context {ctx.id!r} would have {ctx.chars + len(text)} "
-                           f"characters; the limit is {self.cfg.max_text_chars}", param="text")
+                           f"characters; the limit is {self.max_chars} ({self.max_chars_why})", param="text")
         ctx.chars += len(text)
-        ctx.active_at = time.monotonic()
         text = check_text(text, room, param="text", empty_ok=True)
-        ctx.has_text = ctx.has_text or bool(text.strip())
+        if speakable(text):
+            ctx.has_text = True
+            ctx.active_at = time.monotonic()
         _engine_call(ctx.stream.append, text)
 
     def _cancel(self, ctx: Context) -> None:
@@ -219,6 +245,17 @@ class Connection:
         ctx.stream.cancel()
         if ctx.ack_deadline is not None:
             ctx.ack_deadline.reschedule(asyncio.get_running_loop().time() + self.cfg.cancel_ack_timeout_s)
+
+    def _release(self, ctx: Context) -> None:
+        self.streams.release(self.client)
+        self.drain.release(ctx)
+
+    def _shut_down(self, ctx: Context) -> None:
+        if ctx.cancelled:
+            return
+        ctx.shutting_down = True
+        self._cancel(ctx)
+        self._send_error(ApiError("shutting_down", "the server shut down before this context finished"), ctx.id)
 
     def _cancel_all(self) -> list[asyncio.Task]:
         pumps = []
@@ -241,8 +278,8 @@ class Connection:
             for ctx in list(self.contexts.values()):
                 if not (ctx.ended or ctx.cancelled) and now - ctx.active_at > limit:
                     self.metrics.rejections.labels("context_idle").inc()
-                    self._send_error(ApiError("context_idle", f"context {ctx.id!r} had no text for {limit:g} s "
-                                              "with its input open: cancelled"), ctx.id)
+                    self._send_error(ApiError("context_idle", f"context {ctx.id!r} had no text to speak nor audio "
+                                              f"for {limit:g} s with its input open: cancelled"), ctx.id)
                     self._cancel(ctx)
 
     # --- pumps ----------------------------------------------------------------------------
@@ -261,8 +298,7 @@ class Connection:
         except TimeoutError:
             log.warning("context %s: the engine did not confirm the cancel within %.1f s", ctx.id,
                         self.cfg.cancel_ack_timeout_s)
-            self._put(ctx, "done", {"type": "done", "context_id": ctx.id, "frames": round(ctx.audio_s * 12.5),
-                                    "audio_s": round(ctx.audio_s, 6), "reason": "cancelled"})
+            self._put(ctx, "done", self._done(ctx, round(ctx.audio_s * 12.5), ctx.audio_s, "cancelled"))
             terminal = True
         finally:
             if not terminal:
@@ -279,6 +315,7 @@ class Connection:
             if ctx.cancelled:
                 return False
             ctx.audio_s += event.duration_s
+            ctx.samples += len(event.pcm) // 2
             ctx.active_at = time.monotonic()
             self._put(ctx, "audio", {
                 "type": "audio", "context_id": ctx.id, "index": event.index, "audio": b64(event.pcm),
@@ -295,18 +332,26 @@ class Connection:
             return False
         if isinstance(event, DoneEvent):
             reason = "cancelled" if ctx.cancelled else event.reason
-            self._put(ctx, "done", {"type": "done", "context_id": ctx.id, "frames": event.frames,
-                                    "audio_s": round(event.audio_s, 6), "reason": reason})
+            if truncated(reason, event.frames, ctx.max_frames):
+                self.metrics.rejections.labels("truncated").inc()
+                self._put(ctx, "error", ApiError("truncated", f"the speech reached the engine's context after "
+                                                 f"{event.audio_s:.1f} s, before the text ended").ws_event(ctx.id))
+            self._put(ctx, "done", self._done(ctx, event.frames, event.audio_s, reason))
             return True
         if isinstance(event, ErrorEvent):
             err = ApiError(engine_error_code(event.code), event.message)
             if ctx.first_audio:  # refused before any audio (e.g. its prompt is longer than the context)
                 self.metrics.rejections.labels(err.code).inc()
             self._put(ctx, "error", err.ws_event(ctx.id))
-            self._put(ctx, "done", {"type": "done", "context_id": ctx.id, "frames": round(ctx.audio_s * 12.5),
-                                    "audio_s": round(ctx.audio_s, 6), "reason": "error"})
+            self._put(ctx, "done", self._done(ctx, round(ctx.audio_s * 12.5), ctx.audio_s, "error"))
             return True
         return False
+
+    @staticmethod
+    def _done(ctx: Context, frames: int, audio_s: float, reason: str) -> dict:
+        """`samples`: the PCM samples the server queued for this context, for the client to check."""
+        return {"type": "done", "context_id": ctx.id, "frames": frames, "audio_s": round(audio_s, 6),
+                "samples": ctx.samples, "reason": reason}
 
     # --- writer ---------------------------------------------------------------------------
 

@@ -1,0 +1,72 @@
+"""The server under soak: started here (`cadence serve` on a checkpoint) or already running, and its
+resident memory, GPU memory and log, read while the soak runs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+# Log lines that are a server fault: every ERROR / CRITICAL line and every traceback.
+FAULT = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback \(most recent call last\)")
+
+
+class StartedServer:
+    """`python -m tts_engine.cli serve` on a free port, its stderr to `log_path`."""
+
+    def __init__(self, checkpoint: Path, device: str, log_path: Path, extra: list[str]):
+        self.log_path = log_path
+        self._log = log_path.open("w")
+        cmd = [sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(checkpoint), "--device", device,
+               "--port", "0", "--log-level", "warning", *extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log)
+        deadline = time.monotonic() + 300
+        self.url = None
+        while self.url is None:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start: {log_path.read_text()[-2000:]}")
+            match = re.search(r"listening on (http://\S+:\d+)", log_path.read_text())
+            self.url = match.group(1) if match else None
+            time.sleep(0.1)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        try:
+            return self.proc.wait(120)
+        finally:
+            self._log.close()
+
+
+def rss_bytes(pid: int | None) -> int | None:
+    try:
+        return psutil.Process(pid).memory_info().rss if pid is not None else None
+    except psutil.Error:
+        return None
+
+
+def gpu_used_mib() -> int | None:
+    """GPU memory in use (the first GPU), by nvidia-smi; None without one."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return int(out.split()[0])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def log_faults(path: Path | None, offset: int = 0) -> list[str]:
+    if path is None or not path.exists():
+        return []
+    lines = path.read_text(errors="replace")[offset:].splitlines()
+    return [line for line in lines if FAULT.search(line)]
