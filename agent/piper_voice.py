@@ -10,10 +10,14 @@ two of CPU per browser connection, before the user can speak) and downloads voic
 `PiperTTS` is that service with one loaded voice per process (`load_voice`, cached; ONNX Runtime
 sessions are safe to run from several threads) and a local file only; `run_tts` is pipecat's.
 
-Shapes: Piper speaks whole sentences (its phonemiser needs them), so the service aggregates the
-LLM's tokens into sentences (pipecat's SENTENCE mode) and yields one 22.05 kHz chunk per sentence,
-which pipecat resamples to the output rate and re-chunks. It gives no word timestamps: each
-sentence's text follows its audio as one TTSTextFrame.
+Shapes: Piper speaks whole phrases (its phonemiser needs them), so the service aggregates the
+LLM's tokens into clauses (`ClauseTextAggregator`: pipecat's sentences, also cut after a comma,
+colon, semicolon or dash, and the turn's first piece after FIRST_WORDS words at most) and yields one
+22.05 kHz chunk per clause, which pipecat resamples to the output rate and re-chunks. Whole
+sentences would hold the first audio back by the time the LLM takes to write the first sentence
+plus its synthesis; a clause starts the voice after a few words, and the rest is synthesised
+while the first clause plays. It gives no word timestamps: each clause's text follows its audio
+as one TTSTextFrame.
 """
 
 from __future__ import annotations
@@ -23,9 +27,55 @@ from pathlib import Path
 
 from loguru import logger
 from pipecat.services.piper.tts import PiperTTSService
-from pipecat.services.tts_service import TTSService
+from pipecat.services.tts_service import TextAggregationMode, TTSService
+from pipecat.utils.text.base_text_aggregator import Aggregation, TextType
+from pipecat.utils.text.simple_text_aggregator import SimpleTextAggregator, _LookaheadState
 
 BUNDLED_VOICE = "en_US-joe-medium"
+CLAUSE_MARKS = (",", ";", ":", "\u2014", "\u2013", " -")  # a clause ends at one of these and a space
+FIRST_WORDS = 5  # the turn's first piece is cut after this many words if no clause ends sooner
+
+
+class ClauseTextAggregator(SimpleTextAggregator):
+    """pipecat's sentence aggregator that also yields at each clause end, and yields the first
+    piece of a turn after FIRST_WORDS words at the latest. A turn ends at `flush` (the LLM's
+    reply is complete) or at an interruption."""
+
+    def __init__(self, **kwargs):
+        super().__init__(aggregation_type=TextAggregationMode.SENTENCE, **kwargs)
+        self._first = True
+
+    async def aggregate(self, text: str):
+        for char in text:
+            self._text += char
+            piece = await self._check_sentence_with_lookahead(char)
+            if piece is None and char.isspace():
+                piece = self._clause()
+            if piece is not None and piece.text:
+                self._first = False
+                yield piece
+
+    def _clause(self) -> Aggregation | None:
+        """The buffer as a clause, if it ends one (the last character is a space)."""
+        head = self._text.rstrip()
+        words = len(head.split())
+        if not (head.endswith(CLAUSE_MARKS) or (self._first and words >= FIRST_WORDS)):
+            return None
+        self._text = ""
+        self._lookahead_state = _LookaheadState.IDLE  # SimpleTextAggregator's pending sentence check
+        return Aggregation(text=head.strip(), type=TextType.SENTENCE)
+
+    async def flush(self):
+        self._first = True
+        return await super().flush()
+
+    async def reset(self):
+        self._first = True
+        await super().reset()
+
+    async def handle_interruption(self):
+        self._first = True
+        await super().handle_interruption()
 
 
 def bundled_piper_model() -> Path:
@@ -66,6 +116,7 @@ class PiperTTS(PiperTTSService):
         TTSService.__init__(self, push_start_frame=True, push_stop_frames=True,
                             settings=self.Settings(model=None, voice=path.stem, language=None), **kwargs)
         self._voice = load_voice(path)
+        self._text_aggregator = ClauseTextAggregator()  # pipecat's TTSService has no argument for it
 
 
 def make_piper_tts(model: str | None = None) -> TTSService:

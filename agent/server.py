@@ -4,11 +4,18 @@ agent pipeline per browser connection.
     GET  /            the page (web/index.html; static, no build step, no internet)
     GET  /static/...  the page's other files
     GET  /api/config  what this agent runs (STT, LLM, TTS), for the page to show
+    GET  /health      200 while the server runs (liveness)
+    GET  /ready       200 {ready: true, load_s} once the shared models are loaded, else 503
+                      {ready: false, loading_s} (or {ready: false, error} if loading failed)
     POST /api/offer   {sdp, type: "offer", pc_id?} -> {sdp, type: "answer", pc_id}; 422 if malformed,
-                      503 + Retry-After past `max_sessions` sessions
+                      503 + Retry-After while the models load or past `max_sessions` sessions
     PATCH /api/offer  {pc_id, candidates: [{candidate, sdp_mid, sdp_mline_index}]} (trickle ICE; at
                       most MAX_CANDIDATES a request and a session)
 Bodies are JSON (415 otherwise) of at most MAX_BODY_BYTES (413).
+
+The server answers as soon as it listens: the shared models (Whisper, the Piper voice) load on a
+thread meanwhile, so the page can say "loading" instead of a browser tab spinning on a socket
+that does not answer yet; `/ready` says when a connection will be served.
 
 Events to the page go as JSON over the WebRTC data channel the page opens (`UiEvents`), not
 pipecat's RTVI protocol: the page needs only transcripts, turn boundaries and latency, and a
@@ -20,17 +27,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from loguru import logger
 from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
+    InterimTranscriptionFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
     TranscriptionFrame,
@@ -43,11 +52,12 @@ from pipecat.processors.aggregators.llm_response_universal import LLMUserAggrega
 from pipecat.processors.frame_processor import FrameDirection
 from starlette.requests import ClientDisconnect
 
+from web import WEB_DIR
+
 from .pipeline import AgentConfig, describe_tts
 from .piper_voice import load_voice, piper_model_path
 from .stt import bundled_whisper_model, load_whisper, whisper_setup
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 MAX_BODY_BYTES = 64 * 1024  # an SDP offer is a few KB
 MAX_CANDIDATES = 32  # a browser trickles a handful; aiortc pairs each with every local one, on the loop
 MAX_SESSIONS = 8  # each runs a whole pipeline (STT, LLM, TTS)
@@ -58,14 +68,15 @@ def describe(cfg: AgentConfig) -> dict[str, str]:
     if cfg.stt_base_url:
         stt = f"OpenAI-compatible STT at {cfg.stt_base_url} ({cfg.stt_model})"
     else:
-        stt = f"local faster-whisper ({cfg.whisper_model or 'bundled tiny.en'}, {cfg.whisper_device})"
+        stt = f"local Whisper, incremental ({cfg.whisper_model or 'bundled tiny.en'}, {cfg.whisper_device})"
     llm = (f"OpenAI-compatible LLM at {cfg.llm_base_url} ({cfg.llm_model})" if cfg.llm_base_url
            else "OFFLINE SCRIPTED LLM (not a language model)")
     return {"stt": stt, "llm": llm, "tts": describe_tts(cfg)}
 
 
 class UiEvents(BaseObserver):
-    """Turns the pipeline's frames into the page's events: `user` (the user's words), `bot_turn`
+    """Turns the pipeline's frames into the page's events: `user` (the user's words), `user_interim`
+    (what the recogniser has heard so far), `stt_final` (the recogniser's final transcript), `bot_turn`
     (a reply begins), `bot` (a word or token of it: played words when there is a TTS, the LLM's
     tokens when there is not), `user_started`/`user_stopped`, `bot_started`/`bot_stopped`, and
     `latency` (pipecat's per-turn breakdown).
@@ -95,8 +106,12 @@ class UiEvents(BaseObserver):
 
     async def on_push_frame(self, data: FramePushed):
         f, src = data.frame, data.source
-        if isinstance(f, TranscriptionFrame) and src is self._stt and not self._from_turns:
-            self._send({"type": "user", "text": f.text})
+        if isinstance(f, TranscriptionFrame) and src is self._stt:
+            self._send({"type": "stt_final", "text": f.text})
+            if not self._from_turns:
+                self._send({"type": "user", "text": f.text})
+        elif isinstance(f, InterimTranscriptionFrame) and src is self._stt:
+            self._send({"type": "user_interim", "text": f.text})
         elif isinstance(f, LLMFullResponseStartFrame) and src is self._llm:
             self._send({"type": "bot_turn"})
         elif isinstance(f, TTSTextFrame) and src is self._output and not self._text_only:
@@ -121,6 +136,8 @@ async def run_session(cfg: AgentConfig, connection) -> None:
     from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
     from pipecat.workers.runner import WorkerRunner
 
+    from flows.session import attach as attach_flow
+
     from .pipeline import build_pipeline, choose_tts, latency_observer, make_llm
     from .stt import make_stt
 
@@ -142,6 +159,8 @@ async def run_session(cfg: AgentConfig, connection) -> None:
 
     worker = PipelineWorker(pipeline, params=PipelineParams(enable_metrics=True), observers=[latency, ui],
                             enable_rtvi=False, idle_timeout_secs=None)
+    # A flow file (cfg.flow) drives the conversation from the pipeline's start; nothing without one.
+    attach_flow(worker, cfg, llm=llm, pipeline=pipeline, tts=tts, transport=transport)
 
     @transport.event_handler("on_client_connected")
     async def _connected(_transport, _client):
@@ -154,6 +173,26 @@ async def run_session(cfg: AgentConfig, connection) -> None:
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     await runner.run()
+
+
+class Readiness:
+    """The shared models' loading: when it started, how long it took, and its error if it failed."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+        self.load_s: float | None = None
+        self.error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.load_s is not None
+
+    def report(self) -> dict:
+        if self.ready:
+            return {"ready": True, "load_s": round(self.load_s, 2)}
+        if self.error is not None:
+            return {"ready": False, "error": self.error}
+        return {"ready": False, "loading_s": round(time.monotonic() - self.started, 1)}
 
 
 def preload(cfg: AgentConfig) -> None:
@@ -249,9 +288,12 @@ def _close_fully(connection, closing: set[asyncio.Task]) -> None:
 
 
 def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int = MAX_SESSIONS,
-               connect_timeout_s: float | None = None) -> FastAPI:
+               connect_timeout_s: float | None = None,
+               on_ready: Callable[[Readiness], None] | None = None, access=None) -> FastAPI:
     """max_sessions: sessions at once (503 + Retry-After past it). connect_timeout_s: how long an
-    answered offer may take to connect before it is closed (None: pipecat's 60 s)."""
+    answered offer may take to connect before it is closed (None: pipecat's 60 s). on_ready: called
+    (on the event loop) once the models are loaded, or failed to load (`Readiness.error`). access: a
+    `tts_engine.server.security.AccessPolicy` (API keys, browser tokens, Origin and Host allow-lists)."""
     from pipecat.transports.smallwebrtc.request_handler import (
         IceCandidate,
         SmallWebRTCPatchRequest,
@@ -272,11 +314,24 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int =
     candidates_of: dict[str, int] = {}
     opening = 0
     closing: set[asyncio.Task] = set()  # peer connections' closes under way (`_close_fully`)
+    readiness = Readiness()
+
+    async def load():
+        try:
+            await asyncio.to_thread(preload, cfg)
+            readiness.load_s = time.monotonic() - readiness.started
+            logger.info(f"agent: models loaded in {readiness.load_s:.1f} s")
+        except Exception as e:  # a broken model file: /ready and the demo say so
+            readiness.error = f"{type(e).__name__}: {e}"
+            logger.error(f"agent: loading the models failed: {readiness.error}")
+        if on_ready is not None:
+            on_ready(readiness)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        await asyncio.to_thread(preload, cfg)
+        loading = asyncio.create_task(load())
         yield
+        loading.cancel()  # the thread finishes on its own; nothing waits for it
         for task in sessions:
             task.cancel()
         await asyncio.gather(*sessions, return_exceptions=True)
@@ -284,6 +339,10 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int =
         await asyncio.gather(*closing, return_exceptions=True)
 
     app = FastAPI(title="Cadence agent", lifespan=lifespan)
+    if access is not None:
+        from tts_engine.server.security import AccessGuard
+
+        app.add_middleware(AccessGuard, policy=access)
     app.mount("/static", StaticFiles(directory=web_dir), name="static")
 
     @app.get("/")
@@ -294,10 +353,21 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int =
     async def config():
         return describe(cfg)
 
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready():
+        return JSONResponse(readiness.report(), status_code=200 if readiness.ready else 503)
+
     @app.post("/api/offer")
     async def offer(request: Request):
         nonlocal opening
         sdp, kind, pc_id = _offer(await _json_body(request))
+        if not readiness.ready:
+            raise HTTPException(503, "the models are still loading: try again shortly" if readiness.error is None
+                                else f"the models failed to load: {readiness.error}", headers={"Retry-After": "1"})
         # a new session unless pipecat will renegotiate a live one (its own test: `_pcs_map`, pinned
         # pipecat; our session bookkeeping ends later than its connection, so it cannot stand in)
         new = pc_id is None or pc_id not in handler._pcs_map

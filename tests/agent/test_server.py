@@ -59,7 +59,7 @@ def test_an_openai_compatible_stt_by_configuration():
 def test_demo_config_defaults_file_environment_flags(tmp_path):
     cfg = load_config(None, {})
     assert not cfg.has_engine and cfg.llm_base_url is None and cfg.stt_base_url is None
-    assert describe(cfg) == {"stt": "local faster-whisper (bundled tiny.en, cpu)",
+    assert describe(cfg) == {"stt": "local Whisper, incremental (bundled tiny.en, cpu)",
                              "llm": "OFFLINE SCRIPTED LLM (not a language model)",
                              "tts": "Piper fallback voice (en_US-joe-medium, CPU): no Cadence engine configured"}
     cfg = load_config(None, {"CADENCE_FALLBACK_TTS": "none", "CADENCE_MIN_INTERRUPTION_S": "0.7"})
@@ -121,6 +121,14 @@ def _post(url: str, body: bytes, content_type: str | None = "application/json", 
         return e.code
 
 
+def _get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def test_signalling_refuses_what_it_cannot_take_with_a_4xx_over_a_socket(monkeypatch):
     """Each of these was a 500, a 400 for any reason, or a body read whole into memory (a reliability
     probe): wrong media type 415, over the body limit 413, unparsable or ill-formed 422, an unknown
@@ -151,6 +159,7 @@ def test_cadence_demo_serves_the_page_and_stops_cleanly_on_ctrl_c(tiny_checkpoin
     try:
         err = Lines(proc.stderr)
         url = err.wait_for(r"open (http://\S+/)", timeout=90).group(1)
+        err.wait_for(r"cadence demo: ready at ", timeout=90)  # offers are 503s until the models are in
         with urllib.request.urlopen(url, timeout=10) as r:
             assert r.status == 200
             assert r.headers["content-type"].startswith("text/html")
@@ -198,6 +207,10 @@ class _AppThread:
         while not self.server.started:
             assert time.monotonic() < deadline and self.thread.is_alive(), "the agent server did not start"
             time.sleep(0.05)
+        deadline = time.monotonic() + 120  # the models load after the server starts listening
+        while _get(self.url + "ready") != 200:
+            assert time.monotonic() < deadline, "the agent server's models did not load"
+            time.sleep(0.1)
         return self
 
     def __exit__(self, *exc):

@@ -1,0 +1,105 @@
+"""Readiness: the agent server answers at once while its models load (`/health` 200, `/ready` 503,
+offers 503 + Retry-After), `/ready` turns 200 with the load time once they are in (or says why they
+failed), and `cadence demo` prints its URL at once and "ready" with the load time later."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from agent.pipeline import AgentConfig
+
+from .helpers import Lines
+from .test_server import REPO, _AppThread
+
+
+def _get(url: str, method: str = "GET", body: bytes | None = None) -> tuple[int, dict, dict]:
+    req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers), json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read() or b"{}")
+
+
+class _LoadingApp(_AppThread):
+    """The app on a socket without waiting for its models (they are the test's to release)."""
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the agent server did not start"
+            time.sleep(0.05)
+        return self
+
+
+def test_the_server_answers_while_the_models_load_and_says_when_they_are_in(monkeypatch):
+    from agent import server
+
+    release, reports = threading.Event(), []
+    monkeypatch.setattr(server, "preload", lambda cfg: release.wait(30))  # a slow load, held by the test
+    app = server.create_app(AgentConfig(), on_ready=reports.append)
+    with _LoadingApp(app) as running:
+        assert _get(running.url + "health")[0] == 200
+        status, _, body = _get(running.url + "ready")
+        assert status == 503 and body["ready"] is False and body["loading_s"] >= 0
+        offer = json.dumps({"sdp": "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n", "type": "offer"}).encode()
+        status, headers, body = _get(running.url + "api/offer", "POST", offer)
+        assert status == 503 and headers["retry-after"] == "1" and "loading" in body["detail"]
+        release.set()
+        deadline = time.monotonic() + 10
+        while (ready := _get(running.url + "ready"))[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert ready[2]["ready"] is True and ready[2]["load_s"] >= 0
+        assert len(reports) == 1 and reports[0].ready
+
+
+def test_a_model_that_fails_to_load_is_reported(monkeypatch):
+    from agent import server
+
+    def broken(cfg):
+        raise OSError("model.bin is truncated")
+
+    monkeypatch.setattr(server, "preload", broken)
+    reports = []
+    with _LoadingApp(server.create_app(AgentConfig(), on_ready=reports.append)) as running:
+        deadline = time.monotonic() + 10
+        while not reports:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        status, _, body = _get(running.url + "ready")
+    assert status == 503 and body == {"ready": False, "error": "OSError: model.bin is truncated"}
+
+
+@pytest.mark.slow
+def test_cadence_demo_says_when_it_is_ready_and_how_long_loading_took():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CADENCE_")} | {"HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "tts_engine.cli", "demo", "--port", "0"], cwd=REPO, env=env,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        err = Lines(proc.stderr)
+        url = err.wait_for(r"open (http://\S+/) \(Ctrl-C to stop\); loading the models", timeout=60).group(1)
+        ready = err.wait_for(r"ready at (http://\S+/) \(models loaded in ([0-9.]+) s, ([0-9.]+) s after start\)",
+                             timeout=120)
+        assert ready.group(1) == url and 0 < float(ready.group(2)) <= float(ready.group(3))
+        status, _, body = _get(url + "ready")
+        assert status == 200 and body["load_s"] == pytest.approx(float(ready.group(2)), abs=0.06)
+        assert _get(url + "health")[0] == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+        assert "Traceback" not in err.rest()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
