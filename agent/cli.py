@@ -7,8 +7,10 @@ from pathlib import Path
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="run the voice agent with its browser page (offline defaults; docs/agent.md)")
-    p.add_argument("--model", type=Path, default=None,
-                   help="checkpoint directory: start a Cadence engine on it (else CADENCE_URL, else no TTS)")
+    p.add_argument("--model", default=None,
+                   help="checkpoint directory or Hugging Face repo id: start a Cadence engine on it (else CADENCE_URL, "
+                        "else no TTS)")
+    p.add_argument("--revision", default=None, help="with a repo id: a branch, tag or commit")
     p.add_argument("--cadence-url", default=None, help="an already running engine's ws://.../v1/stream")
     p.add_argument("--config", type=Path, default=None, help="TOML file of agent settings (docs/agent.md)")
     p.add_argument("--host", default="127.0.0.1")
@@ -20,6 +22,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from tts_engine.cli import check_device
+    from tts_engine.hub import resolve_model
 
     from .demo import load_config, run_demo
 
@@ -27,11 +30,13 @@ def run(args) -> int:
         raise ValueError("give --model or --cadence-url, not both")
     if args.config is not None and not args.config.is_file():
         raise FileNotFoundError(f"config file {args.config} does not exist")
+    model = None
     if args.model is not None:
         check_device(args.device)
+        model = resolve_model(args.model, args.revision)
     cfg = load_config(args.config, cadence_url=args.cadence_url, flow=str(args.flow) if args.flow else None)
     if cfg.flow is not None:
         from flows.loader import load_flow
 
         load_flow(cfg.flow)  # a bad flow file fails now, with its file, line and key, not inside a session
-    return run_demo(cfg, host=args.host, port=args.port, model=args.model, device=args.device)
+    return run_demo(cfg, host=args.host, port=args.port, model=model, device=args.device)

@@ -76,7 +76,7 @@ def _config(tmp_path, text: str):
 
 @pytest.mark.parametrize("toml,message", [
     ("[scheduler]\nrealtime_margin = 0.5\n", "[scheduler]: realtime_margin must be >= 1, got 0.5"),
-    ("[scheduler]\nlookahead_buffer_s = -1\n", "[scheduler]: lookahead_buffer_s must be >= 0, got -1.0"),
+    ("[scheduler]\nlookahead_buffer_s = -1\n", "[scheduler]: lookahead_buffer_s must be a number >= 0, got -1.0"),
     ("[engine]\ngil_switch_ms = 0\n", "[engine]: gil_switch_ms must be > 0, got 0.0"),
     ("[engine]\nprofile_seconds = 0\n", "[engine]: profile_seconds must be > 0, got 0.0"),
     ("[engine]\ncodec_precision = \"fp8\"\n", "[engine]: codec_precision must be one of fp32, tf32, bf16"),
@@ -133,3 +133,22 @@ def test_a_device_this_machine_lacks_is_a_clear_error(tmp_path, tiny_checkpoint,
             else "--device cuda:9: no CUDA device is available"}[device]
     assert r.returncode == 2 and r.stderr.startswith(f"cadence {command}: error: {want}"), r.stderr
     assert not (tmp_path / "a.wav").exists() and not (tmp_path / "ckpt").exists()
+
+
+def test_say_clones_a_voice_from_reference_audio(tmp_path):
+    """A Base checkpoint speaks in the voice of a reference recording (in-context, with its transcript)."""
+    import shutil
+    import wave
+
+    if shutil.which("espeak-ng") is None:
+        pytest.fail("espeak-ng is needed (apt-get install espeak-ng)")
+    ref_text = "This is the reference voice for the cloning test."
+    subprocess.run(["espeak-ng", "-w", str(tmp_path / "ref.wav"), ref_text], check=True)
+    assert cadence("make-checkpoint", "--size", "tiny", "--variant", "base", "--out", tmp_path / "base").returncode == 0
+    r = cadence("say", "Hello there.", "--model", tmp_path / "base", "--ref-audio", tmp_path / "ref.wav",
+                "--ref-text", ref_text, "--out", tmp_path / "out.wav")
+    assert r.returncode == 0, r.stderr
+    with wave.open(str(tmp_path / "out.wav")) as w:
+        assert w.getframerate() == 24000 and w.getnframes() > 0
+    r = cadence("say", "Hello.", "--model", tmp_path / "base", "--ref-text", ref_text, "--out", tmp_path / "x.wav")
+    assert r.returncode == 2 and "--ref-text goes with --ref-audio" in r.stderr

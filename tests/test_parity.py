@@ -119,3 +119,23 @@ def test_parity_check_fails_when_one_weight_is_perturbed(tiny_checkpoint, theirs
                                 language=voice.language, non_streaming_mode=True)
     with pytest.raises(AssertionError):
         _assert_same(codes, wavs, _ours_run(perturbed, texts, voice, layout))
+
+
+@pytest.fixture(scope="module")
+def tiny_06b_checkpoint(tmp_path_factory):
+    from tts_engine.checkpoint import make_checkpoint
+
+    return make_checkpoint("tiny-0.6b", tmp_path_factory.mktemp("tiny-0.6b-customvoice"), seed=5)
+
+
+@pytest.mark.parametrize("layout", [Layout.NON_STREAMING, Layout.STREAMING])
+def test_06b_layout_custom_voice_greedy_parity(layout, official, tiny_06b_checkpoint):
+    """The 0.6B layout: no talker -> code predictor projection, and instructions dropped by both."""
+    theirs = _load_official(official, tiny_06b_checkpoint)
+    ours = Synthesizer(tiny_06b_checkpoint)
+    assert not ours.cfg.supports_instruct
+    voice = VoiceSpec("aiden", "english", "Speak slowly.")
+    codes, wavs = _official_run(theirs, "generate_custom_voice", text=TEXTS[:2], speaker=voice.speaker,
+                                language=voice.language, instruct=voice.instruct,
+                                non_streaming_mode=layout is Layout.NON_STREAMING)
+    _assert_same(codes, wavs, _ours_run(ours, TEXTS[:2], voice, layout))

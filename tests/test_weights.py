@@ -58,3 +58,19 @@ def test_missing_unexpected_and_misshaped_tensors_are_all_named(tmp_path):
 def test_directory_without_weights_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match=r"no model\.safetensors"):
         safetensors_files(tmp_path)
+
+
+def test_loading_reports_progress_as_log_lines_or_a_bar(tiny_checkpoint, caplog, capsys):
+    import logging
+
+    from tts_engine.loading import load_checkpoint
+
+    with caplog.at_level(logging.INFO, logger="tts_engine.loading"):
+        load_checkpoint(tiny_checkpoint, progress_bar=False)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tts_engine.loading"]
+    assert [line.split(":")[0] for line in lines] == ["loaded talker", "loaded codec decoder"]
+    talker_mb = sum(f.stat().st_size for f in tiny_checkpoint.glob("*.safetensors")) / 1e6
+    assert float(lines[0].split(": ")[1].split(" MB")[0]) == pytest.approx(talker_mb, abs=0.15)
+    load_checkpoint(tiny_checkpoint, progress_bar=True)
+    err = capsys.readouterr().err
+    assert "loading model" in err and "100%" in err

@@ -34,9 +34,26 @@ from .model.qwen3_tts import Qwen3TTS
 
 SIZES = {
     "tiny": ("tiny-customvoice.config.json", "tiny-speech_tokenizer.config.json", torch.float32),
+    "tiny-0.6b": ("tiny-customvoice.config.json", "tiny-speech_tokenizer.config.json", torch.float32),
     "0.6b": ("0.6b-customvoice.config.json", "speech_tokenizer.config.json", torch.bfloat16),
     "1.7b": ("1.7b-customvoice.config.json", "speech_tokenizer.config.json", torch.bfloat16),
 }
+# "tiny" has the 1.7B layout (talker wider than the code predictor: a projection between them);
+# "tiny-0.6b" the 0.6B one: talker and code predictor of one width (no projection tensor),
+# attention wider than the hidden state, text embedding wider than the talker, and the 0.6B size
+# tag, under which the reference drops instructions.
+TINY_06B_TALKER = {"hidden_size": 32, "intermediate_size": 96, "text_hidden_size": 64}
+
+
+def model_config_raw(size: str) -> dict:
+    """The config.json of a named size (CustomVoice)."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose one of: {', '.join(SIZES)}")
+    raw = json.loads((CONFIG_DIR / SIZES[size][0]).read_text())
+    if size == "tiny-0.6b":
+        raw["tts_model_size"] = "0b6"
+        raw["talker_config"].update(TINY_06B_TALKER)
+    return raw
 DEFAULT_CHARS_PER_SECOND = 14.5
 FRAME_RATE_HZ = 12.5
 
@@ -64,7 +81,7 @@ def _generator(seed: int, name: str, device: torch.device) -> torch.Generator:
 def random_model(size: str, dtype: torch.dtype, device, seed: int = 0) -> tuple[ModelConfig, Qwen3TTS]:
     """Qwen3TTS of a named size with random weights built directly on `device` (no checkpoint on
     disk): for GPU tests and benchmarks that need only the model."""
-    cfg = ModelConfig.from_file(CONFIG_DIR / SIZES[size][0])
+    cfg = ModelConfig.from_dict(model_config_raw(size))
     with torch.device("meta"):
         model = Qwen3TTS(cfg)
     model.load_state_dict(random_talker_state_dict(cfg, seed, dtype, device), assign=True)
@@ -95,30 +112,53 @@ def random_talker_state_dict(cfg: ModelConfig, seed: int, dtype: torch.dtype,
     return out
 
 
-VARIANTS = ("custom_voice", "voice_design")
+def random_speaker_encoder_state_dict(raw_cfg: dict, seed: int, dtype: torch.dtype,
+                                     device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """`speaker_encoder.*` tensors: conv weights ~ N(0, 2/fan_in) (ReLU network), biases ~
+    N(0, 0.02^2), so the embedding stays at unit scale through the blocks."""
+    from .voices.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
+
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in
+                  SpeakerEncoder(SpeakerEncoderConfig.from_model_config(raw_cfg)).state_dict().items()}
+    out = {}
+    for name, shape in shapes.items():
+        key = f"speaker_encoder.{name}"
+        t = torch.randn(shape, generator=_generator(seed, key, torch.device(device)), device=device)
+        out[key] = (0.02 * t if name.endswith(".bias") else t * math.sqrt(2 / math.prod(shape[1:]))).to(dtype)
+    return out
+
+
+VARIANTS = ("custom_voice", "voice_design", "base")
+# The Base models' speaker encoder: the official layer widths for the real sizes, a narrow one for
+# tiny test checkpoints. `enc_dim` is always the talker's width.
+TINY_SPEAKER_ENCODER = {"enc_channels": [32, 32, 32, 32, 96], "enc_attention_channels": 16,
+                        "enc_res2net_scale": 4, "enc_se_channels": 16}
 
 
 def make_checkpoint(size: str, out: str | Path, *, seed: int = 0, dtype: torch.dtype | None = None,
                     device: str | torch.device = "cpu", variant: str = "custom_voice",
                     chars_per_second: float = DEFAULT_CHARS_PER_SECOND) -> Path:
-    """Write a complete random-weight checkpoint. `variant`: CustomVoice (9 built-in voices) or
-    VoiceDesign (no voices, an instruction describes the voice; same tensors)."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; choose one of: {', '.join(SIZES)}")
+    """Write a complete random-weight checkpoint. `variant`: CustomVoice (9 built-in voices),
+    VoiceDesign (no voices, an instruction describes the voice; same tensors) or Base (no voices,
+    voice cloning from reference audio; adds the `speaker_encoder.*` tensors)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of: {', '.join(VARIANTS)}")
     if not chars_per_second > 0:
         raise ValueError("chars_per_second must be > 0")
-    model_cfg_name, codec_cfg_name, default_dtype = SIZES[size]
+    raw = model_config_raw(size)
+    _, codec_cfg_name, default_dtype = SIZES[size]
     dtype = dtype or default_dtype
     out = Path(out)
     (out / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
 
-    raw = json.loads((CONFIG_DIR / model_cfg_name).read_text())
-    if variant == "voice_design":
-        raw["tts_model_type"] = "voice_design"
+    if variant != "custom_voice":
+        raw["tts_model_type"] = variant
         raw["talker_config"]["spk_id"] = {}
         raw["talker_config"]["spk_is_dialect"] = {}
+    if variant == "base":
+        raw["speaker_encoder_config"] = {"enc_dim": raw["talker_config"]["hidden_size"], "sample_rate": 24000,
+                                         **(TINY_SPEAKER_ENCODER if size.startswith("tiny") else {})}
     raw["random_weights"] = {
         "seed": seed, "chars_per_second": chars_per_second,
         "note": "random weights made by `cadence make-checkpoint`; generation stops at the length "
@@ -132,6 +172,8 @@ def make_checkpoint(size: str, out: str | Path, *, seed: int = 0, dtype: torch.d
 
     cfg = ModelConfig.from_dict(raw)
     talker = random_talker_state_dict(cfg, seed, dtype, device)
+    if variant == "base":
+        talker |= random_speaker_encoder_state_dict(raw, seed, dtype, device)
     save_file({k: v.contiguous().cpu() for k, v in talker.items()}, str(out / "model.safetensors"),
               metadata={"format": "pt"})
     del talker

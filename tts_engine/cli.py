@@ -29,10 +29,12 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_make_checkpoint(sub) -> None:
     p = sub.add_parser("make-checkpoint", help="write a random-weight checkpoint in the official layout")
-    p.add_argument("--size", required=True, choices=["tiny", "0.6b", "1.7b"])
+    p.add_argument("--size", required=True, choices=["tiny", "tiny-0.6b", "0.6b", "1.7b"],
+                   help="tiny: the 1.7B layout at toy size; tiny-0.6b: the 0.6B layout at toy size")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--variant", choices=["custom-voice", "voice-design"], default="custom-voice")
+    p.add_argument("--variant", choices=["custom-voice", "voice-design", "base"], default="custom-voice",
+                   help="base: no built-in voices, cloning from reference audio")
     p.add_argument("--dtype", choices=["bf16", "fp32"], default=None,
                    help="talker weights dtype (default: fp32 for tiny, bf16 otherwise)")
     p.add_argument("--device", default="cpu", help="where to draw the random tensors (e.g. cuda)")
@@ -44,8 +46,11 @@ def _add_make_checkpoint(sub) -> None:
 def _add_say(sub) -> None:
     p = sub.add_parser("say", help="synthesise text to a WAV file (reference path)")
     p.add_argument("text", nargs="?", default=None, help="text to speak; omit or '-' to read stdin")
-    p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
+    p.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo id")
+    p.add_argument("--revision", default=None, help="with a repo id: a branch, tag or commit")
     p.add_argument("--voice", default=None, help="built-in voice (CustomVoice models)")
+    p.add_argument("--ref-audio", type=Path, default=None, help="reference audio to clone the voice of (Base models)")
+    p.add_argument("--ref-text", default=None, help="its transcript: in-context cloning (else speaker embedding only)")
     p.add_argument("--language", default="auto")
     p.add_argument("--instruct", default=None, help="style instruction (required for VoiceDesign)")
     p.add_argument("--out", required=True, type=Path)
@@ -62,7 +67,8 @@ def _add_say(sub) -> None:
 
 def _add_serve(sub) -> None:
     p = sub.add_parser("serve", help="run the streaming HTTP/WebSocket server (docs/streaming-api.md)")
-    p.add_argument("--model", type=Path, help="checkpoint directory")
+    p.add_argument("--model", help="checkpoint directory or Hugging Face repo id (downloaded once into its cache)")
+    p.add_argument("--revision", default=None, help="with a repo id: a branch, tag or commit")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
                    help="server limits, scheduling and engine settings (see --show-config)")
     p.add_argument("--show-config", action="store_true",
@@ -93,6 +99,7 @@ def _serve(args) -> int:
         "scheduler": {"max_active_streams": args.max_active_streams, "max_queued_streams": args.max_queued_streams},
     })
     from .engine.profile import EngineProfile
+    from .hub import resolve_model
     from .loading import load_model_dir
     from .server.run import bind, serve
     from .server.security import with_api_keys
@@ -102,11 +109,12 @@ def _serve(args) -> int:
 
     profile = EngineProfile(args.profile_engine, settings.engine.profile_seconds) if args.profile_engine else None
     check_device(args.device)
-    load_model_dir(args.model)  # a missing or wrong directory fails before the socket is taken
+    model = resolve_model(args.model, args.revision)
+    load_model_dir(model)  # a missing or wrong directory fails before the socket is taken
     sock = bind(server)
     from .engine.core import StreamingEngine
 
-    engine = StreamingEngine(args.model, device=args.device, scheduler=settings.scheduler,
+    engine = StreamingEngine(model, device=args.device, scheduler=settings.scheduler,
                              codec_precision=settings.engine.codec_precision, freeze_gc=settings.engine.gc_freeze,
                              profile=profile)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
@@ -115,7 +123,7 @@ def _serve(args) -> int:
     sys.setswitchinterval(settings.engine.gil_switch_ms / 1e3)
     host, port = sock.getsockname()[:2]
     scheme = "https" if server.tls_certfile else "http"
-    print(f"cadence serve: listening on {scheme}://{host}:{port} (model {args.model}, device {args.device})",
+    print(f"cadence serve: listening on {scheme}://{host}:{port} (model {model}, device {args.device})",
           file=sys.stderr)
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
         serve(engine, server, sock)
@@ -149,6 +157,7 @@ def write_wav(path: Path, pcm: np.ndarray, sample_rate: int) -> None:
 def _say(args) -> int:
     from tqdm import tqdm
 
+    from .hub import resolve_model
     from .loading import load_model_dir
     from .prompt import Layout, VoiceSpec, resolve_voice
     from .sampling import SamplingParams
@@ -159,14 +168,24 @@ def _say(args) -> int:
         raise ValueError("no text given (pass it as an argument or on stdin)")
     if args.max_frames is not None and args.max_frames < 1:
         raise ValueError("--max-frames must be >= 1")
+    if args.ref_text is not None and args.ref_audio is None:
+        raise ValueError("--ref-text goes with --ref-audio")
+    model = resolve_model(args.model, args.revision)
     voice = VoiceSpec(args.voice, args.language, args.instruct)
-    _, cfg = load_model_dir(args.model)
-    resolve_voice(cfg, voice)  # fail on a bad voice or language before loading weights
+    _, cfg = load_model_dir(model)
+    if args.ref_audio is None:
+        resolve_voice(cfg, voice)  # fail on a bad voice or language before loading weights
     if not args.out.parent.is_dir():
         raise ValueError(f"output directory {args.out.parent} does not exist")
 
     check_device(args.device)
-    synth = Synthesizer(args.model, device=args.device)
+    synth = Synthesizer(model, device=args.device)
+    if args.ref_audio is not None:
+        from .voices.audio import load_reference_file
+
+        clone = synth.clone_voice(load_reference_file(args.ref_audio), args.ref_text)
+        voice = VoiceSpec(args.voice or "reference", args.language, args.instruct, cloned=clone)
+        resolve_voice(cfg, voice)
     params = SamplingParams.greedy() if args.greedy else SamplingParams.from_defaults(synth.defaults)
     overrides = {"seed": args.seed, "temperature": args.temperature, "top_k": args.top_k,
                  "top_p": args.top_p}

@@ -19,6 +19,7 @@ import torch
 from .model.qwen3_tts import Qwen3TTS
 from .prompt import Prompt
 from .sampling import SamplingParams, pick_codebook, pick_codebook0, suppress_mask
+from .voices.rows import add_clone_rows
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,10 @@ class GenerationInput:
     forced_frames: int | None = None
 
 
-def _embed_rows(model: Qwen3TTS, text_ids: list[int | None], codec_ids: list[int | None],
-                device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """(text id | None, codec id | None) rows -> [n, H]."""
+def _embed_rows(model: Qwen3TTS, prompt: Prompt, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(text id | None, codec id | None) rows, plus a cloned voice's vector rows -> [n, H]."""
     talker = model.talker
+    text_ids, codec_ids = list(prompt.text_ids), list(prompt.codec_ids)
     out = torch.zeros(len(text_ids), talker.cfg.hidden_size, device=device, dtype=dtype)
     t_rows = [i for i, x in enumerate(text_ids) if x is not None]
     c_rows = [i for i, x in enumerate(codec_ids) if x is not None]
@@ -45,7 +46,7 @@ def _embed_rows(model: Qwen3TTS, text_ids: list[int | None], codec_ids: list[int
     if c_rows:
         ids = torch.tensor([codec_ids[i] for i in c_rows], device=device)
         out[c_rows] = out[c_rows] + talker.codec_embed(ids)
-    return out
+    return add_clone_rows(out, prompt, talker.feedback_embed)
 
 
 @torch.inference_mode()
@@ -63,8 +64,7 @@ def generate_codes(model: Qwen3TTS, inputs: list[GenerationInput],
 
     x = torch.zeros(b, width, cfg.hidden_size, device=device, dtype=dtype)
     for i, inp in enumerate(inputs):
-        x[i, pads[i]:] = _embed_rows(model, list(inp.prompt.text_ids), list(inp.prompt.codec_ids),
-                                     device, dtype)
+        x[i, pads[i]:] = _embed_rows(model, inp.prompt, device, dtype)
     pad_t = torch.tensor(pads, device=device)[:, None]
     positions = (torch.arange(width, device=device)[None] - pad_t).clamp(min=0)  # [B, S]
     key_ok = torch.arange(width, device=device)[None] >= pad_t  # [B, S]

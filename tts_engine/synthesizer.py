@@ -20,6 +20,8 @@ from .loading import load_checkpoint
 from .prompt import Layout, VoiceSpec, assistant_text, build_prompt, instruct_text
 from .reference import GenerationInput, generate_codes
 from .sampling import SamplingParams
+from .voices.clone import ClonePrompt
+from .voices.encoder import VoiceEncoder
 
 SAMPLE_RATE = 24000
 
@@ -38,6 +40,15 @@ class Synthesizer:
         self.path, self.cfg, self.codec_cfg, self.defaults = ckpt.path, ckpt.cfg, ckpt.codec_cfg, ckpt.defaults
         self.tokenizer, self.model, self.codec = ckpt.tokenizer, ckpt.model, ckpt.codec
         self.device = torch.device(device)
+        self._voice_encoder: VoiceEncoder | None = None
+
+    def clone_voice(self, wav: np.ndarray, ref_text: str | None = None) -> ClonePrompt:
+        """A Base model's cloned voice from 24 kHz mono reference audio (see voices/clone.py); use it
+        as `VoiceSpec(name, language, cloned=...)`."""
+        if self._voice_encoder is None:
+            self._voice_encoder = VoiceEncoder.from_checkpoint(self.path, device=self.device,
+                                                               tokenizer=self.tokenizer)
+        return self._voice_encoder.clone(wav, ref_text)
 
     def prepare(self, text: str, voice: VoiceSpec, *, layout: Layout = Layout.NON_STREAMING,
                 params: SamplingParams | None = None, max_frames: int | None = None) -> GenerationInput:
@@ -58,13 +69,21 @@ class Synthesizer:
         return GenerationInput(prompt, params, seed, limit, forced)
 
     @torch.inference_mode()
-    def decode(self, codes: torch.Tensor) -> np.ndarray:
+    def decode(self, codes: torch.Tensor, ref_codes: torch.Tensor | None = None) -> np.ndarray:
+        """codes [T, 16] -> PCM. `ref_codes` (in-context cloning): decoded in front of the codes as
+        the codec's left context, then cut off, as the reference implementation does (its cut is
+        proportional to the length, kept as is so the samples match)."""
         if codes.shape[0] == 0:
             return np.zeros(0, dtype=np.float32)
-        pcm = self.codec(codes.T[None].to(self.device))  # [1, 16, T] -> [1, T * 1920]
-        return pcm[0].float().cpu().numpy()
+        full = codes if ref_codes is None else torch.cat((ref_codes.to(codes.device), codes))
+        pcm = self.codec(full.T[None].to(self.device))[0].float().cpu().numpy()  # [1, 16, T] -> [T * 1920]
+        if ref_codes is None:
+            return pcm
+        cut = int(ref_codes.shape[0] / max(full.shape[0], 1) * pcm.shape[0])
+        return pcm[cut:]
 
     def synthesize(self, inputs: list[GenerationInput],
                    on_frame: Callable[[int], None] | None = None) -> list[Speech]:
         codes = generate_codes(self.model, inputs, on_frame=on_frame)
-        return [Speech(c, self.decode(c)) for c in codes]
+        return [Speech(c, self.decode(c, inp.prompt.clone.ref_codes if inp.prompt.clone else None))
+                for c, inp in zip(codes, inputs, strict=True)]

@@ -7,6 +7,7 @@ disk, so loading a 1.7B model costs one read of the file and no random initialis
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -36,13 +37,15 @@ def expected_tensors(module: nn.Module) -> dict[str, torch.Size]:
 
 def load_into(module: nn.Module, files: list[Path], *, prefix: str = "",
               ignore_prefixes: tuple[str, ...] = (), dtype: torch.dtype | None = None,
-              device: str | torch.device = "cpu") -> nn.Module:
+              device: str | torch.device = "cpu",
+              on_bytes: Callable[[int], None] | None = None) -> nn.Module:
     """Fill `module` (typically built on the meta device) from safetensors `files`.
 
     Tensor `prefix + name` in the files maps to `name` in the module. Tensors under
     `ignore_prefixes` are skipped (e.g. the codec encoder, which the engine never runs). Any
     missing, unexpected or mis-shaped tensor raises one CheckpointError naming all of them.
-    Floating-point tensors are cast to `dtype` when given.
+    Floating-point tensors are cast to `dtype` when given. `on_bytes(n)` after each tensor read
+    (n = its size on disk), for progress reporting.
     """
     expected = expected_tensors(module)
     loaded: dict[str, torch.Tensor] = {}
@@ -56,6 +59,8 @@ def load_into(module: nn.Module, files: list[Path], *, prefix: str = "",
                     unexpected.append(key)
                     continue
                 t = f.get_tensor(key)
+                if on_bytes is not None:
+                    on_bytes(t.numel() * t.element_size())
                 if dtype is not None and t.is_floating_point():
                     t = t.to(dtype)
                 loaded[key[len(prefix):]] = t

@@ -70,3 +70,22 @@ def install_import_stubs() -> None:
 def official_available() -> bool:
     return importlib.util.find_spec("qwen_tts") is not None and importlib.util.find_spec(
         "transformers") is not None
+
+
+def use_transformers_mel_filterbank() -> None:
+    """Stand-in for librosa in the official speaker-encoder path, named as such.
+
+    The official `mel_spectrogram` calls `librosa.filters.mel` (Slaney scale and area norm), and
+    librosa is not installed here. transformers' `audio_utils.mel_filter_bank` with
+    `norm="slaney", mel_scale="slaney"` is an independent implementation of the same filterbank
+    (it documents matching librosa); the official module's reference to librosa's function is
+    pointed at it. Everything else in the official path runs unchanged.
+    """
+    import qwen_tts.core.models.modeling_qwen3_tts as official_model
+    from transformers.audio_utils import mel_filter_bank
+
+    def mel(sr, n_fft, n_mels, fmin, fmax):
+        return mel_filter_bank(num_frequency_bins=n_fft // 2 + 1, num_mel_filters=n_mels, min_frequency=fmin,
+                               max_frequency=fmax, sampling_rate=sr, norm="slaney", mel_scale="slaney").T
+
+    official_model.librosa_mel_fn = mel

@@ -38,21 +38,6 @@ from .codec_blocks import (
 )
 from .layers import RMSNorm
 
-# The dense convs of kernel > 1 as GEMMs over their input windows while those hold at most this many
-# elements (`use_fused_kernels`; past it cuDNN's implicit GEMM wins). Run 18, bf16 graphs on the H200
-# (ms, cuDNN -> no limit -> 2^22 -> 2^24): b1 x 1 frame 1.34 -> 1.02 / 1.02 / 1.02, b8 x 2 2.09 -> 1.99 /
-# 1.91 / 1.90, b8 x 12 4.84 -> 5.72 / 4.74 / 4.57, b32 x 2 4.45 -> 5.01 / 4.42 / 4.28, b32 x 12 15.05 ->
-# 19.8 / 15.04 / 14.99 (without a limit the last blocks' windows are tens of MB to copy).
-WINDOW_GEMM_MAX = 1 << 24
-# The window transformer's RoPE and K/V window as one kernel a layer instead of nine torch ops
-# (`use_fused_kernels(rope_kv=...)`). Run 19, bf16 graphs on the H200 (ms, torch ops -> kernel, two rounds
-# each): b1 x 1 frame 1.020 -> 0.886, b8 x 2 1.907 -> 1.694, b32 x 1 3.18 -> 2.76, b32 x 12 15.02 -> 14.55.
-ROPE_KV_KERNEL = True
-# A streaming conv's concatenation, history shift and window columns as one launch (kernels/conv_window.py)
-# instead of two or three torch copies (`use_fused_kernels(conv_windows=...)`). Run 19, bf16 graphs on the
-# H200 (ms, copies -> kernel): b1 x 1 frame 0.859 -> 0.778, b8 x 2 1.657 -> 1.427, b32 x 12 14.53 -> 12.22.
-CONV_WINDOW_KERNEL = True
-
 
 @dataclass
 class CodecState(ConvCache):
@@ -294,9 +279,8 @@ class CodecDecoder(nn.Module):
                 module.slot = len(self._history_shapes)
                 self._history_shapes.append((module.conv.in_channels, module.history_len))
 
-    def use_fused_kernels(self, on: bool = True, *, gemm_convs: bool = True,
-                          window_max: int = WINDOW_GEMM_MAX, rope_kv: bool = ROPE_KV_KERNEL,
-                          conv_windows: bool = CONV_WINDOW_KERNEL) -> CodecDecoder:
+    def use_fused_kernels(self, on: bool = True, *, gemm_convs: bool = True, window_max: int | None = None,
+                          rope_kv: bool | None = None, conv_windows: bool | None = None) -> CodecDecoder:
         """The fast path, after the weights are loaded and cast: SnakeBeta as one Triton kernel
         (kernels/snake.py) where Triton runs on the weights' device, the quantizer's projected table,
         the transformer's packed layers, and the transposed and pointwise convs as GEMMs
@@ -304,7 +288,14 @@ class CodecDecoder(nn.Module):
         as well while their input windows hold at most `window_max` elements (0: cuDNN always; the
         depthwise ones stay with cuDNN); `rope_kv`: the window transformer's RoPE and K/V window as one
         kernel a layer; `conv_windows`: each streaming conv's input window (concatenation, history shift,
-        columns) in one launch. Off, every op is the torch reference."""
+        columns) in one launch. None: `FastPathOptions`' codec_* default, the one place kernel defaults live.
+        Off, every op is the torch reference."""
+        from ..runtime.options import FastPathOptions  # a leaf module of dataclasses: no cycle
+
+        defaults = FastPathOptions()
+        window_max = defaults.codec_window_max if window_max is None else window_max
+        rope_kv = defaults.codec_rope_kv if rope_kv is None else rope_kv
+        conv_windows = defaults.codec_conv_windows if conv_windows is None else conv_windows
         if window_max < 0:
             raise ValueError(f"window_max must be >= 0, got {window_max}")
         for module in self.modules():

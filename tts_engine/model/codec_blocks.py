@@ -103,7 +103,7 @@ class CausalConvTranspose1d(nn.Module):
         into C_out * stride channels, then the samples interleaved: row o * stride + r of the GEMM is
         sample r of channel o; its column block q reads frame tau - m + q through tap (m - q) * stride + r
         (zero past the kernel). cuDNN ran these as backward-data convs (its generic `dgrad` kernels, the
-        largest item of a small call in run 11's profile, 0.23-0.30 ms)."""
+        largest item of a small call's profile, 0.23-0.30 ms)."""
         if not on:
             self.gemm_weight = self.gemm_bias = None
             return
@@ -119,8 +119,8 @@ class CausalConvTranspose1d(nn.Module):
         if self.gemm_weight is not None:
             return self._gemm_forward(x, cache)
         # The slices are made contiguous once here: the next block's SnakeBeta kernel would copy them
-        # anyway, and the residual add after it read them strided (run 7's profile of a batch-8 call:
-        # 1.05 of its 6.56 ms in strided, non-vectorized adds).
+        # anyway, and the residual add after it read them strided (in a batch-8 call's profile 1.05
+        # of its 6.56 ms went to strided, non-vectorized adds).
         out_len = x.shape[-1] * self.stride
         m = self.history_len
         if cache is None or m == 0:

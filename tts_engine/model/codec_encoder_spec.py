@@ -1,9 +1,10 @@
 """Names and shapes of the codec encoder's tensors, derived from `encoder_config` in plain Python.
 
-The engine never encodes audio, but a random-weight checkpoint must hold the complete official
-layout so that the reference package loads it. The official encoder is transformers' Mimi model
-(SEANet conv encoder, transformer, stride-2 downsample, split RVQ) with its decoder-side parts
-(`upsample`, `decoder_transformer`, `decoder`) removed. Defaults below are Mimi's own config
+A random-weight checkpoint must hold the complete official layout so that the reference package
+loads it; tts_engine/voices/codec_encoder.py runs these tensors to encode reference audio. The
+official encoder is transformers' Mimi model (SEANet conv encoder, transformer, stride-2
+downsample, split RVQ) with its decoder-side parts (`upsample`, `decoder_transformer`, `decoder`)
+removed. Defaults below are Mimi's own config
 defaults, used where `encoder_config` omits a key. Codebooks store `initialized`,
 `cluster_usage` and `embed_sum` as persistent buffers, so they are part of the layout.
 """
@@ -20,8 +21,15 @@ _MIMI_DEFAULTS: dict[str, Any] = {
     "codebook_dim": 256, "num_quantizers": 32, "use_conv_shortcut": False,
     "vector_quantization_hidden_dimension": 256, "num_semantic_quantizers": 1,
     "num_hidden_layers": 8, "intermediate_size": 2048, "num_attention_heads": 8,
-    "num_key_value_heads": 8, "head_dim": None, "attention_bias": False,
+    "num_key_value_heads": 8, "head_dim": None, "attention_bias": False, "dilation_growth_rate": 2,
+    "rope_theta": 10000.0, "sliding_window": 250, "norm_eps": 1e-5, "hidden_act": "gelu",
+    "pad_mode": "constant", "use_causal_conv": True,
 }
+
+
+def encoder_settings(encoder_raw: dict[str, Any]) -> dict[str, Any]:
+    """`encoder_config` with Mimi's defaults filled in."""
+    return {**_MIMI_DEFAULTS, **encoder_raw}
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -32,7 +40,7 @@ def _conv(shapes: Shapes, name: str, c_in: int, c_out: int, kernel: int, bias: b
         shapes[f"{name}.conv.bias"] = (c_out,)
 
 
-def _frame_rates(c: dict[str, Any]) -> tuple[float, int]:
+def frame_rates(c: dict[str, Any]) -> tuple[float, int]:
     """(frame rate of the codes, frame rate of the SEANet encoder output)."""
     hop = math.prod(c["upsampling_ratios"])
     seanet_rate = math.ceil(c["sampling_rate"] / hop)
@@ -45,7 +53,7 @@ def _frame_rates(c: dict[str, Any]) -> tuple[float, int]:
 
 def encoder_tensor_shapes(encoder_raw: dict[str, Any]) -> Shapes:
     """Every tensor of the official encoder's state_dict, names without the `encoder.` prefix."""
-    c = {**_MIMI_DEFAULTS, **encoder_raw}
+    c = encoder_settings(encoder_raw)
     shapes: Shapes = {}
 
     # SEANet: conv, then per ratio (reversed) residual blocks + ELU + strided conv doubling the
@@ -85,7 +93,7 @@ def encoder_tensor_shapes(encoder_raw: dict[str, Any]) -> Shapes:
         shapes[f"{p}.self_attn_layer_scale.scale"] = (hidden,)
         shapes[f"{p}.mlp_layer_scale.scale"] = (hidden,)
 
-    rate, seanet_rate = _frame_rates(c)
+    rate, seanet_rate = frame_rates(c)
     if rate != seanet_rate:
         _conv(shapes, "downsample", hidden, hidden, 2 * int(seanet_rate / rate), bias=False)
 

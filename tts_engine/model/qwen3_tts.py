@@ -116,12 +116,11 @@ class Talker(nn.Module):
 
 
 class Qwen3TTS(nn.Module):
-    """Top-level module: `state_dict()` keys are the checkpoint's `model.safetensors` names."""
+    """Top-level module: `state_dict()` keys are the checkpoint's `model.safetensors` names. A Base
+    checkpoint also holds `speaker_encoder.*`, which tts_engine/voices/ loads on its own: the
+    talker never runs it."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        if cfg.tts_model_type == "base":
-            raise ValueError("Base (voice clone) checkpoints are not supported yet: "
-                             "use a CustomVoice or VoiceDesign checkpoint")
         self.cfg = cfg
         self.talker = Talker(cfg.talker)
