@@ -38,7 +38,7 @@ class ServerConfig:
     ws_ping_timeout_s: float = 20.0
     # How long an idle HTTP keep-alive connection stays open (uvicorn's default is 5 s, which equals
     # httpx's client-side expiry: a request written just as the server closes the connection fails
-    # with a read error, as one in 3,503 did in run 12 at 30 req/s). Longer than the idle expiry of
+    # with a read error, about one in a few thousand at 30 req/s). Longer than the idle expiry of
     # httpx (5 s) and aiohttp (15 s) clients; a client keeping idle connections longer still races.
     keep_alive_s: float = 30.0
     # A request's headers and body must all arrive within this long of its first byte (and a new
