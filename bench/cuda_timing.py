@@ -1,4 +1,4 @@
-"""CUDA timing primitives shared by the stage benchmarks (bench/latency.py, bench/codec_stages.py)."""
+"""CUDA timing primitives of the stage bench (bench/stage_times.py): medians of CUDA-event-timed calls, graphs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Request-to-first-PCM over a real socket against `cadence serve` (issue 3's socket figure; the
-`bench.latency` CLI runs it): a server started in a subprocess, or one already listening; per
+`bench.stages` CLI runs it): a server started in a subprocess, or one already listening; per
 sequential request, from just before the request is written to the arrival of the first PCM byte of
 the response body, with the engine's own first-audio breakdown read from /metrics before and after.
 """
@@ -27,7 +27,7 @@ def _ttfa_sums(port: int) -> dict[str, float]:
     prefill launched -> first chunk launched -> audio read; drained -> prefill issued, through queued for
     a slot and the launch's start) and the HTTP handler's whole TTFA."""
     with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        s.sendall(f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
         text = b"".join(iter(lambda: s.recv(65536), b"")).decode()
     out = {}
     for line in text.splitlines():
@@ -66,7 +66,7 @@ def wait_ready(port: int, timeout_s: float = 300.0, check: Callable[[], None] | 
             check()
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                s.sendall(f"GET /ready HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
                 if s.recv(64).startswith(b"HTTP/1.1 200"):
                     return
         except OSError:
@@ -104,7 +104,7 @@ def socket_requests(port: int, requests: int, texts: list[str], times: list | No
             sums = _ttfa_sums(port)
         body = json.dumps({"model": "qwen3-tts", "input": texts[i % len(texts)], "voice": "ryan",
                            "language": "english", "response_format": "pcm", "seed": i}).encode()
-        head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
         with socket.create_connection(("127.0.0.1", port)) as s:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -122,6 +122,8 @@ def socket_requests(port: int, requests: int, texts: list[str], times: list | No
                     if b"\r\n" in rest and len(rest.split(b"\r\n", 1)[1]) > 0:
                         t_first = time.perf_counter()
             total = time.perf_counter() - t0
+        if t_first is None or not buf.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"request {i}: no PCM in the response: {buf[:300]!r}")
         if i >= 5:  # the first requests warm the allocator and the HTTP stack
             first_pcm.append((t_first - t0) * 1e3)
             if times is not None:

@@ -1,115 +1,124 @@
-"""The stages the single-GPU benchmarks time, and how they time one with a setting changed.
+"""Issue 3's stage table on one GPU, in one process, printed as markdown and written as JSON:
 
-    prefill_every_slot   a runner's slots started and prefilled, its caches random: what the stages read
-    prompt_ids           a CustomVoice-shaped prompt of t_len rows
-    stage_fns            the batch-b stages (talker step short and long, code-predictor frame, frame step) as
-                         callables, by name
-    variant_times        each stage timed through its graph with an object's attributes set meanwhile (restored)
-    interleaved_times    the same for several settings in interleaved rounds -> medians
-    frame_times          interleaved_times of the code predictor's frame and the frame step at several batches
+    python -m bench.stages --model /tmp/ckpt-1.7b --make --out stages.json
 
-bench.latency (issue 3's table), bench.latency_experiments, bench.latency_weights, bench.latency_cuda,
-bench.profile_step, bench.step_sweep, bench.launch_gap and bench.l2_prefetch time through these.
+Rows: the talker step (short and long context), the code-predictor frame, the frame step and the codec's
+chunks at each batch (bench/stage_times.py); the copy floor; one prompt's prefill; the plain reference loop;
+and request-to-first-PCM over a real socket against `cadence serve` (bench/socket_latency.py). Everything
+runs at the engine's defaults (FastPathOptions()); a benchmark that wants another setting builds its runner
+with other options in code.
 """
 
 from __future__ import annotations
 
-import statistics
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
 
-import torch
-
-from bench.cuda_timing import cuda_time_ms, graph_of
-
-
-def prefill_every_slot(runner, prompt_rows) -> None:
-    """Every slot started (seeded by its index) and prefilled with prompt_rows [T, H]; the caches'
-    other cells random, so that no stage is timed on zeros."""
-    from tts_engine.sampling import SamplingParams
-
-    runner.k_cache.normal_()
-    runner.v_cache.normal_()
-    for slot in range(runner.max_slots):
-        runner.start_slot(slot, SamplingParams(seed=slot), slot, eos_allowed=True)
-        runner.prefill(slot, prompt_rows)
+BATCHES = (1, 8, 32, 64)
+STAGE_ROWS = (("talker step (11 positions)", "talker_step_ms"), ("talker step (448 positions)", "talker_step_long_ms"),
+              ("code-predictor frame", "code_predictor_frame_ms"), ("frame step", "frame_step_ms"))
+CODEC_ROWS = (("codec, 1-frame chunk", "chunk_1f_ms"), ("codec, 2-frame chunk", "chunk_2f_ms"),
+              ("codec, 12-frame chunk", "chunk_12f_ms"))
 
 
-def prompt_ids(t_len: int) -> tuple[list[int | None], list[int | None]]:
-    """A CustomVoice-shaped prompt of t_len >= 10 rows: role tokens, 7 rows with codec ids, the text."""
-    text_ids = [151644, 77091, 198] + [151671] * 6 + [151672] + [1000 + i for i in range(t_len - 10)]
-    codec_ids = [None] * 3 + [2154, 2156, 2050, 2157, 3061, 2148, 2149] + [None] * (t_len - 10)
-    return text_ids, codec_ids
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench.stages", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, required=True, help="the checkpoint directory")
+    p.add_argument("--make", action="store_true", help="write a random-weight checkpoint there first if missing")
+    p.add_argument("--size", default="1.7b", choices=["0.6b", "1.7b"], help="with --make")
+    p.add_argument("--out", type=Path, required=True, help="the JSON results")
+    p.add_argument("--batches", default=",".join(map(str, BATCHES)), help="comma-separated batch sizes")
+    p.add_argument("--requests", type=int, default=100, help="sequential socket requests (0: none)")
+    p.add_argument("--skip-reference", action="store_true", help="no plain reference loop (~1 min)")
+    return p
 
 
-def stage_fns(runner, b: int, t_len: int) -> dict:
-    """The stages at batch b (slots 0..b-1 at position t_len) as callables, by name."""
-    from tts_engine.runtime.sampler import FAST, GENERAL
-
-    dev = runner.device
-    slots = torch.arange(b, device=dev)
-    positions = torch.full((b,), t_len, device=dev)
-    long_positions = torch.full((b,), runner.max_context - 64, device=dev)  # as `long` below
-    x = runner.hidden[:b].clone()
-    frames = torch.full((b,), 5, device=dev)
-    rows = runner.rows.gather(slots)
-    c0 = torch.randint(0, 2048, (b,), device=dev)
-    text = torch.zeros(b, dtype=torch.long, device=dev)
-
-    def at(position: int, fn):  # the talker's attention as a frame step at that position picks it
-        def run():
-            runner.talker_qk_attention = runner.qk_attention_serves(b, position)
-            return fn()
-        return run
-
-    short, long = t_len, runner.max_context - 64
-    return {"talker_step": at(short, lambda: runner._talker_decode(slots, x, positions)),
-            "talker_step_long": at(long, lambda: runner._talker_decode(slots, x, long_positions)),
-            "code_predictor_frame": lambda: runner.code_predictor.predict(x, c0, frames, rows, variant=FAST),
-            "frame_step": at(short, lambda: runner._frame_step(slots, frames, positions, text, FAST)),
-            "frame_step_general_sampler": at(short, lambda: runner._frame_step(slots, frames, positions, text,
-                                                                                GENERAL))}
-
-
-def interleaved_times(obj, variants: dict[str, dict], fns: dict, rounds: int) -> dict:
-    """`variant_times` of each of variants (name -> obj's settings) in turn, `rounds` times over -> the median
-    of each `<stage>_<name>_ms` (an error, `<name>_error`, as first reported)."""
-    runs: dict[str, list] = {}
-    for _ in range(rounds):
-        for name, settings in variants.items():
-            for key, value in variant_times(name, obj, settings, fns).items():
-                runs.setdefault(key, []).append(value)
-    return medians(runs)
-
-
-def medians(runs: dict[str, list]) -> dict:
-    """Interleaved rounds' results by key -> the median of each `*_ms`, the first of anything else (an error)."""
-    return {key: statistics.median(v) if key.endswith("_ms") else v[0] for key, v in runs.items()}
-
-
-def variant_times(name: str, obj, settings: dict, fns: dict) -> dict:
-    """Each of fns timed through its graph with obj's attributes `settings` set meanwhile (restored
-    after), as `<stage>_<name>_ms`; an experimental path that fails is reported as `<name>_error`,
-    not fatal to the run."""
-    before = {k: getattr(obj, k) for k in settings}
-    for k, v in settings.items():
-        setattr(obj, k, v)
+def parse_batches(text: str) -> tuple[int, ...]:
     try:
-        graphs = {stage: graph_of(fn) for stage, fn in fns.items()}
-        return {f"{stage}_{name}_ms": cuda_time_ms(g) for stage, g in graphs.items()}
-    except Exception as exc:
-        return {f"{name}_error": f"{type(exc).__name__}: {exc}"[:300]}
-    finally:
-        for k, v in before.items():
-            setattr(obj, k, v)
+        batches = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise ValueError(f"--batches must be comma-separated integers, got {text!r}") from None
+    if not batches or any(not 1 <= b <= 64 for b in batches):
+        raise ValueError(f"--batches must be in 1..64, got {text!r}")
+    return batches
 
 
-def frame_times(runner, t_len: int, obj, variants: dict[str, dict], rounds: int, batches, what: str,
-                stage_names: tuple[str, ...] = ("code_predictor_frame", "frame_step")) -> dict:
-    """`stage_names` (by default the code predictor's frame and the frame step) with each of `variants` (obj's settings)
-    at each of `batches` the runner holds, interleaved rounds -> {batch: {key: median ms}}."""
-    out = {}
-    for b in (b for b in batches if b <= runner.max_slots):
-        fns = stage_fns(runner, b, t_len)
-        stages = {k: fns[k] for k in stage_names}
-        out[b] = interleaved_times(obj, variants, stages, rounds)
-        print(f"batch {b}, {what}: {out[b]}", flush=True)
-    return out
+def table(result: dict) -> str:
+    """The stage rows by batch as a markdown table, then one line for each other figure present."""
+    batches = sorted(result["stages"], key=int)
+    lines = ["| | " + " | ".join(f"batch {b}" for b in batches) + " |", "|---" * (len(batches) + 1) + "|"]
+    for label, key in STAGE_ROWS:
+        lines.append(f"| {label} | " + " | ".join(f"{result['stages'][b][key]:.3f}" for b in batches) + " |")
+    for label, key in CODEC_ROWS:
+        lines.append(f"| {label} | " + " | ".join(f"{result['codec'][b][key]:.3f}" for b in batches) + " |")
+    f = result["floors"]
+    lines += ["", f"copy floor: {f['copy_bandwidth_tbs']:.2f} TB/s; weights at batch 1: talker step "
+                  f"{f['floor_talker_step_ms']:.3f} ms, code-predictor frame "
+                  f"{f['floor_code_predictor_frame_ms']:.3f} ms",
+              "prefill (graph): " + " / ".join(f"{v:.2f}" for v in result["prefill"].values()) + " ms at "
+              + " / ".join(k.split("_")[1] for k in result["prefill"]) + " rows",
+              f"codec: bf16 fast path, {result['codec']['snr_db_vs_fp32']:.1f} dB SNR against exact fp32"]
+    if "reference_ms_per_frame" in result:
+        lines.append(f"plain reference loop: {result['reference_ms_per_frame']:.1f} ms a frame")
+    if "socket" in result:
+        s = result["socket"]
+        lines.append(f"socket first PCM ({s['requests']} sequential requests): p50 {s['first_pcm_ms_p50']:.2f} ms, "
+                     f"p95 {s['first_pcm_ms_p95']:.2f}, max {s['first_pcm_ms_max']:.2f}")
+    return "\n".join(lines)
+
+
+def run(args) -> dict:
+    import torch
+
+    from bench.socket_latency import corpus, socket_first_pcm
+    from bench.stage_times import codec_times, floors, prefill_times, reference_ms_per_frame, stage_times
+    from tts_engine.checkpoint import make_checkpoint
+    from tts_engine.loading import load_checkpoint
+    from tts_engine.runtime.runner import ModelRunner
+
+    batches = parse_batches(args.batches)
+    if not torch.cuda.is_available():
+        raise ValueError("bench.stages needs a CUDA device")
+    if args.make and not (args.model / "model.safetensors").exists():
+        make_checkpoint(args.size, args.model, device="cuda")
+    if not args.model.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {args.model} does not exist (--make writes one)")
+    result: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                    "python": platform.python_version(), "commit": os.environ.get("CADENCE_COMMIT", "unknown")}
+    ckpt = load_checkpoint(args.model, device=torch.device("cuda"), dtype=torch.bfloat16)
+    model = ckpt.model.eval()
+    result["floors"] = floors(model)
+    runner = ModelRunner(model, max_slots=max(batches), max_context=512)
+    result["stages"] = stage_times(runner, batches)
+    result["prefill"] = prefill_times(runner)
+    del runner
+    torch.cuda.empty_cache()
+    result["codec"] = codec_times(ckpt.codec.eval(), batches)
+    if not args.skip_reference:
+        result["reference_ms_per_frame"] = reference_ms_per_frame(model, ckpt.cfg)
+    del model, ckpt
+    torch.cuda.empty_cache()
+    if args.requests:
+        result["socket"] = socket_first_pcm(args.model, args.requests, corpus())
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = run(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"bench.stages: error: {e}", file=sys.stderr)
+        return 2
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,8 +1,6 @@
-# Sourced by the GPU run scripts (repo root, on the device machine): the server wheels onto
-# PYTHONPATH, and `ensure_checkpoint` for the 1.7B random-weight checkpoint at /tmp/ckpt.
-# Once per machine: run4.sh sources this before its two parts start, so they do not race on /tmp/site
-# (two concurrent `pip install --target` of one folder failed in run 8).
-# The marker names the wheels installed, so a warm machine given other wheels installs them.
+# Sourced by bench/gpu/run.sh (repo root, on the device machine): the server wheels onto PYTHONPATH,
+# and `ensure_checkpoint` for the 1.7B random-weight checkpoint at /tmp/ckpt. The marker names the
+# wheels installed, so a warm machine given other wheels installs them.
 wheels=$(ls .whl/*.whl | md5sum | cut -c1-12)
 [ -f /tmp/site/.cadence-installed-$wheels ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
   --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.cadence-installed-$wheels; } || exit 1

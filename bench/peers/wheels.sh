@@ -20,7 +20,7 @@ declare -A WHEELS=(
   [qwen-tts]="qwen-tts==0.1.1 transformers==4.57.3 huggingface-hub==0.36.2 tokenizers==0.22.2"
   # transformers 5.17 and huggingface_hub 1.33 on the machine satisfy it as they are. soxr: transformers
   # 5.17's audio_utils imports it whenever it sees librosa (our import stand-in, compat.py), and the
-  # machine lacks it (run 8: "Could not import module 'AutoProcessor'" <- "No module named 'soxr'").
+  # machine lacks it (without it: "Could not import module 'AutoProcessor'" <- "No module named 'soxr'").
   [faster-qwen3-tts]="faster-qwen3-tts==0.5.4 qwen-tts-hf==0.1.1.post1 soxr==1.0.0"
 )
 

@@ -109,11 +109,9 @@ def test_websocket_word_by_word_against_a_real_server(server_url, tmp_path):
 
 @pytest.mark.slow
 def test_latency_socket_part_against_a_running_server(server_url, tmp_path):
-    from bench import latency
+    from bench.socket_latency import corpus, socket_requests
 
-    out = tmp_path / "socket.json"
     port = int(server_url.rsplit(":", 1)[1])
-    assert latency.main(["--socket-port", str(port), "--requests", "2", "--out", str(out)]) == 0
-    sock = json.loads(out.read_text())["socket"]
+    sock = socket_requests(port, 2, corpus())
     assert sock["requests"] == 2 and 0 < sock["first_pcm_ms_p50"] <= sock["first_pcm_ms_p95"] <= sock["total_ms_p50"]
     assert sock["breakdown_mean"]  # the engine's TTFA parts from /metrics

@@ -40,10 +40,10 @@ def pipelined_engine(request, tiny_checkpoint, one_thread):
     chunk schedule, and with the codec tick of the CUDA engine."""
     # No yielding: whether a stream far ahead of its listener yields depends on this CPU's speed
     # (the cost model), and these tests count the frames launched ahead of each EOS read. Lookahead
-    # on every step for the same reason (a stream ahead of its listener would run one step at a
-    # time; test_pipelining.py tests that rule on its own engine).
+    # while any stream decodes for the same reason (a stream ahead of its listener would run one step
+    # at a time; test_pipelining.py tests that rule on its own engine).
     eng = start_engine(tiny_checkpoint, pipeline_depth=2, max_active_streams=8, codec_tick_steps=request.param,
-                       yield_buffer_s=1e9, lookahead_buffer_s=None)
+                       yield_buffer_s=1e9, lookahead_buffer_s=1e9)
     yield eng
     asyncio.run(eng.stop())
     assert eng.fault is None
@@ -52,7 +52,7 @@ def pipelined_engine(request, tiny_checkpoint, one_thread):
 @pytest.fixture(autouse=True)
 def engines_empty_after_each_test(request):
     yield
-    for name in ("engine", "small_engine", "pipelined_engine", "lane_engine"):
+    for name in ("engine", "small_engine", "pipelined_engine"):
         if name in request.fixturenames:
             assert_empty(request.getfixturevalue(name))
 

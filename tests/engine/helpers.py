@@ -32,12 +32,11 @@ def options(seed: int = 7, **kw) -> StreamOptions:
 
 def start_engine(path, pipeline_depth: int | None = None, codec_tick_steps: int | None = None,
                  yield_buffer_s: float = SchedulerConfig.yield_buffer_s,
-                 lookahead_buffer_s: float | None = SchedulerConfig.lookahead_buffer_s, newcomer_lane: bool = False,
-                 **caps) -> StreamingEngine:
+                 lookahead_buffer_s: float = SchedulerConfig.lookahead_buffer_s, **caps) -> StreamingEngine:
     # Invariant violations found while idle fault the engine, so a test that breaks one fails.
     cfg = SchedulerConfig(raise_on_invariant_violation=True, pipeline_depth=pipeline_depth,
                           codec_tick_steps=codec_tick_steps, yield_buffer_s=yield_buffer_s,
-                          lookahead_buffer_s=lookahead_buffer_s, newcomer_lane=newcomer_lane)
+                          lookahead_buffer_s=lookahead_buffer_s)
     engine = StreamingEngine(path, device="cpu", max_context=512, scheduler=cfg, **caps)
     asyncio.run(engine.start())
     return engine

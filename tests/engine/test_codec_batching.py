@@ -31,7 +31,7 @@ def test_due_chunks_are_batched_by_length_and_equal_per_stream_decodes(tiny_chec
     calls: list[tuple[int, list[int], int]] = []  # (engine step, slots, chunk length)
     codes_of: dict[str, list[torch.Tensor]] = {}
     pcm_of: dict[str, list[torch.Tensor]] = {}
-    decode = engine.codec_runner.launch  # the executor's codec entry point
+    decode = engine.codec_runner.decode  # the executor's codec entry point
 
     def spy(slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         # Runs on the engine thread, where _entries may be read; the warm-up call has no stream.
@@ -45,7 +45,7 @@ def test_due_chunks_are_batched_by_length_and_equal_per_stream_decodes(tiny_chec
         calls.append((engine.step_count, list(slots), codes.shape[2]))
         return pcm
 
-    engine.codec_runner.launch = spy
+    engine.codec_runner.decode = spy
     # Hold the engine loop until every stream is open, so that the first three start together.
     gate = threading.Event()
     step = engine._step

@@ -24,7 +24,7 @@ def make_engine(tiny_checkpoint, **cfg) -> StreamingEngine:
 
 
 async def get(app, path: str) -> httpx.Response:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://engine") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
         return await client.get(path)
 
 

@@ -1,7 +1,7 @@
 """The engine thread never makes the host wait for the device by accident.
 
 `device_tensor[i] = python_value` turns the value into a pageable host tensor and copies it into
-the device tensor; on CUDA that copy waits for everything queued on the stream (run 8's profile at
+the device tensor; on CUDA that copy waits for everything queued on the stream (at
 40 req/s: 5.3 ms per new stream in `SamplingRows.set_row`, the GPU idle while the engine thread
 waited, three syncs per prefill). On CPU the copy is harmless, but it shows in the dispatched ops:
 an `aten.copy_` whose source came from `aten.lift_fresh` (a Python value made a tensor). This test

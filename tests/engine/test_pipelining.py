@@ -137,7 +137,7 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
     first-audio breakdown (wake, plan, launch, device) covers each stream's opened -> audio read."""
     eng = pipelined_engine
     order: list[str] = []
-    codes_half, feed_half, launch = eng.runner._frame_codes, eng.runner._frame_feed, eng.codec_runner.launch
+    codes_half, feed_half, launch = eng.runner._frame_codes, eng.runner._frame_feed, eng.codec_runner.decode
 
     def spy(name, fn):
         def wrapped(*args, **kw):
@@ -146,7 +146,7 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
         return wrapped
 
     eng.runner._frame_codes, eng.runner._frame_feed = spy("codes", codes_half), spy("talker", feed_half)
-    eng.codec_runner.launch = spy("chunk", launch)
+    eng.codec_runner.decode = spy("chunk", launch)
     before = eng.metrics()
     started = time.perf_counter()
     try:
@@ -155,7 +155,7 @@ def test_chunks_run_between_the_frame_steps_halves_and_ttfa_parts_add_up(pipelin
 
         events = asyncio.run(run())
     finally:
-        eng.runner._frame_codes, eng.runner._frame_feed, eng.codec_runner.launch = codes_half, feed_half, launch
+        eng.runner._frame_codes, eng.runner._frame_feed, eng.codec_runner.decode = codes_half, feed_half, launch
     wall = time.perf_counter() - started
     assert isinstance(events[-1], DoneEvent)
     # every chunk call sits between a codes half and the talker half of the same frame step

@@ -18,34 +18,16 @@ def _plan(step_id, frame_slots=(), chunk_slots=(), prefill_slots=()):
                     FrameBatch(rows, len(rows)) if rows else None, chunks)
 
 
-def test_work_on_another_stream_waits_for_a_slots_last_step_once():
+def test_a_prefill_waits_for_its_slots_last_step_once():
     fences = SlotFences()
-    fences.record(_plan(0, frame_slots=(0, 1), chunk_slots=(2,)), "main", {"step": "e0"})
-    fences.record(_plan(1, frame_slots=(1,)), "main", {"step": "e1", "codec": "codec1"})
-    assert fences.take_foreign(0, "main") == ()  # the same stream: its order does it
-    assert fences.take_foreign(0, "lane") == ("e0",)  # frame rows
-    assert fences.take_foreign(2, "prefill") == ("e0",)  # chunks: the codec state is written there
-    assert fences.take_foreign(1, "lane") == ("e1", "codec1")  # the latest step, with its codec stream's event
-    assert fences.take_foreign(1, "lane") == ()  # taken: the new work, and what follows it there, comes after
-    assert fences.take_foreign(5, "lane") == ()  # never used
-
-
-def test_a_step_without_chunks_keeps_the_codec_streams_earlier_end():
-    """With the codec on its own stream, a step with a slot's chunk and then a step with only its frame
-    row: the codec stream's event of the first is still waited for (the second's is not past it)."""
-    fences = SlotFences()
-    fences.record(_plan(0, frame_slots=(4,), chunk_slots=(4,)), "main", {"step": "e0", "codec": "codec0"})
-    fences.record(_plan(1, frame_slots=(4,)), "main", {"step": "e1"})
-    assert fences.take_foreign(4, "lane") == ("e1", "codec0")
-
-
-def test_a_lane_steps_slot_fences_the_main_stream():
-    """A stream cancelled in the newcomer lane frees its slot while its lane steps may be in flight:
-    the next owner's work on the main stream waits for them, prefills included."""
-    fences = SlotFences()
-    fences.record(_plan(0, prefill_slots=(3,), frame_slots=(3,)), "lane", {"step": "lane0"})
-    assert fences.take_foreign(3, "lane") == ()
-    assert fences.take_foreign(3, "main") == ("lane0",)
+    fences.record(_plan(0, frame_slots=(0, 1), chunk_slots=(2,), prefill_slots=(3,)), "e0")
+    fences.record(_plan(1, frame_slots=(1,)), "e1")
+    assert fences.take(0) == "e0"  # frame rows
+    assert fences.take(2) == "e0"  # chunks: the codec state is written there
+    assert fences.take(3) == "e0"  # a prefill: the slot's KV cache
+    assert fences.take(1) == "e1"  # the latest step that touched it
+    assert fences.take(1) is None  # taken: the new work, and what follows it there, comes after
+    assert fences.take(5) is None  # never used
 
 
 def test_the_prefill_stream_needs_cuda(tiny_checkpoint):

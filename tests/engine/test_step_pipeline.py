@@ -81,19 +81,6 @@ def test_a_wait_that_is_cut_short_leaves_the_step_in_flight():
     assert a.waited and early == ["a"] and seen == ["a", "a"]
 
 
-def test_a_full_pipeline_waits_through_full_wait_when_given():
-    """The engine passes full_wait while newcomer-lane steps are in flight (it serves them while it
-    waits); it replaces before_wait + step.wait() when no other step may be launched beside the oldest."""
-    p = StepPipeline(2)
-    a, b = Step("a"), Step("b")
-    full, early = [], []
-    p.push(a)
-    p.push(b)
-    got = [s.name for s in p.completed(before_wait=lambda s: early.append(s.name),
-                                       full_wait=lambda s: full.append(s.name))]
-    assert got == ["a"] and full == ["a"] and early == [] and not a.waited
-
-
 class _DeviceStep:
     """A launched step whose device work ends `seconds` after it is made (LaunchedStep's polling)."""
 

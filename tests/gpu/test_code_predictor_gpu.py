@@ -1,7 +1,7 @@
 """The code predictor's Triton path equals its torch path at the real 1.7B shapes in bf16: its prefill and decode
-passes from the same state give the same logits (to bf16 rounding) and write the same K/V, on the GEMV, cuBLAS and
-tensor-core passes and with the products as split-K partials; with PDL, the first-layer qkv table, attention + o or
-the draws' prefetch or early triggers, graph replays give the codes of the same kernels without. The runners:
+passes from the same state give the same logits (to bf16 rounding) and write the same K/V, on the GEMV and cuBLAS
+passes and with the products as split-K partials; with PDL, the first-layer qkv table, attention + o or early
+triggers, graph replays give the codes of the same kernels without. The runners:
 tests/gpu/conftest.py."""
 
 from __future__ import annotations
@@ -13,23 +13,22 @@ from tests.gpu.replays import ROW_BLOCKS, assert_pdl_gives_the_output_without, g
 from tts_engine.sampling import SamplingParams
 
 
-# all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; the opt-in tensor-core kernel; with
-# the q/k norm + RoPE fused into the attention's launch and without, in PDL passes (1-2 rows) and the rest (cuBLAS': the
-# CUDA kernel's rows, the default where it runs, have tests/gpu/test_cp_gemv_gpu.py)
-@pytest.mark.parametrize("b,mma_rows,fused", [(1, 0, True), (2, 0, True), (6, 0, True), (3, 16, True), (8, 16, True),
-                                              (1, 0, False), (6, 0, False)])
-def test_code_predictor_steps_triton_equal_torch(runners, monkeypatch, b, mma_rows, fused):
+# all GEMV; GEMV steps after a cuBLAS prefill (4 rows); all cuBLAS; with the q/k norm + RoPE fused into the
+# attention's launch and without, in PDL passes (1-2 rows) and the rest (cuBLAS': the CUDA kernel's rows, the default
+# where it runs, have tests/gpu/test_cp_gemv_gpu.py)
+@pytest.mark.parametrize("b,fused", [(1, True), (2, True), (6, True), (3, True), (8, True), (1, False), (6, False)])
+def test_code_predictor_steps_triton_equal_torch(runners, monkeypatch, b, fused):
     cfg, (fast, ref) = runners
     h = cfg.talker.code_predictor.hidden_size
     fast_cp, ref_cp = fast.code_predictor, ref.code_predictor
     monkeypatch.setattr(fast_cp, "gemv_kernel_rows", 0)
     assert fast_cp.gemv_rows == 2
     before = fast_cp.fused_attention, fast_cp.fused_attention_pdl
-    fast_cp.mma_rows, fast_cp.fused_attention, fast_cp.fused_attention_pdl = mma_rows, fused, fused
+    fast_cp.fused_attention, fast_cp.fused_attention_pdl = fused, fused
     try:
         _compare_code_predictor_steps(fast_cp, ref_cp, b, h)
     finally:
-        fast_cp.mma_rows, (fast_cp.fused_attention, fast_cp.fused_attention_pdl) = 0, before
+        fast_cp.fused_attention, fast_cp.fused_attention_pdl = before
 
 
 @pytest.mark.parametrize("b,o,gate_up,down", [(4, 0, 0, 3), (6, 0, 0, 2), (8, 0, 0, 4), (8, 0, 0, 8), (4, 2, 2, 4),
@@ -111,8 +110,8 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, monkeypatch, b
     rows = fast.rows.gather(torch.arange(b, device="cuda"))
     codes = {}
     with torch.inference_mode():
-        # The same whole-row kernel launched plainly (run 9's version of this test left out
-        # whole_rows, so its reference ran the sliced kernel: another summation order, other codes).
+        # The same whole-row kernel launched plainly (without whole_rows the reference would run the
+        # sliced kernel: another summation order, other codes).
         with_pdl = {name: {**cfg, "residual_early": "residual_early" in change and name in ("o", "down"),
                            "row_chunks": 3 if "row_chunks" in change and name == "down" else 1}
                     for name, cfg in PDL_LAUNCH.items()}
@@ -120,7 +119,7 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, monkeypatch, b
             with_pdl = {name: {**cfg, **ROW_BLOCKS} for name, cfg in with_pdl.items()}
         no_pdl = {name: {**cfg, "pdl": False, "whole_rows": True} for name, cfg in with_pdl.items()}
         # The fused attention with the warps of a PDL pass in both: the warps set its reduction order
-        # (run 14 compared 8 warps with PDL against 4 without: equal replays, other codes).
+        # (8 warps with PDL against 4 without give equal replays but other codes).
         fused_was = cp.fused_attention, cp.fused_attention_pdl, cp.fused_attention_warps
         table, was, table_o = cp.gemv_launch, cp.pdl, (cp.qkv_table, cp.attention_o)
         qkv_table = cp.first_layer_qkv_table() if "qkv_table" in change else None
@@ -142,64 +141,6 @@ def test_code_predictor_with_pdl_gives_the_codes_without(runners, monkeypatch, b
     assert len(torch.cat(codes[False]).unique()) > 1
     assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0].tolist()} with PDL, {codes[False][0].tolist()} without)")
-
-
-@pytest.mark.parametrize("b", [1, 2, 8])
-def test_code_predictor_draws_that_prefetch_give_the_codes_without(runners, b):
-    """Each draw bringing the next pass's first weights into L2 (`draw_prefetch` 3: programs beside the row's that
-    issue `prefetch.global.L2`) changes nothing the frame computes: graph replays give the codes of the draws
-    without it, the engine's PDL passes (batches 1, 2) and its rows passes (8: on cuBLAS where the CUDA kernel's rows
-    do not run)."""
-    from tts_engine.runtime.sampler import GENERAL
-
-    cfg, (fast, _) = runners
-    cp = fast.code_predictor
-    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
-    c0 = torch.arange(b, device="cuda") * 97 + 5
-    frames = torch.arange(b, device="cuda") + 3
-    rows = fast.rows.gather(torch.arange(b, device="cuda"))
-    codes = {}
-    with torch.inference_mode():
-        for n in (0, 3):
-            cp.draw_prefetch = n
-            try:
-                codes[n] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL), n=4)
-            finally:
-                cp.draw_prefetch = 0
-    assert all(torch.equal(got, want) for got, want in zip(codes[3], codes[0])), \
-        f"codes {codes[3][0].tolist()} with the prefetch, {codes[0][0].tolist()} without"
-
-
-@pytest.mark.parametrize("b", [1, 2])
-def test_code_predictor_with_l2_eviction_priorities_gives_the_codes_without(runners, monkeypatch, b):
-    """The PDL passes with every weight's L2 eviction priority set (`l2_policy`: gate/up of layers 0-1 evict_last,
-    every other product and head evict_first; run 27's cp_l2 variants) give the codes of the same passes without
-    cache hints, replay after replay."""
-    from bench.latency_weights import l2_policy_keeping
-    from tts_engine.runtime.sampler import GENERAL
-
-    cfg, (fast, _) = runners
-    cp = fast.code_predictor
-    # the Triton products at batch 1 too (the CUDA one-row kernel, the default where it runs, rounds otherwise:
-    # tests/gpu/test_cp_gemv_gpu.py)
-    monkeypatch.setattr(cp, "gemv_kernel", None)
-    assert cp.uses_pdl(b)
-    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
-    c0 = torch.tensor([17, 1500][:b], device="cuda")
-    frames = torch.tensor([3, 9][:b], device="cuda")
-    rows = fast.rows.gather(torch.arange(b, device="cuda"))
-    policy = l2_policy_keeping(len(cp.stack.layers), (("gate_up", 0), ("gate_up", 1)))
-    codes = {}
-    with torch.inference_mode():
-        for name, hints in (("none", {}), ("hinted", policy)):
-            cp.l2_policy = hints
-            try:
-                codes[name] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL), n=4)
-            finally:
-                cp.l2_policy = {}
-    assert len(torch.cat(codes["none"]).unique()) > 1
-    assert all(torch.equal(got, want) for got, want in zip(codes["hinted"], codes["none"])), \
-        f"codes {codes['hinted'][0].tolist()} with L2 hints, {codes['none'][0].tolist()} without"
 
 
 @pytest.mark.parametrize("b", [1, 2])
@@ -245,69 +186,19 @@ def test_code_predictor_with_early_triggers_gives_the_codes_of_late_ones(runners
 
 def code_predictors_32(triton_model, runners, **fast):
     """(fast, reference) code predictors over the fixture's weights for batches up to 32 (the fixture's runners hold
-    8), the fast one with PDL, the qkv table, attention + o and `fast`; sampled rows (the talker's defaults) with
-    seeds 0-31."""
+    8), the fast one with PDL, the qkv table, attention + o and `fast` (FastPathOptions' cp_* fields); sampled rows
+    (the talker's defaults) with seeds 0-31."""
     from tts_engine.runtime.code_predictor import CodePredictorRunner
+    from tts_engine.runtime.options import FastPathOptions
     from tts_engine.runtime.sampler import SamplingRows
 
     _, (runner, _) = runners
-    made = [CodePredictorRunner(triton_model[1].talker, runner.codec_embedding, 32, use_triton=t, gemv_rows=2, pdl=t,
-                                qkv_table=t, attention_o=t, **(fast if t else {})) for t in (True, False)]
+    made = [CodePredictorRunner(triton_model[1].talker, runner.codec_embedding, 32, use_triton=t, pdl=t,
+                                options=FastPathOptions(**(fast if t else {}))) for t in (True, False)]
     rows = SamplingRows.empty(32, runner.device)
     for i in range(32):
         rows.set_row(i, SamplingParams(seed=i), seed=i)
     return made, rows
-
-
-@pytest.fixture(scope="module")
-def wide_code_predictors(triton_model, runners):
-    """`code_predictors_32` with the tensor-core passes up to 64 rows."""
-    return code_predictors_32(triton_model, runners, mma_rows=64)
-
-
-# the tensor-core passes (kernels/gemv_mma.py, PDL) at 8-64 rows: batch 8 (prefill 16 rows), 16 (32), 32 (64)
-@pytest.mark.parametrize("b", [8, 16, 32])
-def test_code_predictor_tensor_core_passes_equal_torch(wide_code_predictors, runners, b):
-    cfg, _ = runners
-    (fast_cp, ref_cp), _ = wide_code_predictors
-    launch = fast_cp.launch(b)["qkv"]
-    assert fast_cp.uses_pdl(b) and launch["mma"] and launch["pdl"], "the tensor-core passes run with PDL"
-    _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
-
-
-@pytest.mark.parametrize("b", [4, 8, 32])
-def test_code_predictor_tensor_core_passes_with_pdl_give_the_codes_without(wide_code_predictors, runners, b):
-    """The tensor-core passes (3-64 rows) with programmatic dependent launch (o's and down's residual read before
-    the wait; the attention and the draws launched early), captured in a graph as the engine runs it, against the
-    same kernels without PDL (the attention with the same warps): any difference is a kernel reading before its input
-    is written. Batch 32's prefill pass (64 rows) on them too."""
-    from tts_engine.runtime.code_predictor import attention_warps
-    from tts_engine.runtime.sampler import GENERAL
-
-    cfg, _ = runners
-    (cp, _), sampling = wide_code_predictors
-    hidden = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
-    inputs = (hidden.clone(), torch.randn_like(hidden))
-
-    def alternate(i):
-        hidden.copy_(inputs[i % 2])
-
-    c0 = torch.arange(b, device="cuda") * 97 % 2048
-    frames = torch.arange(b, device="cuda") + 3
-    rows = sampling.gather(torch.arange(b, device="cuda"))
-    codes, was = {}, (cp.pdl, cp.fused_attention_warps)
-    try:
-        with torch.inference_mode():
-            for pdl in (False, True):
-                cp.pdl, cp.fused_attention_warps = pdl, attention_warps(b, pdl=True)
-                assert cp.uses_pdl(b) == pdl and cp.launch(2 * b)["down"]["pdl"] == pdl
-                codes[pdl] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
-                                            before=alternate)
-    finally:
-        cp.pdl, cp.fused_attention_warps = was
-    assert len(torch.cat(codes[False]).unique()) > 1
-    assert_pdl_gives_the_output_without(
-        codes, f"codes ({codes[True][0][:2].tolist()} with PDL, {codes[False][0][:2].tolist()} without)")
 
 
 def test_code_predictor_qkv_table_is_the_first_layers_product(runners):

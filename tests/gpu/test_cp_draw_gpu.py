@@ -89,7 +89,7 @@ def test_picks_the_ids_the_triton_draw_picks_and_gathers_their_rows(kernel):
     (the same kept set and uniform; the CDFs differ in rounding only), and both tables' rows of them gathered. The
     rows without top-p are checked against the reference too; those with it are not: bf16 scores this spread tie
     often, and where a run of equal scores straddles the top-p mass, both kernels keep or drop it whole while the
-    reference's unstable sort splits it (run 30, call 2: row 111, both kernels' id outside the reference's interval)."""
+    reference's unstable sort splits it (seen at row 111: both kernels' id outside the reference's interval)."""
     g = torch.Generator().manual_seed(21)
     b = 256
     logits = (torch.randn(b, V, generator=g) * 4).to("cuda", torch.bfloat16)

@@ -323,25 +323,19 @@ def test_rows_split_k_partials_sum_to_the_product(cuda, rows_kw, cta_k, blocks, 
 def rows_code_predictors(triton_model, runners):
     """`code_predictors_32` (tests/gpu/test_code_predictor_gpu.py) with the defaults of an sm90 GPU: the CUDA products
     and draw, the rows passes under PDL with the early triggers, their norms launches of their own (the tests set
-    `rows_norms` and `rows_early` and put the defaults back)."""
-    return code_predictors_32(triton_model, runners, cuda_draw=None, cuda_gemv=True, rows_pdl=True, rows_norms=False,
-                              early_trigger=True)
+    `rows_early` and put the default back)."""
+    return code_predictors_32(triton_model, runners, cp_cuda_draw=None, cp_cuda_gemv=True, cp_rows_pdl=True,
+                              cp_early_trigger=True)
 
 
-# passes of 3 rows (prefill 6), 16 (prefill 32) and 32 (prefill 64); the norms as launches or in the products
-@pytest.mark.parametrize("norms", [False, True])
+# passes of 3 rows (prefill 6), 16 (prefill 32) and 32 (prefill 64)
 @pytest.mark.parametrize("b", [3, 16, 32])
-def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b, norms):
+def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b):
     cfg, _ = runners
     (fast_cp, ref_cp), _ = rows_code_predictors
     assert fast_cp.pass_pdl(b) and fast_cp.rows_product(b) is fast_cp.gemv_kernel is not None
     before = fast_cp.gemv_kernel.launches
-    try:
-        fast_cp.rows_norms = norms
-        assert fast_cp.norm_rows(b) == norms
-        _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
-    finally:
-        fast_cp.rows_norms = False
+    _compare_code_predictor_steps(fast_cp, ref_cp, b, cfg.talker.code_predictor.hidden_size)
     # the prefill (on the rows up to gemv_kernel_rows) and two one-position passes: 20 products each (no qkv table
     # here), and the three heads (b rows each)
     prefill = 20 if 2 * b <= fast_cp.gemv_kernel_rows else 0
@@ -349,14 +343,12 @@ def test_rows_passes_under_pdl_equal_torch(rows_code_predictors, runners, b, nor
 
 
 @pytest.mark.parametrize("early", [False, True])
-@pytest.mark.parametrize("norms", [False, True])
 @pytest.mark.parametrize("b", [4, 32])
-def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runners, b, norms, early):
+def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runners, b, early):
     """Whole frames of the rows passes (the products, norms, attention, heads and draws under PDL, each product's
-    weights loaded before its wait; with norms, the norms inside the products and o's and down's slices added up in
-    clusters; with early, every launch that may (cp_launch.ROWS_EARLY_LAUNCHES) letting the next start before its
-    wait) captured in a graph as the engine runs it, against the same kernels without PDL: any difference is a kernel
-    reading before its input is written."""
+    weights loaded before its wait; with early, every launch that may (cp_launch.ROWS_EARLY_LAUNCHES) letting the next
+    start before its wait) captured in a graph as the engine runs it, against the same kernels without PDL: any
+    difference is a kernel reading before its input is written."""
     from tts_engine.runtime.code_predictor import ROWS_EARLY_LAUNCHES
     from tts_engine.runtime.sampler import GENERAL
 
@@ -368,7 +360,7 @@ def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runn
     frames = torch.arange(b, device="cuda") + 3
     rows = sampling.gather(torch.arange(b, device="cuda"))
     codes = {}
-    cp.rows_norms, cp.rows_early = norms, ROWS_EARLY_LAUNCHES if early else ()
+    cp.rows_early = ROWS_EARLY_LAUNCHES if early else ()
     try:
         with torch.inference_mode():
             for pdl in (False, True):
@@ -377,7 +369,7 @@ def test_rows_passes_under_pdl_give_the_codes_without(rows_code_predictors, runn
                 codes[pdl] = graph_replays(lambda: cp.predict(hidden, c0, frames, rows, variant=GENERAL),
                                             before=lambda i: hidden.copy_(inputs[i % 2]))
     finally:
-        cp.rows_pdl, cp.rows_norms, cp.rows_early = True, False, ROWS_EARLY_LAUNCHES
+        cp.rows_pdl, cp.rows_early = True, ROWS_EARLY_LAUNCHES
     assert len(torch.cat(codes[False]).unique()) > 1
     assert_pdl_gives_the_output_without(
         codes, f"codes ({codes[True][0][:2].tolist()} with PDL, {codes[False][0][:2].tolist()} without)")

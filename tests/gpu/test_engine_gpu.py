@@ -1,8 +1,8 @@
 """The whole engine on CUDA (tiny checkpoint, fp32, CUDA graphs, Triton kernels, fused sampler,
-pipeline depth 2), as served (prefills on a stream of their own), with the codec on its own stream
-and prefills on the default one, and with the newcomer lane: concurrent streams' audio equals the
-CPU reference loop decoded in one piece. Exercises what CPU runs cannot: steps in flight on the device, pinned host
-copies, codec chunks overlapping the next frame step, lane steps beside the main ones."""
+pipeline depth 2), as served (prefills on a stream of their own), with prefills on the default stream,
+and without the talker's PDL: concurrent streams' audio equals the CPU reference loop decoded in one
+piece. Exercises what CPU runs cannot: steps in flight on the device, pinned host copies, a new
+stream's prefill beside the steps in flight."""
 
 from __future__ import annotations
 
@@ -33,22 +33,19 @@ def cpu_reference(synth: Synthesizer, text: str, layout: Layout, seed: int):
     return np.frombuffer(to_s16le(pcm), dtype="<i2"), len(codes)
 
 
-# (codec stream, prefill stream, newcomer lane, talker PDL): the served defaults (the prefill stream on
-# with CUDA, run 13; the talker's batch-1 steps with programmatic dependent launch, run 14); the codec on
-# its own stream with prefills on the default stream; the prefill stream and the newcomer lane (its own
-# stream and graphs); the served defaults without the talker's PDL (`--no-talker-pdl`).
-@pytest.fixture(scope="module", params=[(False, None, False, None), (True, False, False, None),
-                                        (False, True, True, None), (False, None, False, False)],
-                ids=["served_defaults", "codec_own_stream", "prefill_stream_newcomer_lane", "no_talker_pdl"])
+# (prefill stream, talker PDL): the served defaults (the prefill stream on with CUDA; the talker's batch-1
+# steps with programmatic dependent launch); prefills on the default stream; the served defaults without
+# the talker's PDL.
+@pytest.fixture(scope="module", params=[(None, None), (False, None), (None, False)],
+                ids=["served_defaults", "prefills_on_the_default_stream", "no_talker_pdl"])
 def cuda_engine(request, cuda, tiny_checkpoint):
-    codec_stream, prefill_stream, lane, talker_pdl = request.param
-    cfg = SchedulerConfig(raise_on_invariant_violation=True, newcomer_lane=lane)
+    prefill_stream, talker_pdl = request.param
+    cfg = SchedulerConfig(raise_on_invariant_violation=True)
     # Exact fp32 codec: the comparison with the CPU reference is to 1 LSB; the served default (TF32)
-    # is measured against fp32 by bench.latency (51 dB SNR on the H200). The codec tick, early first
+    # is measured against fp32 by bench.stages. The codec tick, early first
     # audio and the fused SnakeBeta run as served.
     engine = StreamingEngine(tiny_checkpoint, device="cuda", dtype=torch.float32, max_context=512,
-                             max_active_streams=8, scheduler=cfg, codec_stream=codec_stream,
-                             prefill_stream=prefill_stream, codec_precision="fp32",
+                             max_active_streams=8, scheduler=cfg, prefill_stream=prefill_stream, codec_precision="fp32",
                              fast_path=FastPathOptions(talker_pdl=talker_pdl))
     asyncio.run(engine.start())
     assert engine.pipeline.depth == 2 and engine.runner.use_graphs and engine.runner.use_triton
@@ -78,13 +75,11 @@ def test_concurrent_streams_on_cuda_equal_the_cpu_reference(cuda_engine, tiny_ch
 
 
 def test_newcomers_beside_a_decoding_stream_equal_the_cpu_reference(cuda_engine, tiny_checkpoint):
-    """Streams that arrive while another decodes: with the newcomer lane their prefill, first frames
-    and first chunk run on the lane's stream beside the other's steps, then join them; the audio is
-    the reference's either way."""
+    """Streams that arrive while another decodes: with the prefill stream their prefill runs beside the
+    other's steps in flight, then they join them; the audio is the reference's either way."""
     synth = Synthesizer(tiny_checkpoint)
     texts = ["A second voice joins in.", "Three is a crowd, and four is more."]
     refs = [cpu_reference(synth, t, Layout.NON_STREAMING, seed=70 + i) for i, t in enumerate(texts)]
-    lanes_before = cuda_engine.scheduler.stats["lane_streams"]
 
     async def run():
         first = cuda_engine.open_stream(options(seed=69), LONG, end_input=True)
@@ -100,8 +95,6 @@ def test_newcomers_beside_a_decoding_stream_equal_the_cpu_reference(cuda_engine,
         assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos"
         assert events[-1].frames == frames - 1
         assert_pcm_close(pcm_of(events), ref_s16)
-    if cuda_engine.lane is not None:
-        assert cuda_engine.scheduler.stats["lane_streams"] > lanes_before
     assert cuda_engine.scheduler.violations(idle=True) == []
 
 
@@ -110,7 +103,7 @@ def test_the_engine_thread_never_synchronizes_the_device(cuda_engine):
     finish: any op that makes the host wait for the device (a pageable host-to-device copy such as
     `device_tensor[i] = value`, an `.item()`) raises in the engine thread, which faults the engine.
     Waits on the engine's own CUDA events (reading a finished step) are not such ops. The module's
-    engines are reused (run 8: a third engine's start did not fit the GPU tests' time limit)."""
+    engines are reused (a third engine's start does not fit the GPU tests' time limit)."""
 
     async def run():
         streams = [cuda_engine.open_stream(options(seed=60 + i), text, end_input=True)

@@ -12,52 +12,32 @@ from tests.gpu.replays import ROW_BLOCKS, assert_pdl_gives_the_output_without, g
 from tests.kernels.compare import assert_same_rounding
 
 
-# (batch, attention version, talker GEMV rows, PDL): cuBLAS products; the fused GEMVs
-# (talker_launch.TALKER_GEMV_LAUNCH); with PDL (talker_launch.TALKER_PDL_LAUNCH, every kernel of the step)
-# early: the attention's loads of earlier positions before its PDL wait (`talker_attention_early`).
-@pytest.mark.parametrize("batch,attention,gemv_rows,pdl,early", [
-    (1, 2, 0, False, False), (5, 2, 0, False, False), (1, 3, 0, False, False), (5, 3, 0, False, False),
-    (1, 2, 2, False, False), (2, 3, 2, False, False), (1, 3, 1, True, False), (2, 2, 2, True, False),
-    (1, 3, 1, True, True), (2, 3, 2, True, True)])
-def test_talker_step_triton_equals_torch(runners, batch, attention, gemv_rows, pdl, early):
+# (batch, talker GEMV rows, PDL): cuBLAS products; the fused GEMVs (talker_launch.TALKER_GEMV_LAUNCH); with PDL
+# (talker_launch.TALKER_PDL_LAUNCH, every kernel of the step)
+@pytest.mark.parametrize("batch,gemv_rows,pdl", [(1, 0, False), (5, 0, False), (1, 2, False), (2, 2, False),
+                                                 (1, 1, True), (2, 2, True)])
+def test_talker_step_triton_equals_torch(runners, batch, gemv_rows, pdl):
     cfg, (fast, ref) = runners
     slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
     positions = 20 + 9 * slots
-    g = torch.Generator(device="cuda").manual_seed(100 * batch + 10 * attention + gemv_rows)
+    g = torch.Generator(device="cuda").manual_seed(100 * batch + gemv_rows)
     x = torch.randn(batch, cfg.talker.hidden_size, device="cuda", generator=g).bfloat16()
-    before = fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_attention_early
-    fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_attention_early = (
-        attention, gemv_rows, pdl, early)
+    before = fast.talker_gemv_rows, fast.talker_pdl
+    fast.talker_gemv_rows, fast.talker_pdl = gemv_rows, pdl
     try:
         with torch.inference_mode():
             got = fast._talker_decode(slots, x, positions)
             want = ref._talker_decode(slots, x, positions)
     finally:
-        fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_attention_early = before
+        fast.talker_gemv_rows, fast.talker_pdl = before
     assert got.dtype == want.dtype == torch.bfloat16
     assert rel_err(got, want) < 2e-2
-    # bf16 rounding in two summation orders drifts over the layers: the last layer's keys measured 0.0205
-    # on an unchanged path in run 13 (cuBLAS products, attention v2); a wrong kernel is off by O(1).
+    # bf16 rounding in two summation orders drifts over the layers: the last layer's keys measure ~0.02
+    # on an unchanged path (cuBLAS products); a wrong kernel is off by O(1).
     for layer, tol in ((0, 2e-2), (27, 3e-2)):
         k_got = fast.k_cache[layer][slots, :, positions]
         k_want = ref.k_cache[layer][slots, :, positions]
         assert rel_err(k_got, k_want) < tol, f"layer {layer} keys"
-
-
-@pytest.mark.parametrize("batch,attention,gemv_rows,pdl", [(1, 3, 1, True), (2, 3, 2, True), (5, 2, 0, False)])
-def test_talker_step_with_one_key_chunk_equals_torch(runners, batch, attention, gemv_rows, pdl, monkeypatch):
-    """`talker_attention_splits` 1: one program a kv head over the whole context, no merge launch."""
-    cfg, (fast, ref) = runners
-    slots = torch.arange(8 - batch, 8, device="cuda").flip(0)
-    positions = 20 + 9 * slots
-    x = torch.randn(batch, cfg.talker.hidden_size, device="cuda").bfloat16()
-    for name, value in (("attention_version", attention), ("talker_gemv_rows", gemv_rows), ("talker_pdl", pdl),
-                        ("talker_attention_splits", 1)):
-        monkeypatch.setattr(fast, name, value)
-    with torch.inference_mode():
-        got = fast._talker_decode(slots, x, positions)
-        want = ref._talker_decode(slots, x, positions)
-    assert rel_err(got, want) < 2e-2
 
 
 # (batch, PDL, launch keywords, far): kernels/talker_attention.py in the talker's GEMV steps; far: the rows
@@ -72,7 +52,7 @@ def test_talker_step_with_fused_qk_attention_equals_torch(runners, batch, pdl, l
     positions = 200 - slots if far else 20 + 9 * slots
     x = torch.randn(batch, cfg.talker.hidden_size, device="cuda").bfloat16()
     launch = {**fast.talker_qk_attention_launch, **launch}  # the runner's table, these keywords changed
-    for name, value in (("attention_version", 3), ("talker_gemv_rows", batch), ("talker_pdl", pdl),
+    for name, value in (("talker_gemv_rows", batch), ("talker_pdl", pdl),
                         ("talker_qk_attention", False), ("talker_qk_attention_launch", launch)):
         monkeypatch.setattr(fast, name, value)
     with torch.inference_mode():
@@ -82,9 +62,9 @@ def test_talker_step_with_fused_qk_attention_equals_torch(runners, batch, pdl, l
                              for layer in (0, 27)} for r in (fast, ref))
         fast.talker_qk_attention = True
         got = fast._talker_decode(slots, x, positions)
-    # bf16 paths one summation order apart drift over 28 layers as far from each other as from torch: run
-    # 21 measured 0.018-0.024 between this and the split path (call 2), 0.022-0.024 against torch 190-200
-    # positions in (call 1), where the cache's zero keys past the prefill take most of the weight. A wrong kernel is
+    # bf16 paths one summation order apart drift over 28 layers as far from each other as from torch:
+    # 0.018-0.024 between this and the split path, 0.022-0.024 against torch 190-200 positions in, where
+    # the cache's zero keys past the prefill take most of the weight. A wrong kernel is
     # off by O(1); layer 0's new K/V, before any drift, are the split path's to the rounding.
     assert rel_err(got, split) < 3e-2
     assert rel_err(got, want) < max(3e-2, 1.5 * rel_err(split, want))
@@ -95,34 +75,22 @@ def test_talker_step_with_fused_qk_attention_equals_torch(runners, batch, pdl, l
         assert rel_err(*layer_27) < max(3e-2, 1.5 * rel_err(split_kv[27][i], ref_kv[27][i])), f"layer 27 {name}"
 
 
-@pytest.mark.parametrize("b,attention,table,early", [(1, 3, "whole_rows", False), (2, 2, "whole_rows", False),
-                                                     (1, 3, "mixed", False), (1, 3, "whole_rows", True),
-                                                     (2, 3, "whole_rows", True), (1, 3, "residual_early", False),
-                                                     (1, 3, "qk_attention", False),
-                                                     (2, 3, "qk_attention+residual_early", False),
-                                                     (1, 3, "qk_attention+row_chunks", False),
-                                                     (1, 3, "qk_attention+row_blocks", False),
-                                                     (2, 3, "row_blocks+row_chunks+residual_early", False),
-                                                     (1, 3, "qk_attention+residual_early+early_od", False),
-                                                     (1, 3, "qk_attention+residual_early+early_qod", False),
-                                                     (2, 3, "residual_early+early_qod", True)])
-def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, table, early):
+@pytest.mark.parametrize("b,table", [(1, "whole_rows"), (2, "whole_rows"), (1, "residual_early"), (1, "qk_attention"),
+                                     (2, "qk_attention+residual_early"), (1, "qk_attention+row_chunks"),
+                                     (1, "qk_attention+row_blocks"), (2, "row_blocks+row_chunks+residual_early")])
+def test_talker_step_with_pdl_gives_the_step_without(runners, b, table):
     """The talker's GEMV step with programmatic dependent launch (talker_launch.TALKER_PDL_LAUNCH: whole-row
-    products reading their weights before the wait, and every other kernel of the step launched early;
-    early: the attention's loads of earlier positions before its wait), captured in a graph as the
-    engine runs it, against the same kernels launched without PDL: the same arithmetic, so any
+    products reading their weights before the wait, and every other kernel of the step launched early), captured
+    in a graph as the engine runs it, against the same kernels launched without PDL: the same arithmetic, so any
     difference is a kernel reading before its input is written. The step's own cache positions are
     overwritten with NaN before each replay: a replay writes the same keys and values there as the
     one before, so reading them early would not show otherwise. table residual_early: o's and down's
     residual read before their wait too; qk_attention: kernels/talker_attention.py's one launch for the
     q/k norm, RoPE, K/V store and attention (8 warps a program); row_chunks: down's rows in three slices;
-    row_blocks: every product's row blocks streamed four a program; early_od / early_qod: o and down (and qkv) let the
-    next launch start before their own wait (`backend.PDL_EARLY`: two launches ahead run their early reads while the
-    one before finishes; talker_launch.TALKER_EARLY_TRIGGERS says why these may)."""
-    from tts_engine.kernels.backend import PDL_EARLY
-    from tts_engine.runtime.talker_launch import TALKER_EARLY_TRIGGERS, TALKER_PDL_LAUNCH, TALKER_PDL_MIXED
+    row_blocks: every product's row blocks streamed four a program."""
+    from tts_engine.runtime.talker_launch import TALKER_PDL_LAUNCH
 
-    launch = TALKER_PDL_MIXED if table == "mixed" else TALKER_PDL_LAUNCH
+    launch = TALKER_PDL_LAUNCH
     # o's and down's residual read before their wait: the default table's setting, here on where the case
     # names it and off elsewhere, so that both are tested
     launch = {name: {**cfg, "residual_early": "residual_early" in table and name in ("o", "down")}
@@ -131,9 +99,6 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
         launch = {name: {**cfg, "row_chunks": 3} if name == "down" else cfg for name, cfg in launch.items()}
     if "row_blocks" in table:
         launch = {name: {**cfg, **ROW_BLOCKS} for name, cfg in launch.items()}
-    if "early_" in table:
-        early_names = TALKER_EARLY_TRIGGERS["qod" if "early_qod" in table else "od"]
-        launch = {name: {**cfg, "pdl": PDL_EARLY} if name in early_names else cfg for name, cfg in launch.items()}
     qk_attention = "qk_attention" in table
     cfg, (fast, _) = runners
     slots = torch.arange(b, device="cuda")
@@ -141,9 +106,8 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
     x = torch.randn(b, cfg.talker.hidden_size, device="cuda").bfloat16()
     inputs = (x.clone(), torch.randn_like(x))  # replays alternate between them
     no_pdl = {name: {**cfg, "pdl": False} for name, cfg in launch.items()}
-    before = (fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch,
-              fast.talker_pdl_launch, fast.talker_attention_early, fast.talker_qk_attention,
-              fast.talker_qk_attention_launch)
+    before = (fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch, fast.talker_pdl_launch,
+              fast.talker_qk_attention, fast.talker_qk_attention_launch)
 
     def poison(i):
         x.copy_(inputs[i % 2])
@@ -153,15 +117,14 @@ def test_talker_step_with_pdl_gives_the_step_without(runners, b, attention, tabl
     hidden = {}
     with torch.inference_mode():
         for pdl in (False, True):
-            fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl = attention, 2, pdl
-            fast.talker_launch, fast.talker_pdl_launch, fast.talker_attention_early = no_pdl, launch, early
+            fast.talker_gemv_rows, fast.talker_pdl = 2, pdl
+            fast.talker_launch, fast.talker_pdl_launch = no_pdl, launch
             fast.talker_qk_attention, fast.talker_qk_attention_launch = qk_attention, dict(num_warps=8)
             try:
                 hidden[pdl] = graph_replays(lambda: fast._talker_decode(slots, x, positions), before=poison)
             finally:
-                (fast.attention_version, fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch,
-                 fast.talker_pdl_launch, fast.talker_attention_early, fast.talker_qk_attention,
-                 fast.talker_qk_attention_launch) = before
+                (fast.talker_gemv_rows, fast.talker_pdl, fast.talker_launch, fast.talker_pdl_launch,
+                 fast.talker_qk_attention, fast.talker_qk_attention_launch) = before
     assert all(torch.isfinite(h).all() for h in hidden[False]), "NaN without PDL: the poison reached the step"
     assert not torch.equal(hidden[False][0], hidden[False][1]), "the two inputs give one output: a stale read hides"
     assert_pdl_gives_the_output_without(hidden, "hidden state")

@@ -71,10 +71,6 @@ def test_cp_attention_o_sum_is_the_same_in_any_order(device):
             cp_attention_o(qkv, *norms, cos, sin, *caches, w_o, out, 3, 1, 1e-6, 4, 2, block_r=8)
     assert torch.equal(twice, 2 * once)
     assert once.abs().max() > FIXED_ONE / 64, "the sum is (nearly) empty"
-    for evict in ("evict_first", "evict_last"):  # w_o's L2 priority: a cache hint, the same sums
-        hinted = torch.zeros_like(once)
-        cp_attention_o(qkv, *norms, cos, sin, *caches, w_o, hinted, 3, 1, 1e-6, 4, 2, block_r=8, evict=evict)
-        assert torch.equal(hinted, once), evict
 
 
 def test_cp_attention_o_refuses_bad_shapes(device):
@@ -87,9 +83,6 @@ def test_cp_attention_o_refuses_bad_shapes(device):
         cp_attention_o(*args, w_o[:, :32], torch.zeros(1, 32, dtype=torch.int64, device=device), 3, 1, 1e-6, 4, 2)
     with pytest.raises(ValueError, match="fit"):
         cp_attention_o(*args, w_o, torch.zeros(1, 32, dtype=torch.int64, device=device), 15, 2, 1e-6, 4, 2)
-    with pytest.raises(ValueError, match="evict"):
-        cp_attention_o(*args, w_o, torch.zeros(1, 32, dtype=torch.int64, device=device), 3, 1, 1e-6, 4, 2,
-                       evict="keep")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

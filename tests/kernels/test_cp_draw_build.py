@@ -14,6 +14,7 @@ import torch
 
 from tests.kernels.struct_probe import assert_ctypes_layout
 from tts_engine.kernels import cp_draw, cuda_build
+from tts_engine.runtime.options import FastPathOptions
 
 needs_nvcc = pytest.mark.skipif(cuda_build.nvcc() is None, reason="no nvcc on this machine")
 
@@ -47,7 +48,7 @@ def test_a_cpu_runner_keeps_the_triton_draw_or_says_why_it_cannot():
 
     talker = random_model("tiny", torch.float32, "cpu", seed=0)[1].talker
     emb = talker.model.codec_embedding.weight
-    runner = CodePredictorRunner(talker, emb, 2, use_triton=True, gemv_rows=2, cuda_draw=None)
+    runner = CodePredictorRunner(talker, emb, 2, use_triton=True, options=FastPathOptions(cp_cuda_draw=None))
     assert runner.draw_kernel is None
     with pytest.raises(RuntimeError, match="CUDA code-predictor draw cannot run: not a CUDA device"):
-        CodePredictorRunner(talker, emb, 2, use_triton=True, gemv_rows=2, cuda_draw=True)
+        CodePredictorRunner(talker, emb, 2, use_triton=True, options=FastPathOptions(cp_cuda_draw=True))

@@ -19,6 +19,7 @@ import triton
 
 from tests.kernels.struct_probe import assert_ctypes_layout
 from tts_engine.kernels import cp_gemv, cuda_build
+from tts_engine.runtime.options import FastPathOptions
 
 needs_nvcc = pytest.mark.skipif(cuda_build.nvcc() is None, reason="no nvcc on this machine")
 
@@ -121,10 +122,10 @@ def test_a_cpu_runner_keeps_the_triton_gemvs_or_says_why_it_cannot():
 
     talker = random_model("tiny", torch.float32, "cpu", seed=0)[1].talker
     emb = talker.model.codec_embedding.weight
-    runner = CodePredictorRunner(talker, emb, 2, use_triton=True, gemv_rows=2, cuda_gemv=None)
+    runner = CodePredictorRunner(talker, emb, 2, use_triton=True, options=FastPathOptions(cp_cuda_gemv=None))
     assert runner.gemv_kernel is None and runner.product(1) is None
     with pytest.raises(RuntimeError, match="CUDA code-predictor products cannot run: not a CUDA device"):
-        CodePredictorRunner(talker, emb, 2, use_triton=True, gemv_rows=2, cuda_gemv=True)
+        CodePredictorRunner(talker, emb, 2, use_triton=True, pdl=True, options=FastPathOptions(cp_cuda_gemv=True))
 
 
 def test_the_option_needs_the_pdl_passes():
@@ -142,8 +143,8 @@ def test_which_passes_run_under_pdl_on_the_rows():
     from tts_engine.runtime.code_predictor import CodePredictorRunner
 
     talker = random_model("tiny", torch.float32, "cpu", seed=0)[1].talker
-    runner = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2,
-                                 pdl=True, cuda_gemv=None, rows_pdl=True)
+    runner = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, pdl=True,
+                                 options=FastPathOptions(cp_gemv_rows=2, cp_cuda_gemv=None, cp_rows_pdl=True))
     assert runner.gemv_kernel is None and [runner.pass_pdl(r) for r in (1, 2, 3, 32)] == [True, True, False, False]
     runner.gemv_kernel = object()  # as if the kernel ran: only which passes it takes is asked here
     assert [runner.pass_pdl(r) for r in (1, 2, 3, 32, 33)] == [True, True, True, True, False]
@@ -163,49 +164,8 @@ def test_the_rows_options_reach_the_runner():
     model = random_model("tiny", torch.float32, "cpu", seed=0)[1]
     for on in (True, False):
         runner = ModelRunner(model, max_slots=2, max_context=64, use_triton=False, use_graphs=False,
-                             options=FastPathOptions(cp_rows_pdl=on, cp_rows_norms=not on))
-        assert runner.code_predictor.rows_pdl is on and runner.code_predictor.rows_norms is not on
-
-
-class _Takes:
-    """A stand-in for the CUDA kernel where only which calls it takes is asked (`takes`: `answer`, the calls kept)."""
-
-    def __init__(self, answer: bool):
-        self.answer, self.calls = answer, []
-
-    def takes(self, x, w, **kw):
-        self.calls.append((tuple(x.shape), tuple(w.shape), sorted(kw)))
-        return self.answer
-
-
-def test_which_passes_run_with_their_norms_in_the_rows_products():
-    """`norm_rows`: the passes past the GEMV ones that the rows take (up to gemv_kernel_rows) with rows_norms, where
-    the kernel takes each of their products with its norm or residual; those passes' products and head are the
-    kernel's (`product`), launched with the pass's PDL and no other configuration."""
-    from tts_engine.checkpoint import random_model
-    from tts_engine.runtime.code_predictor import PDL_LAUNCH, CodePredictorRunner
-
-    talker = random_model("tiny", torch.float32, "cpu", seed=0)[1].talker
-    runner = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2,
-                                 pdl=True, cuda_gemv=None, rows_pdl=True, rows_norms=True)
-    assert runner.gemv_kernel is None and not any(runner.norm_rows(r) for r in (3, 32))
-    runner.gemv_kernel = kernel = _Takes(True)
-    assert [runner.norm_rows(r) for r in (1, 2, 3, 32, 33)] == [False, False, True, True, False]
-    c = runner.stack
-    h, q, inter, vocab = c.layers[0].w_qkv.shape[1], c.q_size, c.intermediate, runner.heads.shape[1]
-    assert sorted(kernel.calls) == sorted(
-        [((rows, h), tuple(c.layers[0].w_qkv.shape), ["norm"]) for rows in (3, 32)]
-        + [((rows, h), tuple(c.layers[0].w_gate_up.shape), ["norm", "silu_mul"]) for rows in (3, 32)]
-        + [((rows, q), (h, q), ["residual"]) for rows in (3, 32)]
-        + [((rows, inter), (h, inter), ["residual"]) for rows in (3, 32)]
-        + [((rows, h), (vocab, h), ["norm"]) for rows in (3, 32)]), "each product of the pass, asked once"
-    assert runner.product(3) is kernel and runner.launch(3) == {name: {"pdl": True} for name in PDL_LAUNCH}
-    runner.rows_pdl = False
-    assert runner.launch(3) == {name: {"pdl": False} for name in PDL_LAUNCH}
-    runner.rows_norms = False
-    assert not runner.norm_rows(3) and runner.product(3) is None
-    runner.rows_norms, runner.gemv_kernel = True, _Takes(False)
-    assert not runner.norm_rows(3), "a product the kernel does not take so: the norms stay launches"
+                             options=FastPathOptions(cp_rows_pdl=on))
+        assert runner.code_predictor.rows_pdl is on
 
 
 def test_the_rows_layout_policy():
@@ -240,19 +200,18 @@ def test_which_rows_launches_let_the_next_start_before_their_wait():
     from tts_engine.runtime.code_predictor import ROWS_EARLY_LAUNCHES, CodePredictorRunner
 
     talker = random_model("tiny", torch.float32, "cpu", seed=0)[1].talker
-    runner = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2,
-                                 pdl=True, cuda_gemv=None, rows_pdl=True, rows_norms=True)
-    runner.gemv_kernel = _Takes(True)
+    runner = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, pdl=True,
+                                 options=FastPathOptions(cp_gemv_rows=2, cp_cuda_gemv=None, cp_early_trigger=False))
+    runner.gemv_kernel = object()  # as if the kernel ran: only which launches trigger early is asked here
     assert "qkv" not in ROWS_EARLY_LAUNCHES
     assert runner.rows_trigger("o", True) is True and runner.draw_pdl(8, True, last=False) is True
     runner.rows_early = ROWS_EARLY_LAUNCHES
     assert [runner.rows_trigger(name, True) for name in ("o", "head", "qkv")] == [PDL_EARLY, PDL_EARLY, True]
     assert runner.rows_trigger("o", False) is False
     assert runner.draw_pdl(8, True, last=False) == PDL_EARLY and runner.draw_pdl(8, True, last=True) is True
-    assert runner.launch(8)["gate_up"] == {"pdl": PDL_EARLY} and runner.launch(8)["qkv"] == {"pdl": True}
     runner.rows_early = ("qkv",)
     with pytest.raises(ValueError, match="rows_early names launches of"):
         runner.rows_trigger("o", True)
-    early = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2,
-                                pdl=True, cuda_gemv=None, rows_pdl=True, early_trigger=True)
+    early = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, pdl=True,
+                                options=FastPathOptions(cp_cuda_gemv=None))
     assert early.rows_early == ROWS_EARLY_LAUNCHES, "the early triggers' option covers the rows passes"

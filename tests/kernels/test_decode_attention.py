@@ -1,7 +1,7 @@
 """Split-KV decode attention over the talker's slot cache equals `decode_attention_ref`, for any
 split count (including chunks past a row's length and a single chunk), GQA groups that are not
-powers of two, and cache cells past each row's length that must never be read; version 2
-(CUDA-core products) and version 3 (tensor-core products)."""
+powers of two, and cache cells past each row's length that must never be read (products on the
+tensor cores)."""
 
 from __future__ import annotations
 
@@ -33,42 +33,20 @@ def _inputs(device, dtype, hq, hkv, d, max_len, rows, lengths, seed):
             torch.tensor(lengths, device=device))
 
 
-@pytest.mark.parametrize("version", [2, 3])
 @pytest.mark.parametrize("splits", [None, 1, 2, 4])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_split_attention_equals_reference(device, case, splits, version):
+def test_split_attention_equals_reference(device, case, splits):
     args = _inputs(device, torch.float32, *CASES[case], seed=case)
-    got = decode_attention(*args, block_n=8 if version == 2 else 16, splits=splits, version=version)
+    got = decode_attention(*args, block_n=16, splits=splits)
     want = decode_attention_ref(*args)
     assert torch.isfinite(want).all()
     assert torch.isfinite(got).all(), f"{int((~torch.isfinite(got)).sum())} outputs not written"
     torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
 
 
-# Lengths for version 3's blocks of 16: no earlier position (1), the newest position inside the first
-# block (9), at its end (16), starting the second (17), and chunks of several blocks (33, 37).
-EARLY_LENGTHS = [[1, 37, 9], [17, 16, 33, 1], [9]]
-
-
-@pytest.mark.parametrize("splits", [None, 1, 2, 4])
-@pytest.mark.parametrize("case", range(len(CASES)))
-def test_early_loads_of_earlier_positions_give_the_same_attention(device, case, splits):
-    """Version 3's `early` (the talker's PDL steps: a program's first block of earlier positions loaded
-    before the wait, the newest position after it) equals the reference and the kernel without it."""
-    hq, hkv, d, max_len, rows, _ = CASES[case]
-    args = _inputs(device, torch.float32, hq, hkv, d, max_len, rows, EARLY_LENGTHS[case], seed=case + 10)
-    got = decode_attention(*args, block_n=16, splits=splits, version=3, early=True)
-    assert torch.isfinite(got).all(), f"{int((~torch.isfinite(got)).sum())} outputs not written"
-    torch.testing.assert_close(got, decode_attention_ref(*args), atol=2e-5, rtol=2e-5)
-    assert torch.equal(got, decode_attention(*args, block_n=16, splits=splits, version=3))
-    with pytest.raises(ValueError, match="version 3"):
-        decode_attention(*args, block_n=16, splits=splits, version=2, early=True)
-
-
-@pytest.mark.parametrize("version", [2, 3])
-def test_bf16_attention_is_within_bf16_rounding(device, version):
+def test_bf16_attention_is_within_bf16_rounding(device):
     args = _inputs(device, torch.bfloat16, *CASES[1], seed=9)
-    got = decode_attention(*args, block_n=16, splits=2, version=version)
+    got = decode_attention(*args, block_n=16, splits=2)
     want = decode_attention_ref(*(a.float() if a.is_floating_point() else a for a in args))
     assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
     torch.testing.assert_close(got.float(), want, atol=1e-2, rtol=1e-2)
@@ -79,3 +57,10 @@ def test_split_count_fills_the_gpu_at_small_batch_and_stays_one_at_large():
     assert num_splits(1, 8, 100, 32) == 2  # never a chunk shorter than a block
     assert num_splits(64, 8, 2048, 32) == 2
     assert num_splits(256, 8, 2048, 32) == 1
+
+
+def test_bad_shapes_are_refused_with_why(device):
+    args = _inputs(device, torch.float32, *CASES[0], seed=3)
+    q, k, v, rows, lengths = args
+    with pytest.raises(ValueError, match="head dim >= 16 and q in the cache dtype"):
+        decode_attention(q.to(torch.bfloat16), k, v, rows, lengths)

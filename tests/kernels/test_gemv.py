@@ -66,16 +66,25 @@ def test_strided_rows_and_errors(device):
         gemv(x, w[:, :128].contiguous(), residual=torch.zeros(2, 48, device=device), silu_mul=True)
 
 
-def test_every_configuration_the_gpu_sweep_tries_is_correct(device):
-    """bench/kernels.py --gemv-sweep times these on the GPU; each must compute the same thing."""
-    from bench.kernels import GEMV_CONFIGS, MMA_CONFIGS
+def test_every_launch_configuration_the_runners_use_is_correct(device):
+    """The launch tables (runtime/cp_launch.py, runtime/talker_launch.py) at 1 and 2 rows, every fusion each product
+    takes there, PDL off (the interpreter has none; tests/gpu compares the PDL launches with these)."""
+    from tts_engine.runtime.cp_launch import GEMV_LAUNCH, PDL_LAUNCH
+    from tts_engine.runtime.talker_launch import TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH
 
-    for m, configs in ((1, GEMV_CONFIGS), (5, MMA_CONFIGS)):
-        x, w, g = inputs(m, 96, 40, torch.bfloat16, device, seed=5)
-        r = torch.randn(m, 40, generator=g).to(device, torch.bfloat16)
-        for cfg in configs:
-            assert_same_rounding(gemv(x, w, residual=r, **cfg), gemv_ref(x, w, residual=r), f"gemv {cfg}")
-            assert_same_rounding(gemv(x, w, silu_mul=True, **cfg), gemv_ref(x, w, silu_mul=True), f"gemv {cfg}")
+    tables = {"cp": GEMV_LAUNCH, "cp_pdl": PDL_LAUNCH, "talker": TALKER_GEMV_LAUNCH, "talker_pdl": TALKER_PDL_LAUNCH}
+    for m in (1, 2):
+        x, w, g = inputs(m, 96, 64, torch.bfloat16, device, seed=5 + m)
+        ln = (1 + 0.2 * torch.randn(96, generator=g)).to(device, torch.bfloat16)
+        r = torch.randn(m, 64, generator=g).to(device, torch.bfloat16)
+        for table, launch in tables.items():
+            for name, cfg in launch.items():
+                cfg = {**cfg, "pdl": False, "block_n": min(cfg.get("block_n", 8), 8)}
+                fused = dict(residual=r) if name in ("o", "down") else dict(silu_mul=True) if name == "gate_up" \
+                    else dict(norm=(ln, 1e-6))
+                early = {"residual_early": True} if cfg.pop("residual_early", False) else {}
+                got = gemv(x, w, **fused, **early, **cfg)
+                assert_same_rounding(got, gemv_ref(x, w, **fused), f"{table} {name} at {m} rows")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -106,23 +115,6 @@ def test_whole_rows_kernel(device, m, k, n):
                              gemv_ref(x, w, residual=r, norm=norm), f"whole rows {m}x{k}x{n} residual read early")
     with pytest.raises(ValueError, match="residual_early"):
         gemv(x, w, whole_rows=True, residual_early=True)
-
-
-def test_whole_rows_with_an_l2_eviction_priority(device):
-    """gemv's evict is a cache hint on the weights' loads (tests/bench/test_kernel_resources.py finds it in the PTX
-    compiled for sm90): the same values; only the whole-row kernel in one slice and one block takes it."""
-    x, w, g = inputs(2, 96, 48, torch.bfloat16, device, seed=5)
-    ln = (1 + 0.2 * torch.randn(96, generator=g)).to(device, torch.bfloat16)
-    r = torch.randn(2, 48, generator=g).to(device, torch.bfloat16)
-    for evict in ("evict_first", "evict_last"):
-        for cfg in (dict(norm=(ln, 1e-6)), dict(residual=r), dict(silu_mul=True)):
-            plain = gemv(x, w, whole_rows=True, block_n=8, **cfg)
-            assert torch.equal(gemv(x, w, whole_rows=True, block_n=8, evict=evict, **cfg), plain), (evict, cfg)
-    for bad in (dict(evict="keep", whole_rows=True), dict(evict="evict_last"),
-                dict(evict="evict_last", whole_rows=True, row_blocks=2),
-                dict(evict="evict_first", whole_rows=True, row_chunks=2)):
-        with pytest.raises(ValueError, match="evict"):
-            gemv(x, w, **bad)
 
 
 @pytest.mark.parametrize("chunks", [2, 3])
@@ -178,50 +170,3 @@ def test_whole_rows_streamed_in_blocks(device, blocks, block_n, chunks, m, k, n)
     for bad in (dict(row_blocks=2), dict(row_blocks=0, whole_rows=True), dict(row_blocks=65, whole_rows=True)):
         with pytest.raises(ValueError, match="row_blocks"):
             gemv(x, w, **bad)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("m,k,n", [(3, 64, 40), (16, 200, 96), (37, 130, 64)])
-def test_tensor_core_kernel(device, dtype, m, k, n):
-    """mma: rows padded to a 16-row tile and products by tl.dot, every prologue and epilogue."""
-    x, w, g = inputs(m, k, 2 * n, dtype, device, seed=17 * m + k)
-    ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, dtype)
-    r = torch.randn(m, 2 * n, generator=g).to(device, dtype)
-    for norm in (None, (ln, 1e-6)):
-        assert_epilogues(x, w, r, f"mma {m}x{k}x{n} norm={norm is not None}", mma=True, block_n=16, block_k=32,
-                         stages=2, norm=norm)
-    with pytest.raises(ValueError, match="at most 64 rows"):
-        gemv(torch.zeros(65, 8, device=device), torch.zeros(4, 8, device=device), mma=True, block_n=16, block_k=16)
-
-
-@pytest.mark.parametrize("m,k,n", [(3, 64, 40), (32, 200, 24), (64, 96, 32)])
-def test_tensor_core_kernel_with_its_pdl_launch(device, m, k, n):
-    """mma as the code predictor's tensor-core passes launch it (code_predictor.MMA_LAUNCH): the residual read before
-    the wait (residual_early), and on a GPU with PDL (which the interpreter does not run: a launch attribute), every
-    prologue and epilogue, on strided views of x, w and
-    the residual (rows padded past K and 2 n); bit for bit the plain launch where both run the same slices."""
-    from tts_engine.kernels.backend import pdl_supported
-
-    x, w, g = inputs(m, k, 2 * n, torch.bfloat16, device, seed=29 * m + k)
-    ln = (1 + 0.2 * torch.randn(k, generator=g)).to(device, torch.bfloat16)
-    r = torch.randn(m, 2 * n, generator=g).to(device, torch.bfloat16)
-    xs, ws = torch.cat([x, x[:, :3]], dim=1)[:, :k], torch.cat([w, w[:, :7]], dim=1)[:, :k]
-    rs = torch.cat([r, r[:, :4]], dim=1)[:, :2 * n]
-    pdl = pdl_supported(device)
-    launch = dict(mma=True, block_n=16, block_k=32, stages=2, pdl=pdl)
-    for norm in (None, (ln, 1e-6)):
-        what = f"mma {m}x{k}x{n} pdl={pdl} norm={norm is not None}"
-        assert_epilogues(xs, ws, rs, what, norm=norm, **launch)
-        early = gemv(xs, ws, residual=rs, residual_early=True, norm=norm, **launch)
-        assert_same_rounding(early, gemv_ref(xs, ws, residual=rs, norm=norm), f"{what}, residual read early")
-        plain = gemv(xs, ws, residual=rs, norm=norm, mma=True, block_n=16, block_k=32, stages=2)
-        assert torch.equal(early, plain), f"{what}: the early residual or PDL change the sums"
-
-
-def test_tensor_core_kernel_arguments(device):
-    x, w, _ = inputs(4, 64, 32, torch.bfloat16, device, seed=5)
-    for bad in (dict(whole_rows=True), dict(row_blocks=2), dict(row_chunks=2)):
-        with pytest.raises(ValueError, match="takes no whole_rows, row_chunks or row_blocks"):
-            gemv(x, w, mma=True, block_n=16, **bad)
-    with pytest.raises(ValueError, match="residual_early"):
-        gemv(x, w, mma=True, block_n=16, residual_early=True)

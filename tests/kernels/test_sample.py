@@ -199,7 +199,7 @@ def test_gathers_a_second_table_row_for_the_picked_id(device, monkeypatch, block
 @pytest.mark.parametrize(("window", "ways"), [(0, 2), (10, 2), (8, 3), (6, 4)])
 @pytest.mark.parametrize("warps", [1, 2, 4, 8])
 def test_every_draw_launch_picks_within_the_reference_interval(device, warps, window, ways):
-    """bench.sample_kernel's variants (warps a row, top-k search) pick the reference's ids, for the
+    """Every draw launch (warps a row, top-k search) picks the reference's ids, for the
     code predictor's draw with its gather and for the talker's codebook 0 (the warps only change the
     order of a row's sums: under the interpreter they are one program either way)."""
     g = torch.Generator().manual_seed(warps * 100 + window * 10 + ways)
@@ -278,36 +278,3 @@ def test_large_k_over_spread_scores(device, window, ways):
     ks = [300, 700, 1000, 1500, 1900, 2000, 1024, 513]
     logits = torch.randn(len(ks), 2048, generator=g) * 4
     check_top_k_draw(logits, ks, g, device, window, ways, codebook=6, what="large k")
-
-
-def test_prefetch_programs_cover_each_line_once_and_leave_the_draw_alone(device):
-    """sample_rows' prefetch: programs beside the rows' cover every whole 128-byte line of up to three tensors exactly
-    once (counted here in place of the prefetch: `backend.prefetch_l2`'s MODE 2), windows that straddle two tensors
-    included; the ids and gathers are those of the draw without it."""
-    from tts_engine.kernels.sample import PREFETCH_LINES
-
-    g = torch.Generator().manual_seed(8)
-    b, h = 2, 64
-    logits = torch.randn(b, 2048, generator=g).to(device)
-    table = torch.randn(2048, h, generator=g).to(device, torch.bfloat16)
-    s = settings(b, g, device, top_k=[50] * b, top_p=[1.0] * b)
-    lines = (PREFETCH_LINES + 300, 2 * PREFETCH_LINES - 5, 700)  # windows across each boundary, a ragged end
-    # 32 int32s a line; the tensors are slices of one buffer with a guard line after each, which must stay 0
-    buffer = torch.zeros(sum(lines) + len(lines), 32, dtype=torch.int32, device=device)
-    starts = [sum(lines[:i]) + i for i in range(len(lines))]
-    marks = [buffer[start:start + n] for start, n in zip(starts, lines)]
-    (out, alone), (x, x_alone) = ((torch.empty(b, dtype=torch.long, device=device) for _ in range(2)),
-                                  (torch.empty(b, h, device=device, dtype=torch.bfloat16) for _ in range(2)))
-    sample_rows(logits, out, codebook=4, gather=(table, x), prefetch=tuple(marks), _prefetch_mode=2, **s)
-    sample_rows(logits, alone, codebook=4, gather=(table, x_alone), **s)
-    assert torch.equal(out, alone) and torch.equal(x, x_alone), "the prefetching programs changed the draw"
-    for i, m in enumerate(marks):
-        assert torch.equal(m[:, 0], torch.ones_like(m[:, 0])), f"tensor {i}: lines {(m[:, 0] != 1).nonzero()[:5]}"
-        assert not m[:, 1:].any(), f"tensor {i}: a count off a line's first word"
-    assert not buffer[[start + n for start, n in zip(starts, lines)]].any(), "a line past a tensor's end counted"
-    sample_rows(logits, out, codebook=4, gather=(table, x), prefetch=tuple(marks[:1]), **s)  # the read stand-in
-    assert torch.equal(out, alone)
-    with pytest.raises(ValueError, match="at most 3"):
-        sample_rows(logits, out, codebook=4, prefetch=tuple(marks) * 2, **s)
-    with pytest.raises(ValueError, match="contiguous"):
-        sample_rows(logits, out, codebook=4, prefetch=(marks[0][:, :16],), **s)

@@ -44,7 +44,7 @@ def test_decode_qk_attention_equals_norm_rope_then_attention(device, dtype, dot,
     want = decode_qk_attention_ref(qkv.float(), *(a.float() for a in args), pos, rows,
                                    *(c.float() for c in caches["ref"]), 1e-6, hq, hkv)
     q = qk_norm_rope(qkv, *args, pos, rows, *caches["kernels"], 1e-6, hq, hkv)
-    unfused = decode_attention(q, *caches["kernels"], rows, pos + 1, version=3 if dot else 2, block_n=block_n)
+    unfused = decode_attention(q, *caches["kernels"], rows, pos + 1, block_n=block_n)
     assert got.shape == (b, hq, d) and got.dtype == dtype and torch.isfinite(got).all(), "outputs not written"
     tol = 2e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)

@@ -1,5 +1,5 @@
 """What the CPU tests of the fast path share (tests/runtime/test_fast_path.py and the interpreted checks of one kernel
-path against another: test_cp_*.py, test_split_k.py, test_draw_prefetch.py): requests with a forced length, a driver
+path against another: test_cp_*.py, test_split_k.py): requests with a forced length, a driver
 that runs a ModelRunner the way the engine does, two streams compared code for code, and the subprocess those checks
 run in.
 

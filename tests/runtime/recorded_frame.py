@@ -1,5 +1,5 @@
 """A code predictor's frame through stand-in kernels that record how each launch was made, for the CPU tests of its
-PDL passes' launch settings (test_early_trigger.py, test_l2_policy.py): those passes need an sm90 GPU, where
+PDL passes' launch settings (test_early_trigger.py): those passes need an sm90 GPU, where
 tests/gpu/test_code_predictor_gpu.py checks the codes they give."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from tts_engine.checkpoint import random_model
 from tts_engine.runtime import code_predictor as cp_module
 from tts_engine.runtime import fused
 from tts_engine.runtime.code_predictor import CodePredictorRunner
+from tts_engine.runtime.options import FastPathOptions
 from tts_engine.runtime.sampler import SamplingRows
 
 
@@ -17,8 +18,8 @@ def pdl_code_predictor() -> CodePredictorRunner:
     """A tiny random code predictor for 2 rows whose passes of 1-2 rows are PDL passes (qkv table, attention + o)."""
     _, model = random_model("tiny", torch.float32, "cpu", seed=0)
     talker = model.talker
-    cp = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, gemv_rows=2, pdl=True,
-                             qkv_table=True, attention_o=True)
+    cp = CodePredictorRunner(talker, talker.model.codec_embedding.weight, 2, use_triton=True, pdl=True,
+                             options=FastPathOptions(cp_gemv_rows=2, cp_qkv_table=True, cp_attention_o=True))
     assert cp.uses_pdl(1) and cp.uses_pdl(2), "the runner's passes of 1-2 rows are its PDL passes"
     return cp
 

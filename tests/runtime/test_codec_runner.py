@@ -191,27 +191,36 @@ def test_verify_graphs_drops_graphs_that_disagree_with_eager_and_restores_scratc
     assert all(_same(_snapshot(runner, slot), snap) for slot, snap in enumerate(before))
 
 
-def test_the_served_codec_takes_only_the_options_given():
+def test_the_served_codec_takes_its_kernel_choices_from_the_options():
     """`served_codec`: precision None is bf16 on CUDA and fp32 on CPU; on CUDA the fast path with the
-    options given and the others at `use_fused_kernels`' defaults; the CPU engine's codec stays all-torch."""
+    options' codec_* kernel choices (FastPathOptions, the one place their defaults live, as
+    `use_fused_kernels` with no arguments); the CPU engine's codec stays all-torch."""
     import copy
 
-    from tts_engine.model.codec import WINDOW_GEMM_MAX
     from tts_engine.model.codec_blocks import CausalConv1d
     from tts_engine.runtime.codec_runner import served_codec
+    from tts_engine.runtime.options import CODEC_WINDOW_MAX, FastPathOptions
+
+    def convs(model):
+        return [m for m in model.modules() if isinstance(m, CausalConv1d)]
 
     cfg = CodecConfig.from_file(CONFIG_DIR / "tiny-speech_tokenizer.config.json")
     codec = random_codec_decoder(cfg).eval()
-    cpu, precision = served_codec(copy.deepcopy(codec), False, None, window_max=7, rope_kv=None)
+    cpu, precision = served_codec(copy.deepcopy(codec), False, None, FastPathOptions(codec_window_max=7))
     assert precision == "fp32" and next(cpu.parameters()).dtype == torch.float32
     assert cpu.pre_transformer.fused is None and not cpu.pre_transformer.rope_kv_kernel
-    cuda, precision = served_codec(copy.deepcopy(codec), True, None, window_max=None, rope_kv=False,
-                                   conv_windows=None)
+    assert not any(m.as_gemm or m.window_gemm_max for m in convs(cpu))
+    cuda, precision = served_codec(copy.deepcopy(codec), True, None, FastPathOptions(codec_rope_kv=False))
     assert precision == "bf16" and next(cuda.parameters()).dtype == torch.bfloat16
-    convs = [m for m in cuda.modules() if isinstance(m, CausalConv1d)]
     assert cuda.pre_transformer.fused is not None and not cuda.pre_transformer.rope_kv_kernel
-    assert all(m.window_gemm_max == WINDOW_GEMM_MAX and m.window_kernel for m in convs)
-    assert not any(m.as_gemm or m.window_gemm_max for m in cpu.modules() if isinstance(m, CausalConv1d))
-    tf32, precision = served_codec(copy.deepcopy(codec), True, "tf32", window_max=0)
+    assert all(m.window_gemm_max == CODEC_WINDOW_MAX and m.window_kernel for m in convs(cuda))
+    tf32, precision = served_codec(copy.deepcopy(codec), True, "tf32",
+                                   FastPathOptions(codec_window_max=0, codec_conv_windows=False))
     assert precision == "tf32" and next(tf32.parameters()).dtype == torch.float32
-    assert all(m.as_gemm and m.window_gemm_max == 0 for m in tf32.modules() if isinstance(m, CausalConv1d))
+    assert all(m.as_gemm and m.window_gemm_max == 0 and not m.window_kernel for m in convs(tf32))
+    assert tf32.pre_transformer.rope_kv_kernel
+    plain, _ = served_codec(copy.deepcopy(codec), True, "fp32")
+    default = copy.deepcopy(codec).use_fused_kernels()
+    for served, fused in zip(convs(plain), convs(default), strict=True):
+        assert (served.window_gemm_max, served.window_kernel) == (fused.window_gemm_max, fused.window_kernel)
+    assert plain.pre_transformer.rope_kv_kernel == default.pre_transformer.rope_kv_kernel is True

@@ -45,7 +45,7 @@ def check_cp_attention_o_interpreted(checkpoint: str) -> None:
         code_predictor.GEMV_LAUNCH = launch
         codes = []
         for fused_o in (False, True):
-            options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=4, attention_version=2, cp_qkv_table=table,
+            options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=4, cp_qkv_table=table,
                                       cp_attention_o=fused_o)
             d = small_driver(synth, options)
             cp = d.runner.code_predictor
@@ -62,7 +62,7 @@ def check_cp_attention_o_interpreted(checkpoint: str) -> None:
 
 
 def test_cp_attention_o_gives_the_codes_of_attention_then_o(tiny_checkpoint):
-    run_interpreted(f"check_cp_attention_o_interpreted({str(tiny_checkpoint)!r})", timeout=600,
+    run_interpreted(f"check_cp_attention_o_interpreted({str(tiny_checkpoint)!r})", timeout=900,
                      module="tests.runtime.test_cp_attention_o")
 
 

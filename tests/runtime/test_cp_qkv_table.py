@@ -50,7 +50,7 @@ def check_cp_qkv_table_interpreted(checkpoint: str) -> None:
     for cp_rows in (4, 0):  # the code predictor's GEMV passes (decoder_step_gemv), its cuBLAS ones
         codes = []
         for table in (False, True):
-            options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=cp_rows, attention_version=2,
+            options = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=cp_rows,
                                       cp_qkv_table=table)
             d = small_driver(synth, options)
             cp = d.runner.code_predictor
@@ -72,5 +72,5 @@ def check_cp_qkv_table_interpreted(checkpoint: str) -> None:
 
 
 def test_cp_qkv_table_gives_the_codes_of_the_launched_product(tiny_checkpoint):
-    run_interpreted(f"check_cp_qkv_table_interpreted({str(tiny_checkpoint)!r})", timeout=480,
+    run_interpreted(f"check_cp_qkv_table_interpreted({str(tiny_checkpoint)!r})", timeout=900,
                      module="tests.runtime.test_cp_qkv_table")

@@ -133,7 +133,7 @@ def _poison_allocations() -> None:
 
 
 # (Hq, Hkv, D, L, rows, lengths): GQA groups 1/2/4, head dims 16/64/128, lengths across the
-# 32-key block boundaries, rows read by several queries.
+# key-block boundaries (64 keys a block), rows read by several queries.
 ATTENTION_CASES = [
     (3, 3, 16, 37, [3, 3, 0], [1, 37, 20]),
     (4, 2, 64, 65, [4, 1, 4, 0, 4], [64, 65, 33, 2, 1]),
@@ -181,33 +181,23 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
     # programs (block_k 16 < its 32-64 wide rows: the norm prologue and the products over several slices).
     wide = {name: dict(block_n=64, block_k=16) for name in ("qkv", "o", "gate_up", "down", "head")}
     code_predictor.GEMV_LAUNCH = wide
-    # the tensor-core kernel as the code predictor's passes launch it (o's and down's residual read early)
-    code_predictor.MMA_LAUNCH = {name: dict(mma=True, block_n=64, block_k=16, residual_early=name in ("o", "down"))
-                                 for name in wide}
     runner_module.TALKER_GEMV_LAUNCH = wide
-    runner_module.PREFILL_MMA_LAUNCH = {name: dict(mma=True, block_n=64, block_k=16) for name in wide}
-    from tts_engine.runtime import prefill as prefill_module
-
-    prefill_rows = []  # the prompts prefilled on the tensor-core products, by their rows
-    gemv_step = prefill_module.decoder_step_gemv
-    prefill_module.decoder_step_gemv = lambda *a, **k: prefill_rows.append(a[1].shape[0]) or gemv_step(*a, **k)
     fused_attention = []  # the talker steps' positions where kernels/talker_attention.py ran
     qk_attention = runner_module.decode_qk_attention
     runner_module.decode_qk_attention = lambda *a, **k: fused_attention.append(a[5].tolist()) or qk_attention(*a, **k)
     synth = Synthesizer(checkpoint)
     inputs = two_streams(synth)
     results = []
-    # torch; Triton with the products on cuBLAS; with the talker's and code predictor's fused GEMVs and
-    # the talker's tensor-core attention (version 3; one runner for all keeps this test's time down), its
-    # first step's in one launch with the q/k norm (kernels/talker_attention.py: its context is the longest
-    # prompt + 1), the second's split; with the code predictor's fusions and the talker's prefill products
-    # on the tensor-core kernel, the code predictor's q/k norm + RoPE a launch of its own (the others: fused
-    # into its attention)
-    cublas = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=0, attention_version=2)
+    # torch; Triton with the products on cuBLAS; with the talker's and code predictor's fused GEMVs (one
+    # runner for all keeps this test's time down), the talker's first step's attention in one launch with
+    # the q/k norm (kernels/talker_attention.py: its context is the longest prompt + 1), the second's split;
+    # on cuBLAS with the code predictor's q/k norm + RoPE a launch of its own (the others: fused into its
+    # attention)
+    cublas = FastPathOptions(talker_gemv_rows=0, cp_gemv_rows=0)
     first_step = [len(inputs[0].prompt), len(inputs[1].prompt)]
-    variants = (cublas, cublas, FastPathOptions(talker_gemv_rows=2, cp_gemv_rows=4, attention_version=3,
+    variants = (cublas, cublas, FastPathOptions(talker_gemv_rows=2, cp_gemv_rows=4,
                                                 talker_qk_attention_context=max(first_step) + 1),
-                replace(cublas, cp_mma_rows=4, cp_fused_attention=False, prefill_mma_rows=64))
+                replace(cublas, cp_fused_attention=False))
     for i, options in enumerate(variants):
         d = small_driver(synth, options, use_triton=i > 0)
         start_streams(d, inputs)
@@ -217,16 +207,14 @@ def check_runner_triton_interpreted(checkpoint: str) -> None:
         for _ in range(2):
             d.step([2, 0])
         results.append((stream_codes(d), r.hidden[[2, 0]].clone(), r.logits[[2, 0]].clone(), prefilled))
-        assert prefill_rows == ([len(inputs[0].prompt), len(inputs[1].prompt)] if options.prefill_mma_rows else [])
-        prefill_rows.clear()
         layers = len(r.talker.layers)
         fuses = options.talker_gemv_rows >= 2 and options.talker_qk_attention_context  # 2 rows a step here
         assert fused_attention == ([first_step] * layers if fuses else []), \
             "the fused attention ran at other steps than the first"
         fused_attention.clear()
     (a_codes, ah, al, a_prefilled) = results[0]
-    names = ("Triton", "Triton + GEMVs + attention v3 (the first step's fused with its q/k norm)",
-             "Triton + tensor-core kernel (code predictor, prefill), CP attention unfused")
+    names = ("Triton", "Triton + GEMVs (the first step's attention fused with its q/k norm)",
+             "Triton, CP attention unfused")
     for what, (b_codes, bh, bl, b_prefilled) in zip(names, results[1:], strict=True):
         for name, b, a in zip(("hidden", "logits", "keys", "values"), b_prefilled, a_prefilled, strict=True):
             torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4,
@@ -242,4 +230,4 @@ def test_triton_decode_attention_interpreted_equals_reference():
 
 
 def test_runner_with_triton_attention_equals_torch_attention(tiny_checkpoint):
-    run_interpreted(f"check_runner_triton_interpreted({str(tiny_checkpoint)!r})", timeout=480, module=__name__)
+    run_interpreted(f"check_runner_triton_interpreted({str(tiny_checkpoint)!r})", timeout=900, module=__name__)

@@ -14,13 +14,11 @@ def test_defaults_are_valid():
 @pytest.mark.parametrize("options,field", [
     (FastPathOptions(talker_gemv_rows=5), "talker_gemv_rows"),
     (FastPathOptions(cp_gemv_rows=-1), "cp_gemv_rows"),
-    (FastPathOptions(cp_gemv_rows=2, cp_mma_rows=2), "cp_mma_rows"),
-    (FastPathOptions(cp_mma_rows=65), "cp_mma_rows"),
     (FastPathOptions(cp_gemv_rows=0, cp_pdl=True), "cp_pdl"),
     (FastPathOptions(talker_gemv_rows=0, talker_pdl=True), "talker_pdl"),
-    (FastPathOptions(attention_version=1), "attention_version"),
-    (FastPathOptions(prefill_mma_rows=65), "prefill_mma_rows"),
-    (FastPathOptions(prefill_mma_rows=-1), "prefill_mma_rows"),
+    (FastPathOptions(cp_gemv_rows=2, cp_pdl=False, cp_cuda_gemv=True), "cp_cuda_gemv"),
+    (FastPathOptions(talker_qk_attention_context=-1), "talker_qk_attention_context"),
+    (FastPathOptions(codec_window_max=-1), "codec_window_max"),
     (FastPathOptions(cp_down_splits=17), "cp_down_splits"),
     (FastPathOptions(talker_down_splits=-1), "talker_down_splits"),
     (FastPathOptions(cp_o_splits=17), "cp_o_splits"),
@@ -33,16 +31,30 @@ def test_each_bad_value_is_named(options, field):
 
 
 def test_several_problems_are_reported_together():
-    options = FastPathOptions(talker_gemv_rows=9, attention_version=4)
-    assert [name for name, _ in options.problems()] == ["talker_gemv_rows", "attention_version"]
+    options = FastPathOptions(talker_gemv_rows=9, codec_window_max=-4)
+    assert [name for name, _ in options.problems()] == ["talker_gemv_rows", "codec_window_max"]
 
 
-def test_prefill_mma_rows_stop_at_one_tensor_core_tile():
-    from tts_engine.kernels.gemv import MAX_MMA_ROWS
-    from tts_engine.runtime.options import MAX_PREFILL_MMA_ROWS
+def test_the_runners_take_their_defaults_from_the_options_object(tiny_checkpoint):
+    """One place for the kernel defaults: a runner built with no options and one built with FastPathOptions()
+    make the same choices (the code predictor's own included), and a code-predictor runner made on its own
+    takes them too."""
+    from tts_engine.runtime.code_predictor import CodePredictorRunner
+    from tts_engine.runtime.runner import ModelRunner
+    from tts_engine.synthesizer import Synthesizer
 
-    assert MAX_PREFILL_MMA_ROWS == MAX_MMA_ROWS
-    assert FastPathOptions(prefill_mma_rows=MAX_MMA_ROWS).problems() == []
+    model = Synthesizer(tiny_checkpoint).model
+    kw = dict(max_slots=2, max_context=32, use_triton=True, use_graphs=False)
+    a, b = ModelRunner(model, **kw), ModelRunner(model, **kw, options=FastPathOptions())
+    alone = CodePredictorRunner(model.talker, model.talker.model.codec_embedding.weight, 2, use_triton=True)
+    choices = ("gemv_rows", "fused_attention", "attention_o", "early_trigger", "rows_pdl", "rows_early", "split_k")
+    for cp in (b.code_predictor, alone):
+        assert [getattr(cp, n) for n in choices] == [getattr(a.code_predictor, n) for n in choices]
+        assert (cp.qkv_table is None) == (a.code_predictor.qkv_table is None)
+    d = FastPathOptions()
+    assert a.code_predictor.qkv_table is not None and a.code_predictor.attention_o and a.code_predictor.rows_pdl
+    assert a.code_predictor.gemv_rows == d.cp_gemv_rows and a.talker_gemv_rows == d.talker_gemv_rows
+    assert a.qk_attention_context == d.talker_qk_attention_context
 
 
 def test_split_k_must_cut_the_models_products_evenly(tiny_checkpoint):

@@ -9,9 +9,6 @@ chunked only once launched and in order, and no work for a slot after its stream
 
 `FakeLoop` wires a Scheduler, the engine's StepPipeline and a FakeRunner the way
 `StreamingEngine._step` does, with a fake clock and a listener per stream, and records every event.
-Newcomer lane steps (SchedulerConfig.newcomer_lane) complete one iteration after their launch,
-before main steps launched earlier, as a lane beside loaded steps does on the GPU; no main step may
-touch a stream whose lane steps are in flight.
 """
 
 from __future__ import annotations
@@ -123,7 +120,6 @@ class FakeLoop:
         self.listeners: dict[str, Listener] = {}
         self.states: dict[str, StreamState] = {}
         self.removed: set[str] = set()
-        self.lane_in_flight: list[FakeLaunched] = []
 
     # -- streams -----------------------------------------------------------------------------------
     def open(self, sid: str, *, tokens: int = 5, ended: bool = True, layout: Layout = Layout.NON_STREAMING,
@@ -174,16 +170,8 @@ class FakeLoop:
     # -- steps ---------------------------------------------------------------------------------------
     def step(self) -> StepPlan:
         """One engine iteration, as StreamingEngine._step does it."""
-        for launched in self.lane_in_flight:  # done by now, whatever the main steps are doing
-            self._act(self.sched.postprocess(launched.result))
-        self.lane_in_flight.clear()
         self._act(self.sched.reap())
-        while not (lane_plan := self.sched.schedule_lane(self.now)).empty:  # back to back, as the engine
-            assert lane_plan.frames is None or len(lane_plan.frames.rows) == 1 == lane_plan.frames.bucket
-            self.lane_in_flight.append(self.runner.launch(lane_plan))
         plan = self.sched.schedule(self.now)
-        in_lane = {sid for launched in self.lane_in_flight for sid in launched.plan.stream_ids}
-        assert not plan.stream_ids & in_lane, f"main step {plan.step_id} touches lane streams {in_lane}"
         if not plan.empty:
             self.pipeline.push(self.runner.launch(plan))
         depth = None if self.sched.wants_lookahead(self.now) else 1
@@ -209,7 +197,7 @@ class FakeLoop:
     def run(self, max_steps: int = 10_000, check: bool = True) -> int:
         """Step until nothing is live or in flight; returns the steps taken."""
         for n in range(max_steps):
-            if not self.sched.has_work() and not len(self.pipeline) and not self.lane_in_flight:
+            if not self.sched.has_work() and not len(self.pipeline):
                 return n
             self.step()
             if check:
@@ -217,7 +205,7 @@ class FakeLoop:
         raise AssertionError(f"not done after {max_steps} steps: {self.sched.metrics()}")
 
     def violations(self) -> list[str]:
-        idle = len(self.pipeline) == 0 and not self.lane_in_flight
+        idle = len(self.pipeline) == 0
         out = self.sched.violations(idle=idle)
         if self.sched.admission.admitted != len(self.sched.streams):
             out.append(f"admitted {self.sched.admission.admitted} != live {len(self.sched.streams)}")
@@ -228,7 +216,6 @@ class FakeLoop:
 
     def assert_empty(self) -> None:
         assert not self.sched.streams and not self.sched.in_flight and not len(self.pipeline)
-        assert not self.lane_in_flight
         assert self.sched.slots.num_free == self.sched.slots.num_slots
         assert self.sched.admission.admitted == 0
         self.assert_invariants()

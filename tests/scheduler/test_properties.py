@@ -1,6 +1,6 @@
 """Property-based (hypothesis state machine): random sequences of open / append / end / flush /
 playout / step / abort / clock against the Scheduler and a fake runner, in both pipeline depths,
-with and without the codec tick and the newcomer lane.
+with and without the codec tick.
 After every operation the invariants hold; at the end, once input has ended everywhere, the
 scheduler drains to empty, and every stream got exactly what its script allows: contiguous audio,
 then exactly one ending."""
@@ -21,11 +21,11 @@ LIMIT = 12  # max_frames of every stream
 
 class SchedulerMachine(RuleBasedStateMachine):
     @initialize(depth=st.sampled_from([1, 2]), buckets=st.sampled_from([(1,), (1, 2), (1, 2, 4)]),
-                codec_tick=st.sampled_from([0, 2, 3]), tick_yields=st.booleans(), lane=st.booleans())
-    def start(self, depth, buckets, codec_tick, tick_yields, lane):
+                codec_tick=st.sampled_from([0, 2, 3]), tick_yields=st.booleans())
+    def start(self, depth, buckets, codec_tick, tick_yields):
         self.cfg = SchedulerConfig(max_active_streams=3, max_queued_streams=2, starvation_steps=4,
                                    yield_buffer_s=0.3, codec_tick_steps=codec_tick,
-                                   codec_tick_yields_to_prefill=tick_yields, newcomer_lane=lane)
+                                   codec_tick_yields_to_prefill=tick_yields)
         self.runner = FakeRunner()
         self.loop = FakeLoop(self.cfg, depth=depth, buckets=buckets, runner=self.runner)
         self.eos_at: dict[str, int | None] = {}

@@ -282,6 +282,6 @@ def test_lookahead_only_while_a_stream_needs_audio_soon():
     # The transport reports that a's listener has heard all but 0.1 s of it: a needs audio soon.
     loop.report_playout("a", loop.sched.streams["a"].audio_sent_s - 0.1)
     assert loop.sched.wants_lookahead(loop.now)
-    always = FakeLoop(SchedulerConfig(lookahead_buffer_s=None))
-    assert always.sched.wants_lookahead(always.now)
+    with pytest.raises(ValueError, match="lookahead_buffer_s must be a number >= 0, got None"):
+        SchedulerConfig(lookahead_buffer_s=None).validate()
     loop.run()

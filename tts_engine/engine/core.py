@@ -35,7 +35,6 @@ from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner, served_codec
 from ..runtime.options import FastPathOptions
 from ..runtime.runner import ModelRunner
 from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
-from ..scheduler.plan import StepPlan
 from ..scheduler.request import Phase
 from ..scheduler.scheduler import Scheduler
 from .api import (
@@ -47,10 +46,9 @@ from .api import (
 from .commands import Commands
 from .delivery import Delivery
 from .entry import ISSUE_PARTS, TTFA_PARTS, StreamEntry
-from .executor import LaunchedStep, SlotFences, StepExecutor
+from .executor import LaunchedStep, StepExecutor
 from .gcpause import GcPauses, freeze_heap, thaw_heap
 from .intake import TextIntake
-from .lane import NewcomerLane
 from .pipeline import StepPipeline
 from .profile import EngineProfile
 from .stream import Stream
@@ -68,36 +66,28 @@ AWAIT_POLL_S = 1e-4
 
 
 class StreamingEngine:
-    def __init__(self, model_dir: str | Path, *, device: str = "cpu", dtype: torch.dtype | None = None,
+    def __init__(self, model_dir: str | Path, *, device: str = "cpu", scheduler: SchedulerConfig | None = None,
+                 fast_path: FastPathOptions | None = None, codec_precision: str | None = None,
+                 freeze_gc: bool = False, profile: EngineProfile | None = None, prefill_stream: bool | None = None,
                  max_active_streams: int | None = None, max_queued_streams: int | None = None,
-                 max_context: int = 2048, max_text_chars: int = 20_000, use_graphs: bool | None = None,
-                 use_triton: bool | None = None, scheduler: SchedulerConfig | None = None,
-                 codec_stream: bool = False, codec_precision: str | None = None, freeze_gc: bool = False,
-                 profile: EngineProfile | None = None, fast_path: FastPathOptions | None = None,
-                 prefill_stream: bool | None = None, first_audio_yield_s: float = 0.0,
-                 codec_window_max: int | None = None, codec_rope_kv: bool | None = None,
-                 codec_conv_windows: bool | None = None):
-        """max_active_streams / max_queued_streams override the scheduler config's caps.
-        freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so
-        off by default for an embedded engine, on in `cadence serve`).
+                 dtype: torch.dtype | None = None, max_context: int = 2048, max_text_chars: int = 20_000,
+                 use_graphs: bool | None = None, use_triton: bool | None = None):
+        """scheduler: the scheduling policy and its caps; max_active_streams / max_queued_streams override its caps.
+        fast_path: which kernels run where several compute the same step, the codec's included (runtime/options.py).
+        codec_precision: fp32 (exact), tf32 (fp32 weights, convs and matmuls on TF32 tensor cores) or bf16
+        (weights and activations: what the official package computes when loaded in bf16, its documented use,
+        since it loads the speech tokenizer with the model's dtype). None: bf16 on CUDA (lower first audio under
+        load than tf32), fp32 on CPU.
+        freeze_gc: once warm, exempt the heap from cyclic GC (gcpause.freeze_heap; process-wide, so off by default
+        for an embedded engine, on in `cadence serve`).
         profile: a cProfile window over the engine thread (engine/profile.py).
-        fast_path: which kernels the runner uses where several compute the same step (runtime/options.py).
-        prefill_stream (CUDA): prefills on a high-priority CUDA stream of their own, beside the steps in
-        flight (ModelRunner's prefill_stream; StepExecutor orders it). None: on with CUDA (run 13, pairs
-        on one host: p95 first audio -2.0 ms at 40 req/s, -0.2 and -4.3 ms at 10).
-        codec_precision: fp32 (exact), tf32 (fp32 weights, convs and matmuls on TF32 tensor cores)
-        or bf16 (weights and activations: what the official package computes when loaded in bf16, its
-        documented use, since it loads the speech tokenizer with the model's dtype). None: bf16 on
-        CUDA (run 11: p95 -2.6 / -6.8 ms at 10 / 40 req/s against tf32, paired), fp32 on CPU.
-        first_audio_yield_s: after a stream's first audio, the engine thread hands it to the event loop
-        at once and sleeps this long, so that the loop can write it out (engine/delivery.py); 0: off.
-        codec_window_max (CUDA): the codec's dense convs as GEMMs over their input windows while those
-        hold at most this many elements, cuDNN past it; 0: cuDNN; None: `use_fused_kernels`' default (WINDOW_GEMM_MAX).
-        codec_rope_kv (CUDA): the codec window transformer's RoPE and K/V window as one kernel a layer;
-        None: model/codec.py ROPE_KV_KERNEL. codec_conv_windows (CUDA): each streaming conv's input window
-        in one kernel (kernels/conv_window.py); None: model/codec.py CONV_WINDOW_KERNEL."""
-        if not (first_audio_yield_s >= 0.0):
-            raise ValueError(f"first_audio_yield_s must be >= 0, got {first_audio_yield_s}")
+        prefill_stream (CUDA): prefills on a high-priority CUDA stream of their own, beside the steps in flight
+        (ModelRunner's prefill_stream; StepExecutor orders it). None: on with CUDA, where it lowers first audio
+        under load.
+        dtype, max_context, max_text_chars, use_graphs, use_triton: the model's dtype (None: bf16 on CUDA, fp32 on
+        CPU), the KV cache's positions, a stream's text limit, and the runner's CUDA graphs and Triton kernels
+        (None: on CUDA); tests set them."""
+        fast_path = (fast_path or FastPathOptions()).validate()
         if codec_precision not in (None, *CODEC_PRECISIONS):
             raise ValueError(f"codec_precision must be one of {CODEC_PRECISIONS}, got {codec_precision!r}")
         cfg = scheduler or SchedulerConfig()
@@ -113,18 +103,15 @@ class StreamingEngine:
         ckpt = load_checkpoint(model_dir, device=self.device, dtype=dtype)
         self.path, self.model_config, self.defaults = ckpt.path, ckpt.cfg, ckpt.defaults
         self.tokenizer = ckpt.tokenizer
-        self.codec, self.codec_precision = served_codec(ckpt.codec, on_cuda, codec_precision,
-                                                        window_max=codec_window_max, rope_kv=codec_rope_kv,
-                                                        conv_windows=codec_conv_windows)
+        self.codec, self.codec_precision = served_codec(ckpt.codec, on_cuda, codec_precision, fast_path)
         if prefill_stream is None:
             prefill_stream = on_cuda
         self.runner = ModelRunner(ckpt.model, max_slots=cfg.max_active_streams, max_context=max_context,
                                   use_graphs=use_graphs, use_triton=use_triton, options=fast_path,
                                   prefill_stream=prefill_stream)
         # The codec state of a stream lives in the codec runner's row of its engine slot.
-        # codec_stream: codec chunks on a CUDA stream of their own, overlapping frame steps (runtime/codec_runner.py).
         self.codec_runner = CodecRunner(self.codec, cfg.max_active_streams, use_graphs=use_graphs,
-                                        own_stream=codec_stream, allow_tf32=self.codec_precision == "tf32")
+                                        allow_tf32=self.codec_precision == "tf32")
         self.config = cfg
         self.max_active, self.max_queued = cfg.max_active_streams, cfg.max_queued_streams
         self.max_text_chars = max_text_chars
@@ -133,10 +120,7 @@ class StreamingEngine:
         self.scheduler = Scheduler(cfg, self.runner.buckets, mc.tts_eos_token_id, mc.tts_pad_token_id,
                                    reject_predicted_underrun=reject)
         # Random weights never stop on EOS: their length comes from the text (forced_frames).
-        fences = SlotFences() if cfg.newcomer_lane or prefill_stream else None  # work on two CUDA streams
-        self.executor = StepExecutor(self.runner, self.codec_runner, eos_allowed=not mc.is_random, fences=fences)
-        self.lane = NewcomerLane(self.runner, self.codec_runner, fences, eos_allowed=not mc.is_random,
-                                 max_first_chunk=cfg.newcomer_lane_max_first_chunk) if cfg.newcomer_lane else None
+        self.executor = StepExecutor(self.runner, self.codec_runner, eos_allowed=not mc.is_random)
         self._eos_id = None if mc.is_random else mc.talker.codec_eos_token_id
         self.pipeline = StepPipeline(cfg.pipeline_depth or (2 if on_cuda else 1))
         self.intake = TextIntake(self.tokenizer, self.model_config, self.defaults, self.runner.max_context)
@@ -155,8 +139,7 @@ class StreamingEngine:
                       **{f"ttfa_{part}_sum_s": 0.0 for part in (*TTFA_PARTS, "issue", *ISSUE_PARTS)},
                       **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_launch_cpu_s": 0.0, "host_cpu_s": 0.0,
                       "host_iterations": 0}
-        self.delivery = Delivery(self.scheduler, self._entries, self.stats,  # events out to the streams
-                                 first_audio_yield_s=first_audio_yield_s)
+        self.delivery = Delivery(self.scheduler, self._entries, self.stats)  # events out to the streams
         self.commands = Commands(self._commands, self.intake, self.tokenizer, self.scheduler, self.delivery,
                                  self._entries)  # and commands in
         self.freeze_gc = freeze_gc
@@ -254,7 +237,7 @@ class StreamingEngine:
     def _run(self, warmup: bool) -> None:
         try:
             if warmup:
-                warm_up(self.runner, self.codec_runner, self.lane, self.stats)
+                warm_up(self.runner, self.codec_runner, self.stats)
             if self.freeze_gc:
                 self.gc_pauses.frozen_objects = freeze_heap()
                 log.info("gc: %d objects exempt from cyclic collection", self.gc_pauses.frozen_objects)
@@ -300,29 +283,21 @@ class StreamingEngine:
         t1 = clock()
         did |= self.delivery.act(self.scheduler.reap())
         now = time.monotonic()
-        lane_plans = self._plan_lane(now)
         plan = self.scheduler.schedule(now)
         t2, c2 = clock(), cpu()
-        for lane_plan in lane_plans:  # first: its prefill starts at once
-            self.lane.launch(lane_plan, self._entries)
-            did = True
         if not plan.empty:
             self.pipeline.push(self.executor.launch(plan, self._entries))
             did = True
         t3, c3 = clock(), cpu()
-        did |= self._service_lane()
         depth = None if self.scheduler.wants_lookahead(now) else 1
         read_s = 0.0
         self._interrupted = False
         for launched in self.pipeline.completed(must_wait=plan.empty, before_wait=self._deliver_early, depth=depth,
-                                                wait=self._await_step,
-                                                full_wait=self._await_full if self._lane_busy() else None):
+                                                wait=self._await_step):
             r0 = clock()
             self._read(launched)
             read_s += clock() - r0
             did = True
-        if self._lane_busy() and plan.empty and not len(self.pipeline):
-            did |= self._await_lane()
         self.delivery.flush()
         self.step_count += 1
         did |= self._interrupted
@@ -338,72 +313,32 @@ class StreamingEngine:
             self.stats["host_iterations"] += 1
         return did
 
-    def _plan_lane(self, now: float) -> list[StepPlan]:
-        """The newcomer lane's steps, all that can be planned now (back to back on its stream: its
-        prefill + frame 0, then frame 1 + its first chunk)."""
-        plans = []
-        while self.lane is not None:
-            plan = self.scheduler.schedule_lane(now)
-            if plan.empty:
-                break
-            plans.append(plan)
-        return plans
-
     def _read(self, launched: LaunchedStep) -> None:
         result = launched.result(self._eos_id)
-        if launched.plan.frames is not None and not launched.plan.lane:  # the main steps' batch and time
+        if launched.plan.frames is not None:  # the batch and time of the latest frame step
             self.stats["last_batch"] = len(launched.plan.frames.rows)
             if result.timings.frame_s is not None:
                 self.stats["last_step_ms"] = result.timings.frame_s * 1e3
         self.delivery.act(self.scheduler.postprocess(result), launched)
         self.stats["frames"] = self.scheduler.stats["frames"]
 
-    def _await_step(self, launched: LaunchedStep, cut_short: bool = True) -> bool:
+    def _await_step(self, launched: LaunchedStep) -> bool:
         """Wait for a step beside which another could still be launched (pipeline.completed's
         `wait`). Its early first audio goes out as soon as it is on the host. A command that arrives
         meanwhile (a stream opened, text appended) cuts the wait short: False, and the next iteration
         drains it and queues the new stream's prefill behind this step at once, instead of after
-        this step, its reading and the next plan (run 8: up to 10 ms at 40 req/s before a new
-        stream's command was even drained).
-
-        cut_short False (`_await_full`): the wait for a step when no other may be launched beside
-        it, while lane steps are in flight, whose first audio and results are served meanwhile (a
-        blocking wait would hold them); once the lane is empty, the blocking wait (it releases the
-        GIL instead of polling)."""
+        this step, its reading and the next plan (up to 10 ms at 40 req/s before a new stream's
+        command is even drained)."""
         while True:
             if not launched.early_delivered and launched.early_ready():
                 self._deliver_early(launched)
-            self._service_lane()
             if launched.early_delivered and launched.ready():
                 return True
-            if cut_short and not self._commands.empty():
+            if not self._commands.empty():
                 self._interrupted = True
                 return False
-            if not cut_short and not self._lane_busy():
-                self._deliver_early(launched)
-                launched.wait()
-                return True
             self._wake.wait(AWAIT_POLL_S)
             self._wake.clear()
-
-    def _await_full(self, launched: LaunchedStep) -> None:
-        self._await_step(launched, cut_short=False)
-
-    def _lane_busy(self) -> bool:
-        return self.lane is not None and len(self.lane) > 0
-
-    def _await_lane(self) -> bool:
-        """Nothing on the main stream: wait until the lane has done something (early first audio
-        delivered, a step read) or a command arrives."""
-        while len(self.lane):
-            if self._service_lane() or not self._commands.empty():
-                break
-            self._wake.wait(AWAIT_POLL_S)
-            self._wake.clear()
-        return True
-
-    def _service_lane(self) -> bool:
-        return self.lane is not None and self.lane.service(self._deliver_early, self._read)
 
     def _deliver_early(self, launched: LaunchedStep) -> None:
         """Early first audio (Delivery.early); pipeline.completed's before_wait."""
@@ -411,7 +346,7 @@ class StreamingEngine:
 
     # -- health --------------------------------------------------------------------------------------
     def _busy(self) -> bool:
-        return self.scheduler.has_work() or not self._commands.empty() or len(self.pipeline) > 0 or self._lane_busy()
+        return self.scheduler.has_work() or not self._commands.empty() or len(self.pipeline) > 0
 
     def check_invariants(self) -> list[str]:
         """Invariants that hold between steps when nothing is in flight (engine thread, or a
@@ -426,7 +361,7 @@ class StreamingEngine:
         return out
 
     def _nothing_in_flight(self) -> bool:
-        return len(self.pipeline) == 0 and not self._lane_busy()
+        return len(self.pipeline) == 0
 
     def _check_invariants(self) -> None:
         if not self._nothing_in_flight():

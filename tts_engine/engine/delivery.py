@@ -3,6 +3,14 @@ onset trimming and word timings, flush done, done, errors), posted through one `
 in batches; each stream's first audio is counted into the engine's first-audio stats.
 
 Everything here runs on the engine thread, which owns `entries`.
+
+Early first audio (`early_first_chunks`): which of a step's first chunks may be sent before the step
+is read. The executor launches a step's codec calls that hold a stream's first chunk ahead of its other calls
+and records `LaunchedStep.early_event` after them, so their PCM (and the step's codebook-0 ids) are
+on the host while the rest of the step still runs. A chunk goes early only if the step's result
+cannot change it: no EOS among its frames (read from the step's own codebook 0, or known from an
+earlier step), not the stream's last audio (its `final` flag comes from the result), and its stream
+still there with nothing decoded yet.
 """
 
 from __future__ import annotations
@@ -12,31 +20,21 @@ import time
 from ..scheduler.plan import AudioReady, Finished, FlushDone, Output
 from ..scheduler.scheduler import Scheduler
 from .api import SAMPLES_PER_FRAME, DoneEvent, ErrorEvent, FlushDoneEvent
-from .early import early_first_chunks
 from .entry import StreamEntry
 from .executor import LaunchedStep
 from .outbox import Outbox
 
 
 class Delivery:
-    def __init__(self, scheduler: Scheduler, entries: dict[str, StreamEntry], stats: dict[str, float],
-                 first_audio_yield_s: float = 0.0):
-        """first_audio_yield_s > 0: a stream's first audio goes to its event loop as soon as it is
-        posted, and the engine thread then sleeps that long. The loop needs the GIL to take the event
-        and again to write it to the socket; while the engine thread runs Python (the next step's
-        launches) the loop waits for it, up to the interpreter's switch interval each time. On the
-        2-core CPU machine, tiny model (`bench.first_audio_delivery`, 150 requests a setting): the
-        first audio's way from post to the client p50 0.77 ms without, 0.52 with 0.3 ms, 0.42 with
-        0.6 ms. On the GPU host (run 15, not a pair) the time outside the engine did not shrink."""
+    def __init__(self, scheduler: Scheduler, entries: dict[str, StreamEntry], stats: dict[str, float]):
         self.scheduler, self.entries, self.stats = scheduler, entries, stats
         self.outbox = Outbox()  # this thread's events, flushed once per iteration (outbox.py)
-        self.first_audio_yield_s = first_audio_yield_s
 
     def flush(self) -> None:
         self.outbox.flush()
 
     def early(self, launched: LaunchedStep, eos_id: int | None) -> None:
-        """First audio before its step ends (engine/early.py); the scheduler's AudioReady for it,
+        """First audio before its step ends (`early_first_chunks`); the scheduler's AudioReady for it,
         when the step is read, is then skipped. Once per step."""
         if launched.early_delivered:
             return
@@ -85,9 +83,6 @@ class Delivery:
                     self.stats[f"ttfa_{name}_sum_s"] += seconds
         self.scheduler.audio_sent(entry.state, event.duration_s, now)
         self.outbox.post(entry.handle, event)
-        if first and self.first_audio_yield_s > 0:  # a listener is waiting for this one
-            self.outbox.flush()
-            time.sleep(self.first_audio_yield_s)
 
     def finish(self, entry: StreamEntry, *, cancelled: bool = False, error: str | None = None) -> None:
         """End a stream the engine ends itself (cancel, bad input): state and slot freed now."""
@@ -100,3 +95,29 @@ class Delivery:
         self.stats["cancelled"] += 1
         self.outbox.post(entry.handle, DoneEvent(entry.state.id, entry.state.frames_decoded, entry.out.audio_s,
                                                  "cancelled"))
+
+
+def early_first_chunks(launched: LaunchedStep, entries: dict[str, StreamEntry],
+                       eos_id: int | None) -> list[tuple[StreamEntry, AudioReady]]:
+    """Call after `launched.wait_early()`: (entry, its AudioReady) per first chunk that may be sent
+    now; its PCM is row `row` of `launched.host_pcm(batch)`. eos_id None: EOS never ends a stream
+    (random weights)."""
+    plan = launched.plan
+    rows = {r.stream_id: i for i, r in enumerate(plan.frames.rows)} if plan.frames is not None else {}
+    out = []
+    for i in launched.early_batches:
+        for j, chunk in enumerate(plan.chunks[i].chunks):
+            entry = entries.get(chunk.stream_id)
+            if entry is None:
+                continue
+            s = entry.state
+            end = chunk.first_frame + chunk.num_frames  # frames [first, end) of this chunk
+            if s.first_audio_at is not None or s.frames_decoded or chunk.first_frame != s.audible_skip:
+                continue
+            if end >= s.frame_limit or (s.eos_frame is not None and s.eos_frame < end):
+                continue
+            row = rows.get(chunk.stream_id)
+            if row is not None and eos_id is not None and launched.c0 is not None and int(launched.c0[row]) == eos_id:
+                continue
+            out.append((entry, AudioReady(s.id, i, j, 0, chunk.num_frames, False)))
+    return out

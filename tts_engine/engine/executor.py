@@ -12,13 +12,9 @@ Launch order (the default CUDA stream runs them in this order):
               codebook 0 of the host copy is the EOS check, the device rows stay for the codec.
   chunks      [B, 16, t] codes from those device rows -> CodecRunner.launch -> PCM, copied to
               pinned host memory. Queued from the runner's `after_codes` hook, between the frame
-              step's two halves: no chunk needs the talker half. By default on the default
-              stream; with the codec's own stream (CodecRunner own_stream) there, after waiting
-              for the default stream (the chunk may hold this step's frames), with a codec
-              event, so the codec work overlaps the talker half and the next step's frame step.
+              step's two halves: no chunk needs the talker half.
   talker half the rest of the frame step (without a frame step, the chunks alone)
-  events      one after the default stream's part (and one after the codec's, with its own
-              stream); `LaunchedStep.wait()` blocks on them when the step is read
+  event       one after the step; `LaunchedStep.wait()` blocks on it when the step is read
 On CPU every call is synchronous, the copies are no-ops and the step is complete when launched.
 
 Timings come from CUDA events around each part (device time, read after the step completed), or
@@ -36,6 +32,7 @@ import torch
 from ..runtime.codec_runner import CodecRunner
 from ..runtime.runner import ModelRunner
 from ..scheduler.plan import StepPlan, StepResult, StepTimings
+from ..voices.rows import embed_clone_prompt
 from .audio import to_s16
 from .entry import StreamEntry
 
@@ -64,32 +61,23 @@ class _Timer:
 
 
 class SlotFences:
-    """Per slot, which executor last touched it (prefill, frame rows or chunks) and the end of its
-    latest work there on each CUDA stream it uses (its own; the codec's, with `--codec-stream`: a step
-    without chunks leaves the codec stream's event of an earlier one in place). Work for that slot by
-    another executor waits for those events first: a slot freed while its stream's steps are in flight
-    can go to a new stream at once, whose work on the newcomer lane or the prefill stream would
-    otherwise race them (on one stream, order does it). One instance is shared by every executor.
-    Fired events cost nothing to wait for."""
+    """Per slot, the end of the latest step that touched it (prefill, frame rows or chunks). A prefill
+    on the prefill stream waits for it first: a slot freed while its stream's steps are in flight can
+    go to a new stream at once, whose prefill there would otherwise race them (on one stream, order
+    does it). Fired events cost nothing to wait for."""
 
     def __init__(self):
-        self._last: dict[int, tuple[str, dict[str, object]]] = {}
+        self._last: dict[int, object] = {}
 
-    def record(self, plan: StepPlan, key: str, events: dict[str, object]) -> None:
-        """events: the step's end on each stream it used, by stream name."""
+    def record(self, plan: StepPlan, event: object) -> None:
+        """event: the step's end."""
         for slot in plan_slots(plan):
-            last = self._last.get(slot)
-            kept = last[1] if last is not None and last[0] == key else {}
-            self._last[slot] = (key, {**kept, **events})
+            self._last[slot] = event
 
-    def take_foreign(self, slot: int, key: str) -> tuple[object, ...]:
-        """The events that work for `slot` by executor `key` must wait for: those of another executor's
-        last work there (then forgotten: the new work, and whatever follows it there, comes after)."""
-        last = self._last.get(slot)
-        if last is None or last[0] == key:
-            return ()
-        del self._last[slot]
-        return tuple(last[1].values())
+    def take(self, slot: int) -> object | None:
+        """The event that new work for `slot` on another stream must wait for, then forgotten: the new
+        work, and whatever follows it there, comes after it."""
+        return self._last.pop(slot, None)
 
 
 def plan_slots(plan: StepPlan) -> set[int]:
@@ -106,7 +94,6 @@ class LaunchedStep:
     c0: torch.Tensor | None = None  # [B] codebook-0 ids on the host (a view of pinned memory on CUDA)
     pcm: list[torch.Tensor | None] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] float, host
     event: torch.cuda.Event | None = None  # end of the step on the default stream
-    codec_event: torch.cuda.Event | None = None  # end of its chunks on the codec stream
     # Chunk batches holding a stream's first chunk, launched before the others: their PCM (and c0)
     # is on the host once early_event has fired, before the rest of the step (engine: first audio).
     early_batches: tuple[int, ...] = ()
@@ -130,16 +117,15 @@ class LaunchedStep:
 
     def ready(self) -> bool:
         """Never blocks: has the device finished the whole step (always, on CPU)?"""
-        return all(e is None or e.query() for e in (self.codec_event, self.event))
+        return self.event is None or self.event.query()
 
     def wait_early(self) -> None:
         if self.early_event is not None:
             self.early_event.synchronize()
 
     def wait(self) -> None:
-        for event in (self.codec_event, self.event):
-            if event is not None:
-                event.synchronize()
+        if self.event is not None:
+            self.event.synchronize()
 
     def result(self, eos_id: int | None) -> StepResult:
         """Call after wait(). eos_id None: EOS never ends a stream (random weights)."""
@@ -166,50 +152,26 @@ def _mark_launched(plan: StepPlan, entries: dict[str, StreamEntry], now: float) 
 
 
 def _mark_issued(entries: dict[str, StreamEntry], stream_id: str) -> None:
-    """First-audio trace mark: the stream's prefill is on the device's queue (bench.first_audio_delivery
-    hooks this function)."""
+    """First-audio trace mark: the stream's prefill is on the device's queue."""
     _mark(entries, (stream_id,), "prefill_issued", time.monotonic())
 
 
 class StepExecutor:
-    def __init__(self, runner: ModelRunner, codec_runner: CodecRunner, *, eos_allowed: bool,
-                 stream: torch.cuda.Stream | None = None, fences: SlotFences | None = None):
-        """stream: the CUDA stream this executor's steps run on (None: the current one; the newcomer
-        lane's executor has its own). fences: shared by the executors of every stream; None with one
-        stream of work (no lane, no prefill stream), where stream order does it at no host cost."""
+    def __init__(self, runner: ModelRunner, codec_runner: CodecRunner, *, eos_allowed: bool):
         self.runner, self.codec_runner = runner, codec_runner
-        self.stream = stream
-        self.key = "main" if stream is None else f"stream{id(stream)}"
         self.cuda = runner.device.type == "cuda"
         self.eos_allowed = eos_allowed
         self.max_code = codec_runner.codec.cfg.codebook_size - 1
-        if fences is None and runner.prefill_stream is not None:
-            fences = SlotFences()
-        self.fences = fences
+        # With the prefill stream, work on two CUDA streams: a prefill there waits for its slot's last step.
+        self.fences = SlotFences() if runner.prefill_stream is not None else None
 
     @torch.inference_mode()
     def launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
-        if self.stream is None:
-            return self._launch(plan, entries)
-        with torch.cuda.stream(self.stream):
-            return self._launch(plan, entries)
-
-    def _launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
         _mark(entries, (p.stream_id for p in plan.prefills), "launch_began", time.monotonic())
         step = LaunchedStep(plan, _Timer(self.cuda))
-        if self.cuda and self.fences is not None:
-            current = torch.cuda.current_stream()
-            slots = plan_slots(plan)
-            if self.runner.prefill_stream is not None:  # fenced there (_prefills); this stream waits for it
-                slots -= {p.slot for p in plan.prefills}
-            for slot in slots:
-                for event in self.fences.take_foreign(slot, self.key):
-                    current.wait_event(event)
         self._prefills(plan, entries, step)
         # Chunks after the codes half of the frame step (they may hold its frames) and before its
-        # talker half, which no chunk needs: first audio comes a talker step sooner. With a codec
-        # stream of their own they run beside the talker half and the next step's frame step, and
-        # reading their PCM waits for them, not for those.
+        # talker half, which no chunk needs: first audio comes a talker step sooner.
         if plan.frames is not None:
             step.c0 = self._frame_step(plan, entries, step)
         else:
@@ -218,8 +180,7 @@ class StepExecutor:
             step.event = torch.cuda.Event()
             step.event.record()
             if self.fences is not None:
-                ends = {"step": step.event, "codec": step.codec_event}
-                self.fences.record(plan, self.key, {name: e for name, e in ends.items() if e is not None})
+                self.fences.record(plan, step.event)
         _mark_launched(plan, entries, time.monotonic())
         return step
 
@@ -238,7 +199,8 @@ class StepExecutor:
             return
         with torch.cuda.stream(side):  # the prompts' embedding too: on the default stream it would queue
             for p in plan.prefills:
-                for event in self.fences.take_foreign(p.slot, "prefill"):
+                event = self.fences.take(p.slot)
+                if event is not None:
                     side.wait_event(event)
                 t0 = step.timer.start()
                 self._fill(p.slot, entries[p.stream_id])
@@ -270,28 +232,24 @@ class StepExecutor:
         calls.sort(key=lambda call: call[0])
         step.early_batches = tuple(index for later, index, _, _ in calls if not later)
         step.pcm = [None] * len(plan.chunks)
-        codec = self.codec_runner
-        with codec.launch_context() as stream:
-            for later, index, slots, codes in calls:
-                if later and step.early_batches and step.early_event is None and self.cuda:
-                    step.early_event = torch.cuda.Event()
-                    step.early_event.record()
-                if stream is not None:
-                    codes.record_stream(stream)  # allocated on the default stream, read on the codec's
-                t0 = step.timer.start()
-                pcm = codec.launch(slots, codes)
-                step.timer.stop(f"chunk{index}", t0)
-                step.pcm[index] = pcm.float().to("cpu", non_blocking=True)
-            if step.early_batches and step.early_event is None and self.cuda:
+        for later, index, slots, codes in calls:
+            if later and step.early_batches and step.early_event is None and self.cuda:
                 step.early_event = torch.cuda.Event()
                 step.early_event.record()
-            if stream is not None:
-                step.codec_event = torch.cuda.Event()
-                step.codec_event.record()
+            t0 = step.timer.start()
+            pcm = self.codec_runner.decode(slots, codes)
+            step.timer.stop(f"chunk{index}", t0)
+            step.pcm[index] = pcm.float().to("cpu", non_blocking=True)
+        if step.early_batches and step.early_event is None and self.cuda:
+            step.early_event = torch.cuda.Event()
+            step.early_event.record()
 
     def _fill(self, slot: int, entry: StreamEntry) -> None:
         """The prompt's embedding and prefill for `slot`, on the current stream."""
         prompt = entry.prompt
+        if prompt.clone is not None:  # a cloned voice's vector rows: embedded and prefilled eagerly
+            self.runner.prefill(slot, embed_clone_prompt(self.runner, prompt))
+            return
         self.runner.prefill_prompt(slot, list(prompt.text_ids), list(prompt.codec_ids))
 
     def _start_slot(self, slot: int, entry: StreamEntry) -> None:

@@ -3,7 +3,7 @@
 A full (generation 2) collection walks every tracked object in the process while holding the GIL,
 so the engine thread, the server's event loop and every stream stop together. With torch, the model
 and the server imported that heap is ~190k objects and one full collection took ~125 ms on the
-development machine; under load on the H200 (run 7) the engine went silent for 160-230 ms about
+development machine; under load on the H200 the engine went silent for 160-230 ms about
 once every 2-5 minutes at 20 req/s and every ~40 s at 40 req/s, and the newest streams, whose
 buffers were still short, ran dry. Full collections come due when the objects that survived younger
 collections reach a quarter of the long-lived heap, so their rate grows with the request rate.

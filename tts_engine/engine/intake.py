@@ -24,11 +24,13 @@ class TextIntake:
 
     def new_state(self, stream_id: str, options: StreamOptions, text: str, end_input: bool) -> StreamState:
         layout = options.layout or (Layout.NON_STREAMING if end_input else Layout.STREAMING)
+        if options.voice.cloned is not None and options.voice.cloned.in_context:
+            layout = Layout.NON_STREAMING  # its prompt holds the whole text (docs/models.md)
         seed = options.params.seed if options.params.seed is not None else secrets.randbits(63)
         forced = speech_frames(text, self.chars_per_second) if self.chars_per_second is not None and end_input else None
         max_frames = min(options.max_frames or self.defaults.max_new_tokens, self.max_context - 1)
         return StreamState(stream_id, layout, seed, max_frames, forced, options.chunk_schedule,
-                           drop_first_frame=options.voice.speaker is not None)
+                           drop_first_frame=options.voice.speaker is not None and options.voice.cloned is None)
 
     def content_ids(self, text: str) -> list[int]:
         """The whole text's content tokens as the non-streaming layout takes them (the tokenised

@@ -33,8 +33,7 @@ class StepPipeline:
         self._steps.append(step)
 
     def completed(self, must_wait: bool = False, before_wait: Callable[[Launched], None] | None = None,
-                  depth: int | None = None, wait: Callable[[Launched], bool] | None = None,
-                  full_wait: Callable[[Launched], None] | None = None) -> Iterator[Launched]:
+                  depth: int | None = None, wait: Callable[[Launched], bool] | None = None) -> Iterator[Launched]:
         """Steps to read now, oldest first: the oldest while `depth` are in flight, or while
         nothing was launched this iteration (`must_wait`), so results keep coming when idle.
         depth: this iteration's, at most the pipeline's (the engine's lookahead, 1 when no stream
@@ -42,9 +41,7 @@ class StepPipeline:
         wait(step) -> bool, if given, waits instead (before_wait is then its business) while fewer
         than the pipeline's depth are in flight, i.e. while another step could still be launched
         beside this one: False means it was cut short (a new stream to plan at once), and the step
-        stays in flight, to be read in a later iteration. full_wait(step), if given, waits when the
-        pipeline is full instead of `step.wait()` (the engine polls, to serve its newcomer lane
-        meanwhile); it must not return before the step is done."""
+        stays in flight, to be read in a later iteration."""
         depth = self.depth if depth is None else max(1, min(depth, self.depth))
         while self._steps and (len(self._steps) >= depth or must_wait):
             must_wait = False
@@ -52,8 +49,6 @@ class StepPipeline:
             if wait is not None and len(self._steps) < self.depth:
                 if not wait(step):
                     return
-            elif full_wait is not None:
-                full_wait(step)
             else:
                 if before_wait is not None:
                     before_wait(step)

@@ -6,19 +6,24 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .api import AudioEvent, DoneEvent, ErrorEvent, StreamEvent
 
-if TYPE_CHECKING:
-    from .core import StreamingEngine
+
+class CommandSink(Protocol):
+    """What a stream handle needs of its engine (core.StreamingEngine): its text checked, its commands queued."""
+
+    def check_text(self, chars: int) -> None: ...
+
+    def command(self, kind: str, stream_id: str, payload=None) -> None: ...
 
 
 class Stream:
     """Implements `api.TTSStream`. Commands are queued to the engine thread; events come back
     through an asyncio queue owned by the event loop that opened the stream."""
 
-    def __init__(self, engine: StreamingEngine, stream_id: str, loop: asyncio.AbstractEventLoop):
+    def __init__(self, engine: CommandSink, stream_id: str, loop: asyncio.AbstractEventLoop):
         self.id = stream_id
         self._engine = engine
         self.loop = loop

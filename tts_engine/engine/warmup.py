@@ -1,5 +1,5 @@
 """The engine thread's start-up before it is ready: every CUDA graph captured (the runner's frame
-steps and prefills, the codec's chunk shapes, the newcomer lane's), then one codec call, so that the
+steps and prefills, the codec's chunk shapes), then one codec call, so that the
 first stream pays for none of it. What the codec capture kept and dropped goes into the engine stats."""
 
 from __future__ import annotations
@@ -10,13 +10,11 @@ import torch
 
 from ..runtime.codec_runner import CodecRunner
 from ..runtime.runner import ModelRunner
-from .lane import NewcomerLane
 
 log = logging.getLogger(__name__)
 
 
-def warm_up(runner: ModelRunner, codec_runner: CodecRunner, lane: NewcomerLane | None,
-            stats: dict[str, float]) -> None:
+def warm_up(runner: ModelRunner, codec_runner: CodecRunner, stats: dict[str, float]) -> None:
     if runner.use_graphs:
         runner.capture_graphs()
     if codec_runner.use_graphs:
@@ -28,7 +26,5 @@ def warm_up(runner: ModelRunner, codec_runner: CodecRunner, lane: NewcomerLane |
         log.log(level, "codec graphs: %d captured, skipped %s, mismatched %s, max error %.2e, %.0f s",
                 len(report["captured"]), report["skipped"], report["mismatched"], report["max_error"],
                 report["seconds"])
-    if lane is not None:
-        lane.capture()
     codec_runner.decode([0], torch.zeros(1, 16, 2, dtype=torch.long))
     codec_runner.reset(0)

@@ -89,28 +89,6 @@ if HAVE_TRITON:
             gdc_launch_dependents()
 
     @triton.jit
-    def prefetch_window(first, n_lines, LINES: tl.constexpr):
-        """Lines first .. first + LINES - 1 of a range of n_lines 128-byte lines -> (the lines, clamped into the
-        range, [LINES] int64; which of them are in it)."""
-        lines = first + tl.arange(0, LINES).to(tl.int64)
-        ok = (lines >= 0) & (lines < n_lines)
-        return tl.where(ok, lines, 0), ok
-
-    @triton.jit
-    def prefetch_l2(ptr, lines, ok, MODE: tl.constexpr):
-        """Bring 128-byte lines of a tensor (ptr its first byte, as uint8) into L2 without waiting for them. MODE 1:
-        `prefetch.global.L2` (compiled); 0: in Triton's interpreter, which runs no PTX, a plain masked read of each
-        line's first byte stands in (its values are dropped); 2 (tests): each line's first int32 counted up by one
-        instead, so that a test sees which lines a launch covered."""
-        if MODE == 1:
-            tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptr + lines * 128],
-                                      dtype=tl.int32, is_pure=False, pack=1)
-        elif MODE == 2:
-            tl.atomic_add((ptr + lines * 128).to(tl.pointer_type(tl.int32)), 1, mask=ok)
-        else:
-            tl.load(ptr + lines * 128, mask=ok, other=0)
-
-    @triton.jit
     def round_to(x, dtype: tl.constexpr):
         """fp32 x rounded to the precision of `dtype`, kept in fp32: round to nearest even, as torch rounds.
 

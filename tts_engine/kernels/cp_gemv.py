@@ -9,12 +9,13 @@ For one row of x (`cp_gemv`: the batch-1 passes) it computes what kernels/gemv.p
 fusions and the same rounding (the fp32 sums in the tensor core's order: a few outputs may differ by one bf16 ulp),
 launched with programmatic dependent launch like the whole-row Triton kernel it stands in for (its weights, and with
 residual_early its residual, read before the wait). Why: see the .cu file; in short, after the wait a warp does ~16
-MMAs where the Triton kernel's threads convert, multiply and reduce every weight. Run 31: the batch-1 code-predictor
+MMAs where the Triton kernel's threads convert, multiply and reduce every weight: the batch-1 code-predictor
 frame 1.368 -> 1.145 ms. For 2-64 rows (`cp_gemm_rows`: the passes of batches 2-64) it computes the plain product
 (or its split-K partials) or gate/up with SwiGLU, x's rows as the B operand's columns, with the RMSNorm of x before
 (qkv, gate/up, the heads) or a residual added after (o, down; in slices of K, a thread block cluster a column of w
-whose first CTA adds them up), so that a pass of rows may launch no norms of its own (`cp_rows_norms`, opt-in: slower
-than the norm launches at 8 and 32 rows in run 33).
+whose first CTA adds them up). The runner's rows passes take the plain product, the split-K partials and gate/up
+with SwiGLU; the norm and residual forms are tested here but not used by the runner (their norms inside the
+products are slower than the norm launches at 8 and 32 rows).
 
 Where it cannot run (no sm90 GPU or nvcc) the runner keeps the Triton GEMVs (`unsupported`); a call it does not take
 (`takes`) goes to `gemv`.
@@ -79,9 +80,9 @@ def rows_fit(k: int, tiles: int, splits: int, kw: int, blocks: int = 1, norm: bo
 
 
 MAX_ROWS_WARPS = 16  # `cp_gemm_rows`: warps a CTA at most (~120 registers a thread: a CTA an SM)
-# `cp_gemm_rows`: blocks of 16 rows of w a CTA by tiles of x (1-8; the last past its end), where they fit. Run 32
-# (bench.latency --experiments cp_gemm_rows, three interleaved rounds, call 2), code-predictor frame at batch 8 / 16 /
-# 32 with (1, 1, 1, 1) 1.585 / 2.111 / 2.804 ms, (1, 1, 2, 2) 1.586 / 2.085 / 2.448, these 1.569 / 1.885 / 2.285.
+# `cp_gemm_rows`: blocks of 16 rows of w a CTA by tiles of x (1-8; the last past its end), where they fit.
+# Code-predictor frame at batch 8 / 16 / 32 with (1, 1, 1, 1) 1.585 / 2.111 / 2.804 ms, (1, 1, 2, 2)
+# 1.586 / 2.085 / 2.448, these 1.569 / 1.885 / 2.285.
 ROWS_BLOCKS = (1, 2, 4, 4)
 ROWS_MIN_CTAS = 0  # `cp_gemm_rows`: fewer blocks a CTA where more would leave fewer CTAs than this
 

@@ -10,19 +10,15 @@
 `decode_attention_ref` is the plain torch definition; the Triton kernel must equal it (tests run
 it on CPU through the interpreter).
 
-Version 2 (split-KV). Version 1 (`_decode_attention_kernel`, kept as the baseline) runs one program
-per (row, kv head) over the whole row: at batch 1 that is 8 programs on a 132-SM GPU, each
-streaming up to L keys serially. Now the keys of a row
-are cut into `splits` chunks (more at small batch, one at large batch; the chunk count is a
-function of the static shapes, so one CUDA graph serves any lengths): a program per (row, kv
-head, chunk) handles all the head's GROUP query heads at once (each K/V block is read once) and
-writes an unnormalised partial (acc, max, sum) that a second kernel merges. Chunks past a row's
-length exit at once. With one chunk the first kernel writes the output itself.
-
-Version 3 (opt-in until timed): version 2 with both products as tensor-core MMAs. Run 2 showed
-version 2 at 26 % of bandwidth at batch 64 (110 µs against a 28 µs floor at 448 positions), with
-version 1 close behind (121 µs): the fp32 broadcast-multiply-reduce of each block, not the
-memory system, sets the pace once the grid is full.
+Split-KV: one program per (row, kv head) over the whole row would be 8 programs on a 132-SM GPU at
+batch 1, each streaming up to L keys serially. Instead the keys of a row are cut into `splits`
+chunks (more at small batch, one at large batch; the chunk count is a function of the static
+shapes, so one CUDA graph serves any lengths): a program per (row, kv head, chunk) handles all the
+head's GROUP query heads at once (each K/V block is read once) and writes an unnormalised partial
+(acc, max, sum) that a second kernel merges. Chunks past a row's length exit at once. With one
+chunk the first kernel writes the output itself. Both products run on the tensor cores (tl.dot):
+with fp32 broadcast-multiply-reduce products the arithmetic, not the memory system, sets the pace
+once the grid is full (26 % of bandwidth at batch 64).
 """
 
 from __future__ import annotations
@@ -62,106 +58,14 @@ def num_splits(batch: int, num_kv_heads: int, max_len: int, block_n: int, target
 
 if HAVE_TRITON:
 
-    # Version 1: one program per (row, kv head) over the whole row. Kept as the baseline.
-    @triton.jit
-    def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, rows_ptr, len_ptr,
-                                 sq_b, sq_h, sk_n, sk_h, sk_l, so_b, so_h, scale,
-                                 GROUP: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
-        b = tl.program_id(0)
-        kvh = tl.program_id(1)
-        row = tl.load(rows_ptr + b)
-        n = tl.load(len_ptr + b)
-        g = tl.arange(0, GROUP)
-        d = tl.arange(0, D)
-        q = tl.load(q_ptr + b * sq_b + (kvh * GROUP + g)[:, None] * sq_h + d[None, :]).to(tl.float32)
-        m = tl.full([GROUP], float("-inf"), tl.float32)
-        den = tl.zeros([GROUP], tl.float32)
-        acc = tl.zeros([GROUP, D], tl.float32)
-        base = row * sk_n + kvh * sk_h
-        for start in range(0, n, BLOCK_N):
-            pos = start + tl.arange(0, BLOCK_N)
-            ok = pos < n
-            kv_off = base + pos[:, None] * sk_l + d[None, :]
-            k = tl.load(k_ptr + kv_off, mask=ok[:, None], other=0.0).to(tl.float32)  # [BLOCK_N, D]
-            s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale  # [GROUP, BLOCK_N]
-            s = tl.where(ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            p = tl.exp(s - m_new[:, None])
-            alpha = tl.exp(m - m_new)
-            v = tl.load(v_ptr + kv_off, mask=ok[:, None], other=0.0).to(tl.float32)
-            den = den * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
-            m = m_new
-        out = acc / den[:, None]
-        tl.store(out_ptr + b * so_b + (kvh * GROUP + g)[:, None] * so_h + d[None, :],
-                 out.to(out_ptr.dtype.element_ty))
-
-    # Version 2: split-KV, the one `decode_attention` launches.
-    @triton.jit
-    def _decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, len_ptr, out_ptr, acc_ptr, ml_ptr,
-                      sq_b, sq_h, sk_n, sk_h, sk_l, so_b, so_h, scale,
-                      GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CHUNK: tl.constexpr, SPLITS: tl.constexpr, HQ: tl.constexpr, PDL: tl.constexpr):
-        pdl_start(PDL)
-        b = tl.program_id(0).to(tl.int64)
-        kvh = tl.program_id(1)
-        split = tl.program_id(2)
-        n = tl.load(len_ptr + b)
-        start = split * CHUNK
-        if start < n:
-            row = tl.load(rows_ptr + b)
-            g = tl.arange(0, GROUP_P)
-            g_ok = g < GROUP
-            d = tl.arange(0, D)
-            heads = kvh * GROUP + g
-            q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None], other=0.0)
-            q = q.to(tl.float32) * scale  # scale includes log2(e): exp2 below
-            m = tl.full([GROUP_P], float("-inf"), tl.float32)
-            den = tl.zeros([GROUP_P], tl.float32)
-            acc = tl.zeros([GROUP_P, D], tl.float32)
-            base = row * sk_n + kvh * sk_h
-            end = tl.minimum(start + CHUNK, n)
-            for blk in range(start, end, BLOCK_N):
-                pos = blk + tl.arange(0, BLOCK_N)
-                ok = pos < end
-                kv_off = base + pos[:, None] * sk_l + d[None, :]
-                k = tl.load(k_ptr + kv_off, mask=ok[:, None], other=0.0).to(tl.float32)  # [BLOCK_N, D]
-                v = tl.load(v_ptr + kv_off, mask=ok[:, None], other=0.0).to(tl.float32)
-                s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)  # [GROUP_P, BLOCK_N]
-                s = tl.where(ok[None, :], s, float("-inf"))
-                m_new = tl.maximum(m, tl.max(s, axis=1))
-                p = tl.exp2(s - m_new[:, None])
-                alpha = tl.exp2(m - m_new)
-                den = den * alpha + tl.sum(p, axis=1)
-                acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
-                m = m_new
-            if SPLITS == 1:
-                dt = out_ptr.dtype.element_ty
-                out = round_to(acc / den[:, None], dt)
-                tl.store(out_ptr + b * so_b + heads[:, None] * so_h + d[None, :], out.to(dt), mask=g_ok[:, None])
-            else:
-                part = (b * HQ + heads) * SPLITS + split  # [GROUP_P] rows of [B, Hq, SPLITS]
-                tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=g_ok[:, None])
-                tl.store(ml_ptr + part * 2, m, mask=g_ok)
-                tl.store(ml_ptr + part * 2 + 1, den, mask=g_ok)
-
-    # Version 3: version 2 with both products on the tensor cores (tl.dot), the GROUP query heads
-    # padded to the 16 rows an MMA needs. Not yet timed on the GPU: opt-in (`version=3`).
+    # Both products on the tensor cores (tl.dot), the GROUP query heads padded to the 16 rows an MMA needs.
     @triton.jit
     def _decode_attention_split_dot_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, len_ptr, out_ptr, acc_ptr, ml_ptr,
                                            sq_b, sq_h, sk_n, sk_h, sk_l, so_b, so_h, scale,
                                            GROUP: tl.constexpr, GROUP_P: tl.constexpr, D: tl.constexpr,
                                            BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                                           HQ: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
-                                           EARLY: tl.constexpr):
-        """EARLY: the chunk's first block of keys and values, all but the newest position, is loaded
-        before `pdl_start`. Those positions were written by earlier steps, and the lengths and rows
-        by a launch at least two back (each launch of a PDL chain waits for the one before it before
-        it lets the next start); only q and the newest position's K/V (the launch just before:
-        q/k norm + RoPE) need the wait. Under PDL the loads then overlap that launch's tail. Without
-        it nothing is read before the wait."""
-        if not EARLY:
-            pdl_start(PDL)
+                                           HQ: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr):
+        pdl_start(PDL)
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         split = tl.program_id(2)
@@ -171,12 +75,6 @@ if HAVE_TRITON:
         d = tl.arange(0, D)
         base = row * sk_n + kvh * sk_h
         end = tl.minimum(start + CHUNK, n)
-        if EARLY:  # earlier positions of the first block, [BLOCK_N, D]
-            pos0 = start + tl.arange(0, BLOCK_N)
-            early = (pos0 < end) & (pos0 < n - 1)
-            k0 = tl.load(k_ptr + base + pos0[:, None] * sk_l + d[None, :], mask=early[:, None], other=0.0)
-            v0 = tl.load(v_ptr + base + pos0[:, None] * sk_l + d[None, :], mask=early[:, None], other=0.0)
-            pdl_start(PDL)
         if start < n:
             g = tl.arange(0, GROUP_P)
             g_ok = g < GROUP
@@ -191,13 +89,8 @@ if HAVE_TRITON:
                 pos = blk + tl.arange(0, BLOCK_N)
                 ok = pos < end
                 kv_off = base + pos[:, None] * sk_l + d[None, :]
-                if EARLY:
-                    loaded = (early & (pos == pos0))[:, None]  # in k0 / v0 already (the first block)
-                    k = tl.where(loaded, k0, tl.load(k_ptr + kv_off, mask=ok[:, None] & ~loaded, other=0.0))
-                    v = tl.where(loaded, v0, tl.load(v_ptr + kv_off, mask=ok[:, None] & ~loaded, other=0.0))
-                else:
-                    k = tl.load(k_ptr + kv_off, mask=ok[:, None], other=0.0)  # [BLOCK_N, D], model dtype
-                    v = tl.load(v_ptr + kv_off, mask=ok[:, None], other=0.0)
+                k = tl.load(k_ptr + kv_off, mask=ok[:, None], other=0.0)  # [BLOCK_N, D], model dtype
+                v = tl.load(v_ptr + kv_off, mask=ok[:, None], other=0.0)
                 if DOT_FP32:
                     k = k.to(tl.float32)
                     v = v.to(tl.float32)
@@ -240,33 +133,22 @@ if HAVE_TRITON:
         tl.store(out_ptr + b * so_b + h * so_h + d, out.to(dt))
 
 
-def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int | None = None,
-                     splits: int | None = None, version: int = 2, pdl: bool = False,
-                     early: bool = False) -> torch.Tensor:
-    """Triton kernels when available (CUDA, or CPU tensors through the interpreter). version 2:
-    fp32 CUDA-core products (the default, timed); 3: tensor-core products (tl.dot). pdl: both
-    kernels launched with programmatic dependent launch (`backend.pdl_supported`): each program waits
-    for the previous kernel's writes before it reads them. early (version 3): the cache's earlier
-    positions of each program's first block are read before that wait, which is right only where the
-    launch before wrote no more than each row's newest position and q, and lengths and rows were
-    written two launches back or more (the talker's PDL steps: q/k norm + RoPE before it)."""
+def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int = 64, splits: int | None = None,
+                     pdl: bool = False) -> torch.Tensor:
+    """Triton kernels when available (CUDA, or CPU tensors through the interpreter). splits: key chunks a
+    row (None: `num_splits`). pdl: both kernels launched with programmatic dependent launch
+    (`backend.pdl_supported`): each program waits for the previous kernel's writes before it reads them."""
     if not HAVE_TRITON:
         return decode_attention_ref(q, k_cache, v_cache, rows, lengths)
-    if version not in (2, 3):
-        raise ValueError(f"decode_attention version must be 2 or 3, got {version}")
     b, hq, d = q.shape
     hkv, max_len = k_cache.shape[1], k_cache.shape[2]
     if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("decode_attention needs k/v caches of one layout with the head dimension contiguous")
     if hq % hkv or d != next_pow2(d):
         raise ValueError(f"need Hq a multiple of Hkv and a power-of-two head dim, got {hq}, {hkv}, {d}")
-    if early and version != 3:
-        raise ValueError(f"decode_attention: early loads are version 3's, got version {version}")
-    if version == 3 and (d < 16 or q.dtype != k_cache.dtype):
-        raise ValueError(f"version 3 needs a head dim >= 16 and q in the cache dtype, got {d}, {q.dtype}")
+    if d < 16 or q.dtype != k_cache.dtype:
+        raise ValueError(f"decode_attention needs a head dim >= 16 and q in the cache dtype, got {d}, {q.dtype}")
     group = hq // hkv
-    if block_n is None:
-        block_n = 32 if version == 2 else 64
     if splits is None:  # from the batch rounded up to a power of two: eager runs split as their graph bucket does
         splits = num_splits(next_pow2(b), hkv, max_len, block_n)
     chunk = triton.cdiv(triton.cdiv(max_len, splits), block_n) * block_n
@@ -281,14 +163,11 @@ def decode_attention(q, k_cache, v_cache, rows, lengths, *, block_n: int | None 
             out.stride(0), out.stride(1), LOG2E / math.sqrt(d))
     shape = dict(GROUP=group, D=d, BLOCK_N=block_n, CHUNK=chunk, SPLITS=splits, HQ=hq, PDL=pdl, num_warps=4,
                  **pdl_launch(pdl))
-    if version == 2:
-        _decode_attention_split_kernel[(b, hkv, splits)](*args, GROUP_P=next_pow2(group), **shape)
-    else:  # an MMA needs >= 16 rows. fp32 caches keep full fp32 products; so do CPU runs, because
-        # Triton's interpreter multiplies the bit patterns of bf16 operands in tl.dot (Triton 3.9).
-        dot_fp32 = q.dtype == torch.float32 or q.device.type == "cpu"
-        _decode_attention_split_dot_kernel[(b, hkv, splits)](*args, GROUP_P=max(16, next_pow2(group)),
-                                                             DOT_FP32=dot_fp32, EARLY=early,
-                                                             **shape)
+    # fp32 caches keep full fp32 products; so do CPU runs, because Triton's interpreter multiplies the bit
+    # patterns of bf16 operands in tl.dot (Triton 3.9).
+    dot_fp32 = q.dtype == torch.float32 or q.device.type == "cpu"
+    _decode_attention_split_dot_kernel[(b, hkv, splits)](*args, GROUP_P=max(16, next_pow2(group)), DOT_FP32=dot_fp32,
+                                                         **shape)
     if splits > 1:
         _decode_attention_merge_kernel[(b, hq)](lengths, out, acc, ml, out.stride(0), out.stride(1),
                                                 D=d, CHUNK=chunk, SPLITS=splits, HQ=hq, PDL=pdl, num_warps=4,

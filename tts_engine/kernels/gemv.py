@@ -6,7 +6,7 @@
     gemv(x, w, norm=(ln [K], eps), ...)           -> the same of rms_norm(x, ln, eps)
 
 Why: at batch 1 the decode steps are GEMVs, and cuBLAS runs the code predictor's 4-12 MB matrices
-with 64x8 tiles, 16-64 CTAs on a 132-SM card, ~5 µs each whatever the size (profile-h200-1aa9bd0):
+with 64x8 tiles, 16-64 CTAs on a 132-SM card, ~5 µs each whatever the size:
 latency-bound, far from bandwidth. Here one program owns BLOCK_N output features (rows of w) for
 every batch row (M <= 16), streams its rows of w once in BLOCK_K slices with 16-byte loads, and
 keeps the products in fp32 registers; N / BLOCK_N programs (e.g. 128 for N = 1024, BLOCK_N = 8)
@@ -20,18 +20,16 @@ rounded again (`r + F.linear(x, w)`), or silu in fp32 rounded, times the rounded
 rounded (`F.silu(g) * u`); the norm as `rms_norm_ref` rounds it. The fp32 sum runs in another order
 than cuBLAS', so a few elements may differ by one ulp (tests/kernels/test_gemv.py).
 
-Status: tested against its reference (interpreter on CPU, compiled on a GPU). On the H200 (run 9,
-`bench.kernels --gemv-sweep`): with one reduction after the K loop and 3 pipelined slices, 16.1 µs
-for the code predictor's four products at batch 1 against cuBLAS + epilogues 33.1; its cost grows with
-the rows it holds, so the code predictor uses it for passes of 1-2 rows only (runtime/code_predictor.py),
-and the talker for its steps at batch 1 (run 10: 35.9 against 44.0 µs a layer; runtime/runner.py).
-The tensor-core variant (`mma`, kernels/gemv_mma.py) beat cuBLAS + epilogues at 8-16 rows per product in run 9's sweep,
-but loses as a code-predictor frame at 8-64 rows, with PDL too (run 24; opt-in); the whole-row variant serves
-programmatic dependent launch (`pdl`, the code predictor's 1-2 row passes on sm90+). Its row-streaming form
-(`row_blocks`: a program's row blocks in turn, the next one's weights loading while the last one's are summed) serves
-the talker's batch-1 qkv, gate/up and down (run 22: step 1.080 -> 0.941 ms; it lost on every code-predictor product);
-its sliced rows (`row_chunks`) tied or lost wherever they were swept. Both are in kernels/gemv_rows.py, the epilogue
-every kernel shares in kernels/gemv_epilogue.py.
+Status: tested against its reference (interpreter on CPU, compiled on a GPU). On the H200, with one
+reduction after the K loop and 3 pipelined slices: 16.1 µs for the code predictor's four products at
+batch 1 against cuBLAS + epilogues 33.1; its cost grows with the rows it holds, so the code predictor
+uses it for passes of 1-2 rows only (runtime/code_predictor.py), and the talker for its steps at batch 1
+(35.9 against 44.0 µs a layer; runtime/runner.py). The whole-row variant serves programmatic dependent
+launch (`pdl`, the code predictor's 1-2 row passes on sm90+). Its row-streaming form (`row_blocks`: a
+program's row blocks in turn, the next one's weights loading while the last one's are summed) serves the
+talker's batch-1 qkv, gate/up and down (step 1.080 -> 0.941 ms); its sliced rows (`row_chunks`, which the
+streaming form's helpers share) tie or lose in the sweeps: no launch table uses them. Both are in
+kernels/gemv_rows.py, the epilogue every kernel shares in kernels/gemv_epilogue.py.
 """
 
 from __future__ import annotations
@@ -48,19 +46,12 @@ if HAVE_TRITON:
 
     from .backend import pdl_start, round_to
     from .gemv_epilogue import delta_x, epilogue, residual_of
-    from .gemv_mma import _gemm_mma_kernel
     from .gemv_rows import _gemv_row_slices_kernel, _gemv_row_stream_kernel
 
 MAX_ROWS = 16  # batch rows one program holds in registers (the CUDA-core kernels)
-# What every launch configuration the sweeps chose at 1 row shares (run 9's code-predictor shapes, run
-# 10's talker shapes): one reduction after the K loop, 3 pipelined slices, 4 warps.
+# What every launch configuration the sweeps chose at 1 row shares (the code predictor's and the
+# talker's shapes): one reduction after the K loop, 3 pipelined slices, 4 warps.
 LATE_SUM = dict(late_sum=True, stages=3, num_warps=4)
-MAX_MMA_ROWS = 64  # with mma: rows of one tensor-core tile
-# The weights' L2 eviction priorities a whole-row launch takes (gemv `evict`, PTX's L2::evict_* cache hints): a pass
-# of the code predictor reads ~150 MB of weights and the L2 holds 50, so every pass reads them all from DRAM again
-# unless some are kept (`CodePredictorRunner.l2_policy`). Run 27 kept 25-38 MB so: the frame step moved by −0.017 to
-# +0.001 ms (and with no weight bytes at all the batch-1 frame is still 1.242 ms): no hints by default.
-L2_POLICIES = ("", "evict_first", "evict_last")
 
 
 def gemv_ref(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
@@ -141,25 +132,23 @@ if HAVE_TRITON:
     @triton.jit
     def _gemv_rows_kernel(x_ptr, w_ptr, r_ptr, ln_ptr, y_ptr, m, n_out, k, s_x, s_w, s_r, s_y, eps, d_ptr, s_d,
                           DELTA: tl.constexpr, MODE: tl.constexpr, NORM: tl.constexpr, M_P: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr,
-                          EVICT: tl.constexpr):
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, RES_EARLY: tl.constexpr):
         """`_gemv_kernel` with whole rows of w (BLOCK_K >= K) per program, loaded before anything the
         previous kernel writes is read: launched with PDL, this program's weights stream in while the
         previous kernel finishes, and `gdc_wait` then makes that kernel's outputs (x, residual)
         visible. `gdc_launch_dependents` lets the next kernel do the same. RES_EARLY: the residual is
         read before the wait too, right where it was written two launches back or more (then the
-        previous kernel's own wait has seen that launch finish). EVICT: the weights' L2 eviction priority
-        (gemv `evict`)."""
+        previous kernel's own wait has seen that launch finish)."""
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
         ks = tl.arange(0, BLOCK_K)
         f_ok, r_ok, k_ok = feats < n_out, rows < m, ks < k
         w_at = w_ptr + feats[:, None].to(tl.int64) * s_w + ks[None, :]
         w_ok = f_ok[:, None] & k_ok[None, :]
-        ws = tl.load(w_at, mask=w_ok, other=0.0, eviction_policy=EVICT)  # [BLOCK_N, BLOCK_K]: constants, safe
+        ws = tl.load(w_at, mask=w_ok, other=0.0)  # [BLOCK_N, BLOCK_K]: constants, safe
         wu = ws  # before the wait
         if MODE == 2:
-            wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0, eviction_policy=EVICT)
+            wu = tl.load(w_at + n_out * s_w, mask=w_ok, other=0.0)
         ln = tl.zeros((BLOCK_K,), dtype=tl.float32)
         if NORM:
             ln = tl.load(ln_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
@@ -184,17 +173,15 @@ if HAVE_TRITON:
 def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None, silu_mul: bool = False,
          norm: tuple[torch.Tensor, float] | None = None, block_n: int = 8, block_k: int = 256, num_warps: int = 4,
          late_sum: bool = False, stages: int = 1, whole_rows: bool = False, pdl: bool = False,
-         mma: bool = False, residual_early: bool = False, row_chunks: int = 1, row_blocks: int = 1,
-         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None,
-         evict: str = "") -> torch.Tensor:
-    """x [M, K] (M <= MAX_ROWS, or MAX_MMA_ROWS with mma; last dim contiguous), w [N, K] contiguous
+         residual_early: bool = False, row_chunks: int = 1, row_blocks: int = 1,
+         x_delta: torch.Tensor | None = None, residual_delta: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] (M <= MAX_ROWS; last dim contiguous), w [N, K] contiguous
     -> [M, N] (or [M, N / 2] with silu_mul), in x's dtype; norm=(ln [K], eps) normalises x first.
     block_n, block_k, num_warps, late_sum, stages: the launch configuration (`bench/kernels.py` sweeps
     them against cuBLAS on the GPU). whole_rows: each program holds whole rows of w (block_k is K
     rounded up; for a few rows of x); pdl: launched with programmatic dependent launch
     (`backend.pdl_supported`; with whole_rows the weights load before the wait for the previous
-    kernel). mma: tensor-core products over rows padded to >= 16 (block_n, block_k >= 16), for 3-64
-    rows (kernels/gemv_mma.py), with pdl too. residual_early (whole_rows, mma): the residual is read before that
+    kernel). residual_early (whole_rows): the residual is read before that
     wait too, which with pdl is right only where it was written two launches back or more (the decoder layers' o and
     down products);
     row_chunks (whole_rows, 1-3): a row held as that many power-of-two slices of K / row_chunks rounded up
@@ -204,33 +191,25 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     x_delta [>= M, K] int64 (the whole-row and the K-loop kernels): x is x + x_delta's multiples of 2^-32, rounded to
     x's dtype and added as the reference adds a product to its residual (kernels/cp_attention_o.py's o_sum);
     residual_delta [>= M, N] int64 (the same kernels, with residual): the residual is residual + residual_delta so,
-    and residual_delta is zeroed once read (the product that reads it last: the next sum into it starts at 0).
-    evict (whole_rows, one slice, one block): the weights' L2 eviction priority, "" (the default), "evict_first" or
-    "evict_last" (kept in L2 over other lines where it can: `L2_POLICIES`); the values are the same."""
+    and residual_delta is zeroed once read (the product that reads it last: the next sum into it starts at 0)."""
     if not HAVE_TRITON:
         return gemv_ref(x, w, residual=residual, silu_mul=silu_mul, norm=norm, x_delta=x_delta,
                         residual_delta=residual_delta)
     m, k = x.shape
-    if m > (MAX_MMA_ROWS if mma else MAX_ROWS):
-        raise ValueError(f"gemv holds at most {MAX_MMA_ROWS if mma else MAX_ROWS} rows{' with mma' if mma else ''}, "
-                         f"got {m}")
+    if m > MAX_ROWS:
+        raise ValueError(f"gemv holds at most {MAX_ROWS} rows, got {m}")
     if w.shape[1] != k or w.stride(1) != 1 or x.stride(1) != 1:
         raise ValueError(f"gemv needs x [M, K] and w [N, K] with K contiguous, got {tuple(x.shape)}, {tuple(w.shape)}")
     if x.dtype != w.dtype:
         raise ValueError(f"gemv needs one dtype, got x {x.dtype}, w {w.dtype}")
     if residual is not None and silu_mul:
         raise ValueError("gemv: residual and silu_mul do not combine")
-    if mma and (whole_rows or row_chunks != 1 or row_blocks != 1):
-        raise ValueError("gemv: the tensor-core kernel (mma) takes no whole_rows, row_chunks or row_blocks")
     if row_chunks not in (1, 2, 3) or (row_chunks > 1 and not whole_rows):
         raise ValueError(f"gemv: row_chunks is 1, 2 or 3, and more than 1 only with whole_rows, got {row_chunks}")
     if not 1 <= row_blocks <= 64 or (row_blocks > 1 and not whole_rows):
         raise ValueError(f"gemv: row_blocks is 1-64, and more than 1 only with whole_rows, got {row_blocks}")
-    if residual_early and not ((whole_rows or mma) and residual is not None):
-        raise ValueError("gemv: residual_early is the whole-row and tensor-core kernels' early read of a residual")
-    if evict not in L2_POLICIES or (evict and not (whole_rows and row_chunks == 1 and row_blocks == 1)):
-        raise ValueError(f"gemv: evict is one of {L2_POLICIES}, and set only with whole_rows in one slice and one "
-                         f"block, got {evict!r}")
+    if residual_early and not (whole_rows and residual is not None):
+        raise ValueError("gemv: residual_early is the whole-row kernels' early read of a residual")
     n_out = w.shape[0] // 2 if silu_mul else w.shape[0]
     y = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
     r = residual if residual is not None else y
@@ -240,25 +219,18 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = No
     if norm is not None and (ln.shape != (k,) or ln.dtype != x.dtype or ln.stride(0) != 1):
         raise ValueError(f"norm weight must be [K] = [{k}] contiguous in x's dtype, got {tuple(ln.shape)} {ln.dtype}")
     mode = 2 if silu_mul else 1 if residual is not None else 0
-    delta = _delta_args(x_delta, residual_delta, m, k, n_out, mode, mma or row_chunks > 1 or row_blocks > 1, y)
+    delta = _delta_args(x_delta, residual_delta, m, k, n_out, mode, row_chunks > 1 or row_blocks > 1, y)
     args = (x, w, r, ln, y, m, n_out, k, x.stride(0), w.stride(0), r.stride(0), y.stride(0), eps)
     shape = dict(MODE=mode, NORM=norm is not None, M_P=max(1, next_pow2(m)), BLOCK_N=block_n)
     grid = (triton.cdiv(n_out, block_n),)
-    if mma:
-        if block_n < 16 or block_k < 16:
-            raise ValueError(f"mma needs block_n and block_k >= 16, got {block_n}, {block_k}")
-        del shape["M_P"]
-        _gemm_mma_kernel[grid](*args, **shape, BLOCK_M=max(16, next_pow2(m)), BLOCK_K=block_k, STAGES=stages,
-                               IEEE=x.dtype == torch.float32 or x.device.type == "cpu", PDL=pdl,
-                               RES_EARLY=residual_early, num_warps=num_warps, **pdl_launch(pdl))
-    elif whole_rows:
+    if whole_rows:
         launch = dict(**shape, BLOCK_K=next_pow2(-(-k // row_chunks)), PDL=pdl, RES_EARLY=residual_early,
                       num_warps=num_warps, **pdl_launch(pdl))
         if row_blocks > 1:
             grid = (triton.cdiv(grid[0], row_blocks),)
             _gemv_row_stream_kernel[grid](*args, **launch, CHUNKS=row_chunks, BLOCKS=row_blocks)
         elif row_chunks == 1:
-            _gemv_rows_kernel[grid](*args, **delta, **launch, EVICT=evict)
+            _gemv_rows_kernel[grid](*args, **delta, **launch)
         else:
             _gemv_row_slices_kernel[grid](*args, **launch, CHUNKS=row_chunks)
     else:
@@ -275,8 +247,8 @@ def _delta_args(x_delta, residual_delta, m: int, k: int, n_out: int, mode: int, 
     if d is None:
         return dict(d_ptr=y, s_d=0, DELTA=0)
     if other_kernel:
-        raise ValueError("gemv: x_delta / residual_delta are the whole-row and K-loop kernels' (no mma, row_chunks "
-                         "or row_blocks)")
+        raise ValueError("gemv: x_delta / residual_delta are the whole-row and K-loop kernels' (no row_chunks or "
+                         "row_blocks)")
     if kind == 2 and mode != 1:
         raise ValueError("gemv: residual_delta needs a residual")
     if d.dtype != torch.int64 or d.dim() != 2 or d.shape[0] < m or d.shape[1] != width or d.stride(1) != 1:

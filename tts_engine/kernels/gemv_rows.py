@@ -6,7 +6,7 @@
                               block's weights loading while the last one's are summed
 
 and the row-slice helpers they share. Same arguments, rounding and epilogue as `gemv._gemv_rows_kernel` (no
-fixed-point deltas); the talker's batch-1 launches use the streamed one (talker_launch.TALKER_PDL_LAUNCH, run 22).
+fixed-point deltas); the talker's batch-1 launches use the streamed one (talker_launch.TALKER_PDL_LAUNCH).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if HAVE_TRITON:
         """`_gemv_rows_kernel` with each row held as CHUNKS (2-3) power-of-two slices of BLOCK_K >= K / CHUNKS,
         so that a row of 3 * 2^n columns is not padded to 4 * 2^n (the talker's down, 6,144 wide: a quarter of
         the one-slice kernel's registers hold masked zeros). A kernel of its own so that the one-slice
-        kernel stays as it was; swept in run 22 (`bench.step_sweep`), it tied or lost."""
+        kernel stays as it was; in the launch sweeps it tied or lost, so no table uses it."""
         feats = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rows = tl.arange(0, M_P)
         r_ok = rows < m
@@ -57,7 +57,7 @@ if HAVE_TRITON:
         to exit and a new one to start (the whole-row kernel's later waves); the next kernel's programs, resident
         beside these once they have all passed their wait, prefetch their own weights meanwhile. RES_EARLY: the
         first block's residual before the wait, every later one's with its weights. The talker's batch-1 launches
-        (talker_launch.TALKER_PDL_LAUNCH, run 22)."""
+        (talker_launch.TALKER_PDL_LAUNCH)."""
         first = tl.program_id(0) * (BLOCKS * BLOCK_N)
         rows = tl.arange(0, M_P)
         r_ok = rows < m

@@ -10,7 +10,7 @@ the norm reads it, as `x = x + f(x)` does in torch. One program per row; the row
 
 `parts` are a product's split-K partial sums (`split_k_partials`: the K range cut in S slices, one
 batched cuBLAS launch in fp32): the reduce that cuBLAS launches after its own split-K product (the code
-predictor's down at 8-64 rows: 75 launches a frame in run 23's batch-32 profile) happens here instead,
+predictor's down at 8-64 rows: 75 launches a frame at batch 32) happens here instead,
 delta rounded once as `F.linear`'s fp32 sum is (the sum's order is another, so an element may differ by
 an ulp of delta).
 """

@@ -23,9 +23,7 @@ Exactness: the kept set and the uniform are exactly the reference's; the CDF is 
 order and `exp` is another implementation, so an id can differ from the torch sampler's only when
 the uniform falls within float rounding of a CDF boundary (same distribution; tests check the
 picked id against a float64 CDF). Greedy rows take the argmax of the processed logits: exact.
-Optionally the picked id's embedding row is gathered into `x_out` (the code predictor's next input), and programs
-beside the rows' bring up to three tensors into L2 while the draw runs (`prefetch`: the code predictor's next
-weights; off unless asked for).
+Optionally the picked id's embedding row is gathered into `x_out` (the code predictor's next input).
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from .backend import pdl_start, prefetch_l2, prefetch_window
+    from .backend import pdl_start
 
 _MASK64 = (1 << 64) - 1
 
@@ -48,27 +46,16 @@ _MASK64 = (1 << 64) - 1
 # its sums, so one setting serves every batch: a seeded request's codes may not depend on its batch)
 # and the top-k search (window 0: the key bisection; n: n passes of `_top_k_window`, each cutting the
 # range in `top_k_ways` parts). Module-level so a benchmark can try another before the engine's graphs are
-# captured (bench.latency / bench.profile_step --draw). Run 17 (bench.sample_kernel, H200, µs a
-# code-predictor draw at batch 1 / 64): 8 warps with the key bisection 12.8 / 13.1, with 10 or 12
-# halvings 8.1-8.4 / 8.8-9.1; 4 warps about the same, 2 and 1 slower (11.6 and 24.8 with 12 halvings: a
-# warp's 64 scores a thread are summed serially). In the frame: 1.699 ms against 1.762. Ways 3 and 4
-# (one packed count a pass) lost in run 24 (frame 1.459 / 1.490 against 1.452 ms). Run 26 (bench.step_sweep
-# --stages draw, each candidate timed as the batch-1 frame; 4 / 8 / 16 warps x 10 / 12 / 14 halvings x 2 / 3 ways):
-# 8 warps, 10 halvings, 2 ways, 1.404 -> 1.398 ms in three interleaved pairs. Also tried in run 26 (7a81dae,
-# reverted): the least and greatest score and the count at the greatest in one tuple reduction, a walk step's next
-# value and its count in one, the softmax's shift taken from it (4 block-wide reductions fewer a draw): the frame
-# 1.394-1.402 ms against 1.398, a tie, while Triton's interpreter ran the draw ~15x slower (a tuple reduction's
-# combine is called element by element there), too slow for the CPU tests. With it, 9 halvings tied 10.
+# captured. The fastest of 4 / 8 / 16 warps x 10 / 12 / 14 halvings x 2 / 3 ways timed as the batch-1
+# code-predictor frame (H200): a draw at batch 1 / 64 takes 8.1-8.4 / 8.8-9.1 µs with 10-12 halvings against
+# 12.8 / 13.1 with the key bisection; 2 and 1 warps are slower (a warp's 64 scores a thread are summed serially).
 DRAW_LAUNCH = {"num_warps": 8, "top_k_window": 10, "top_k_ways": 2}
-# sample_rows' prefetch: bytes a prefetch brings into L2 (a line), lines a prefetching program issues.
 # A draw's gathers (the code predictor's next input row, 1,024 wide, and its first-layer qkv row from the table, 4,096):
 # up to GATHER_BLOCK columns a load, and with GATHER_TOGETHER both rows' first blocks loaded before either is stored,
 # so that the two rows (read from DRAM: the table is 235 MB) cost one round trip, not five (1,024-column blocks in
-# turn, each load waiting for the store before it). Read at every launch (bench.latency --experiments draw_gathers).
+# turn, each load waiting for the store before it). Read at every launch.
 GATHER_BLOCK = 4096
 GATHER_TOGETHER = True
-PREFETCH_LINE = 128
-PREFETCH_LINES = 1024
 
 
 if HAVE_TRITON:
@@ -137,34 +124,16 @@ if HAVE_TRITON:
                        do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seed_ptr, frame_ptr, codebook,
                        penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr, eos_id,
                        out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride, emb2_ptr, emb2_dim, x2_ptr, x2_stride,
-                       n_rows, pf0_ptr, pf0_lines, pf1_ptr, pf1_lines, pf2_ptr, pf2_lines,
                        CODEBOOK0: tl.constexpr, GATHER: tl.constexpr, GATHER2: tl.constexpr, BLOCK: tl.constexpr,
                        EMB_BLOCK: tl.constexpr, EMB2_BLOCK: tl.constexpr, PDL: tl.constexpr, TOPK_WINDOW: tl.constexpr,
-                       TOPK_WAYS: tl.constexpr, PF_LINES: tl.constexpr, PF_MODE: tl.constexpr,
-                       GATHER_TOGETHER: tl.constexpr):
-        """Programs 0 .. n_rows - 1 draw a row each (`_draw`); the rest, if any, prefetch PF_LINES 128-byte lines each
-        of the (up to three) tensors pf*_ptr, in turn, into L2 (`sample_rows`' prefetch). PF_LINES 0: no prefetch,
-        and the kernel is the draw's code alone (the branch is decided when it compiles)."""
+                       TOPK_WAYS: tl.constexpr, GATHER_TOGETHER: tl.constexpr):
+        """Program b draws row b (`_draw`)."""
         row = tl.program_id(0).to(tl.int64)
-        if (PF_LINES == 0) or (row < n_rows):  # PF_LINES 0: no prefetching programs, the draw's code alone
-            _draw(row, logits_ptr, logits_stride, n_vocab, do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr,
-                  seed_ptr, frame_ptr, codebook, penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr,
-                  eos_id, out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride, emb2_ptr, emb2_dim, x2_ptr,
-                  x2_stride, CODEBOOK0, GATHER, GATHER2, BLOCK, EMB_BLOCK, EMB2_BLOCK, PDL, TOPK_WINDOW, TOPK_WAYS,
-                  GATHER_TOGETHER)
-        else:
-            first = (row - n_rows) * PF_LINES  # of the three ranges' lines, end to end
-            _prefetch_range(pf0_ptr, pf0_lines, first, PF_LINES, PF_MODE)
-            _prefetch_range(pf1_ptr, pf1_lines, first - pf0_lines, PF_LINES, PF_MODE)
-            _prefetch_range(pf2_ptr, pf2_lines, first - pf0_lines - pf1_lines, PF_LINES, PF_MODE)
-
-    @triton.jit
-    def _prefetch_range(ptr, n_lines, first, LINES: tl.constexpr, MODE: tl.constexpr):
-        """A program's window, lines first .. first + LINES - 1, of a range of n_lines lines: what of it falls in
-        (`backend.prefetch_l2`'s MODE)."""
-        if (first < n_lines) & (first + LINES > 0):
-            lines, ok = prefetch_window(first, n_lines, LINES)
-            prefetch_l2(ptr, lines, ok, MODE)
+        _draw(row, logits_ptr, logits_stride, n_vocab, do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr,
+              seed_ptr, frame_ptr, codebook, penalty_ptr, min_new_ptr, eos_ok_ptr, slot_ptr, seen_ptr, suppress_ptr,
+              eos_id, out_ptr, out_stride, emb_ptr, emb_dim, x_ptr, x_stride, emb2_ptr, emb2_dim, x2_ptr,
+              x2_stride, CODEBOOK0, GATHER, GATHER2, BLOCK, EMB_BLOCK, EMB2_BLOCK, PDL, TOPK_WINDOW, TOPK_WAYS,
+              GATHER_TOGETHER)
 
     @triton.jit
     def _draw(row, logits_ptr, logits_stride, n_vocab, do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, seed_ptr,
@@ -209,7 +178,7 @@ if HAVE_TRITON:
                     s = _top_k_window(s, valid, top_k, TOPK_WINDOW, TOPK_WAYS)
                 else:
                     # Largest key with at least k keys >= it: the k-th largest score. These 33 passes are
-                    # ~10 of the kernel's ~14 us at batch 1 (run 16's profile); a 16-way search (8 passes
+                    # ~10 of the kernel's ~14 us at batch 1; a 16-way search (8 passes
                     # of 16 int64 counts over a [16, V] compare) was slower there: 23 us.
                     lo = tl.min(tl.where(valid, key, 1 << 40), axis=0)
                     hi = tl.max(key, axis=0)
@@ -285,8 +254,7 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
                 top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor, frame: torch.Tensor, codebook: int,
                 codebook0: dict | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None,
                 pdl: bool = False, num_warps: int | None = None, top_k_window: int | None = None,
-                top_k_ways: int | None = None, gather2: tuple[torch.Tensor, torch.Tensor] | None = None,
-                prefetch: tuple[torch.Tensor, ...] = (), _prefetch_mode: int | None = None) -> None:
+                top_k_ways: int | None = None, gather2: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """logits [B, V] (any float dtype, last dim contiguous); settings [B] tensors (do_sample bool,
     temperature/top_p f32, top_k/seed/frame i64); out: i64 [B] view (any stride) for the ids.
 
@@ -295,15 +263,11 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
     gather: (table [V, H], x_out [B, H] view with contiguous rows): x_out[b] = table[id[b]].
     gather2: a second (table [V, W], out [B, W] view with contiguous rows) gathered the same way (the code
     predictor's first-layer qkv rows, `CodePredictorRunner.qkv_table`).
-    num_warps: a row's program's warps (they set the order of its sums; bench.sample_kernel times them).
+    num_warps: a row's program's warps (they set the order of its sums).
     top_k_window: 0, top-k's threshold by the 33-pass key bisection; n > 0, by n halvings of the value
     range and a walk down the window left (`_top_k_window`; the same kept set). top_k_ways: 2, 3 or 4 parts
     a pass of the window search cuts the range into (one packed count a pass; 3 and 4 untimed on the GPU).
-    None: DRAW_LAUNCH's. prefetch: up to three contiguous tensors (the code predictor's next products' weights) that
-    programs of their own, beside the rows' (PREFETCH_LINES lines each), bring into L2 while the draw runs, without
-    waiting for the logits' kernel: a draw keeps one SM busy for ~8 µs while the memory carries nothing.
-    _prefetch_mode: tests only (`backend.prefetch_l2`'s MODE; None: the prefetch where compiled, a read where
-    interpreted)."""
+    None: DRAW_LAUNCH's."""
     num_warps = DRAW_LAUNCH["num_warps"] if num_warps is None else num_warps
     top_k_window = DRAW_LAUNCH["top_k_window"] if top_k_window is None else top_k_window
     top_k_ways = DRAW_LAUNCH["top_k_ways"] if top_k_ways is None else top_k_ways
@@ -326,26 +290,16 @@ def sample_rows(logits: torch.Tensor, out: torch.Tensor, *, do_sample: torch.Ten
                                  or tuple(pair[1].shape) != (b, pair[0].shape[1])):
             raise ValueError(f"sample_rows: {name} takes a contiguous table [V, W] and an out view [B, W] with "
                              f"contiguous rows, got {tuple(pair[0].shape)} / {tuple(pair[1].shape)}")
-    if len(prefetch) > 3:
-        raise ValueError(f"sample_rows prefetches at most 3 tensors, got {len(prefetch)}")
-    if not all(t.is_contiguous() for t in prefetch):
-        raise ValueError("sample_rows prefetches contiguous tensors only")
-    ranges = [(t.view(torch.uint8), t.numel() * t.element_size() // PREFETCH_LINE) for t in prefetch]
-    ranges += [(logits, 0)] * (3 - len(ranges))
-    total = sum(n for _, n in ranges)
-    _sample_kernel[(b + triton.cdiv(total, PREFETCH_LINES),)](
+    _sample_kernel[(b,)](
         logits, logits.stride(0), v, do_sample, temperature, top_k, top_p, seed, frame, codebook,
         c0.get("penalty", dummy), c0.get("min_new", dummy), c0.get("eos_ok", dummy), c0.get("slots", dummy),
         seen if seen is not None else dummy, c0.get("suppress", dummy), c0.get("eos_id", 0),
         out, out.stride(0), table, emb_dim, x_out, x_out.stride(0) if gather is not None else 0,
         table2, emb2_dim, x2_out, x2_out.stride(0) if gather2 is not None else 0,
-        b, *(x for pair in ranges for x in pair),
         CODEBOOK0=codebook0 is not None, GATHER=gather is not None, GATHER2=gather2 is not None, BLOCK=next_pow2(v),
         EMB_BLOCK=min(GATHER_BLOCK, next_pow2(max(emb_dim, 1))),
         EMB2_BLOCK=min(GATHER_BLOCK, next_pow2(max(emb2_dim, 1))), GATHER_TOGETHER=GATHER_TOGETHER,
-        num_warps=num_warps, PDL=pdl, TOPK_WINDOW=top_k_window, TOPK_WAYS=top_k_ways,
-        PF_LINES=PREFETCH_LINES if total else 0,
-        PF_MODE=int(logits.is_cuda) if _prefetch_mode is None else _prefetch_mode, **pdl_launch(pdl))
+        num_warps=num_warps, PDL=pdl, TOPK_WINDOW=top_k_window, TOPK_WAYS=top_k_ways, **pdl_launch(pdl))
 
 
 def sample_rows_ref(logits: torch.Tensor, *, do_sample, temperature, top_k, top_p, seed, frame, codebook: int,

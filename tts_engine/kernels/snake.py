@@ -4,7 +4,7 @@
 
 The torch form (`snake_beta_ref`, the model's reference numerics) is ~9 kernels, five of them over
 the whole [B, C, T] tensor; in the codec's incremental chunk they were ~40 % of the GPU time
-(profile in docs/benchmarks.md). The kernel reads x once and writes y once, in fp32 inside,
+(a profile of one). The kernel reads x once and writes y once, in fp32 inside,
 rounding once to x's dtype (the reference rounds after each op: equal in fp32 up to the
 implementation of sin, within bf16 rounding otherwise).
 

@@ -11,15 +11,15 @@ K/V stored into the slot cache, and attention over the row's whole context, in o
 
 The same as `qk_norm_rope` then `decode_attention` (the reference below is those two references), in
 one program per (row, kv head) with the head's GROUP query heads: no key chunks, so no merge launch,
-and the query heads are normalised and rotated once, not once a chunk (run 20 put the q/k norm inside
-the split kernel: 256 programs each redoing it after the wait cost more than the launch it saved). The
+and the query heads are normalised and rotated once, not once a chunk (the q/k norm inside the split
+kernel loses: 256 programs each redoing it after the wait cost more than the launch it saves). The
 new position's key and value stay in registers for this step's own query; the earlier positions are
 read from the cache, the first block of them (`early`) before the wait for the qkv product under PDL
 (earlier steps wrote them, and the positions and rows were written before the step began).
 
 Why one program a kv head is enough at batch 1: a short context is one or two blocks of keys, against
-the split kernel's second launch and the separate q/k norm (2.9 + 1.8 µs a layer in run 20's profile).
-Run 21 (bench.latency --experiments talker_context, 8 warps, 128-key blocks): talker step 1.220 -> 1.099 ms
+the split kernel's second launch and the separate q/k norm (2.9 + 1.8 µs a layer).
+With 8 warps and 128-key blocks the talker step goes 1.220 -> 1.099 ms
 at 12 positions, 1.223 -> 1.181 at 256; past ~300 the serial walk over the keys loses (1.318 against 1.227
 at 448), so the runner uses it up to `talker_qk_attention_context` positions and the split kernel beyond.
 """

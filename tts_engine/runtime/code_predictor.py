@@ -22,8 +22,7 @@ load (`qkv_table`, the default). On an sm90 GPU with nvcc the products of the on
 on the tensor cores as a CUDA kernel (`cuda_gemv`, kernels/cp_gemv.py), and with it the products and heads of the
 passes past the GEMV ones of up to 32 rows (`gemv_kernel_rows`; o and down as its own split-K partials), every launch
 of those passes under PDL (`rows_pdl`), all but qkv letting the next start before their own wait (`rows_early`, with
-`early_trigger`). Opt-in: `mma_rows` (passes of up to that many rows on the same fusions with tensor-core products),
-`rows_norms` (those passes' norms inside their products: `norm_rows`). The launch tables are runtime/cp_launch.py's,
+`early_trigger`). Every choice comes from one `FastPathOptions`. The launch tables are runtime/cp_launch.py's,
 looked up in this module's globals when a runner is built or a pass runs (a test may set its own here).
 """
 
@@ -35,14 +34,12 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from ..kernels import cp_pass
 from ..kernels.cp_attention import cp_attention, cp_attention_ref, cp_qk_attention
 from ..kernels.cp_attention_o import cp_attention_o
 from ..kernels.cp_draw import CpDrawKernel
 from ..kernels.cp_draw import unsupported as cp_draw_unsupported
 from ..kernels.cp_gemv import CpGemv
 from ..kernels.cp_gemv import unsupported as cp_gemv_unsupported
-from ..kernels.cp_pass import CpPassKernel, unsupported
 from ..kernels.gemv import gemv
 from ..kernels.sample import sample_rows
 from ..model.qwen3_tts import Talker
@@ -51,7 +48,6 @@ from .cp_launch import (
     EARLY_TRIGGER_LAUNCHES,
     GEMV_KERNEL_ROWS,
     GEMV_LAUNCH,
-    MMA_LAUNCH,
     PDL_LAUNCH,
     PDL_ROWS,
     ROWS_EARLY_LAUNCHES,
@@ -67,7 +63,7 @@ from .fused import (
     rms_norm,
     rope_table,
 )
-from .options import split_k_for
+from .options import FastPathOptions, split_k_for
 from .sampler import GENERAL, SamplerVariant, SamplingRows, WarpRows, counter_uniform, sample_codebook
 
 log = logging.getLogger(__name__)
@@ -91,22 +87,18 @@ def _cuda_kernel(build, why: str | None, required: bool, what: str, instead: str
 
 class CodePredictorRunner(PassRouting):
     def __init__(self, talker: Talker, codec_embedding: torch.Tensor, max_batch: int, *, use_triton: bool,
-                 gemv_rows: int = 0, pdl: bool = False, mma_rows: int = 0, fused_attention: bool = True,
-                 qkv_table: bool = False, attention_o: bool = False, down_splits: int = 0, o_splits: int = 0,
-                 early_trigger: bool = False, persistent: bool | None = False, cuda_draw: bool | None = False,
-                 cuda_gemv: bool | None = False, rows_pdl: bool = False, rows_norms: bool = False):
-        """gemv_rows, pdl, mma_rows, fused_attention, qkv_table, attention_o, down_splits, o_splits, early_trigger,
-        persistent, cuda_draw, cuda_gemv, rows_pdl, rows_norms: `FastPathOptions`' cp_* (validated there; the splits
-        also against the model's shapes here)."""
+                 options: FastPathOptions | None = None, pdl: bool = False):
+        """options: its cp_* fields (the splits also checked against the model's shapes here). pdl: whether its PDL
+        passes launch with PDL, `options.cp_pdl` resolved for the device (ModelRunner)."""
+        opts = (options or FastPathOptions()).validate()
         cp = talker.code_predictor
         self.stack = c = FusedStack.from_stack(cp.model)
         self.use_triton = use_triton
-        self.gemv_rows = gemv_rows if use_triton else 0
+        self.gemv_rows = opts.cp_gemv_rows if use_triton else 0
         self.gemv_launch = GEMV_LAUNCH
         self.pdl = pdl and self.gemv_rows > 0
-        self.mma_rows = mma_rows if use_triton else 0
-        self.mma_launch = MMA_LAUNCH  # read at every pass, like the tables below
-        # Read at every pass (bench/latency.py times the alternatives): the fused attention in passes
+        fused_attention = opts.cp_fused_attention
+        # Read at every pass (a benchmark may time the alternatives): the fused attention in passes
         # without PDL and in PDL passes (FastPathOptions.cp_fused_attention, both), its warps a program
         # (None: `attention_warps`).
         self.fused_attention = self.fused_attention_pdl = fused_attention
@@ -133,44 +125,26 @@ class CodePredictorRunner(PassRouting):
         self.codebook_ids = torch.arange(16, **i)
         # Passes 1-14's first-layer qkv products, one row a (pass, code), or None: made by every pass
         # (`first_layer_qkv_table`; read at every pass, so a benchmark may set or clear it between graphs).
-        self.qkv_table = self.first_layer_qkv_table() if qkv_table and use_triton else None
+        self.qkv_table = self.first_layer_qkv_table() if opts.cp_qkv_table and use_triton else None
         # GEMV passes with the fused attention run it and o as one launch (`cp_attention_o`), its o product summed
         # into o_sum (zero between layers); read at every pass, like the table.
-        self.attention_o = attention_o and self.gemv_rows > 0
+        self.attention_o = opts.cp_attention_o and self.gemv_rows > 0
         self.attention_o_launch = ATTENTION_O_LAUNCH
         self.o_sum = torch.zeros(max(1, self.gemv_rows), c.layers[0].w_o.shape[0],
                                  dtype=torch.int64, device=self.device)
         # The cuBLAS passes' products as fp32 split-K partials summed by the launch after them (`fused.SplitK`: the
         # down and o products by default, cp_down_splits and cp_o_splits). Read at every pass.
-        split_k = split_k_for(c, down_splits, o_splits, ("cp_down_splits", "cp_o_splits"), self.device.type)
+        split_k = split_k_for(c, opts.cp_down_splits, opts.cp_o_splits, ("cp_down_splits", "cp_o_splits"),
+                              self.device.type)
         self.split_k = split_k if use_triton else SplitK()
-        # Each draw but the last brings the first this many of `prefetch_weights` into L2 while it runs (`sample_rows`'
-        # prefetch: programs of their own beside the row's); 0: none. Untimed, so off (bench.latency --experiments
-        # draw_prefetch). Read at every pass.
-        self.draw_prefetch = 0
-        first, second = c.layers[0], c.layers[min(1, len(c.layers) - 1)]
-        # The weights the next pass reads first after its first launch (attention + o, whose w_o block its programs
-        # load before their wait; the qkv product from the table): 12.6 + 6.3 + 8.4 MB at 1.7B, 27 of the L2's 50.
-        self.prefetch_weights = (first.w_gate_up, first.w_down, second.w_qkv)
         # The PDL passes' launches (of EARLY_TRIGGER_LAUNCHES) that let the next one start before their own wait, so
-        # that two launches ahead load their weights at once: all of them with `early_trigger` (bench.latency
-        # --experiments early_trigger times subsets). Read at every pass.
-        self.early_trigger: tuple[str, ...] = EARLY_TRIGGER_LAUNCHES if early_trigger else ()
-        # The PDL passes' weights' L2 eviction priorities: (product, layer) -> gemv's `evict` ("o": the attention + o
-        # launch's w_o; ("head", j): codebook j + 1's head); absent: none. A pass reads ~150 MB of weights at 1.7B
-        # and the L2 holds 50, so without a hint each pass reads every weight from DRAM again. Empty by default: run 27
-        # (bench.latency --experiments cp_l2) kept 25-38 MB so and the frame step did not move. Read at every pass.
-        self.l2_policy: dict[tuple[str, int], str] = {}
-        # The batch-1 passes 1-14 as one persistent CUDA kernel each (kernels/cp_pass.py), or None: the Triton
-        # passes. Read at every frame.
-        self.persistent: CpPassKernel | None = None
-        if persistent is not False:
-            self.persistent = self.persistent_kernel(required=bool(persistent))
+        # that two launches ahead load their weights at once: all of them with `early_trigger`. Read at every pass.
+        self.early_trigger: tuple[str, ...] = EARLY_TRIGGER_LAUNCHES if opts.cp_early_trigger else ()
         # The draws of codebooks 1-15 as a CUDA kernel (kernels/cp_draw.py), or None: the Triton draw (`sample_rows`).
         # Read at every draw.
         self.draw_kernel: CpDrawKernel | None = None
-        if cuda_draw is not False:
-            self.draw_kernel = self.cuda_draw_kernel(required=bool(cuda_draw))
+        if opts.cp_cuda_draw is not False:
+            self.draw_kernel = self.cuda_draw_kernel(required=bool(opts.cp_cuda_draw))
         # The PDL passes' one-row products as a CUDA kernel on the tensor cores (kernels/cp_gemv.py), or None: the
         # Triton GEMVs. Read at every pass.
         self.gemv_kernel: CpGemv | None = None
@@ -178,17 +152,12 @@ class CodePredictorRunner(PassRouting):
         # o's and down's as split-K partials, gate/up with SwiGLU, the heads; 0: none; at most kernels/cp_gemv.py's
         # MAX_ROWS, 64), with `rows_pdl` every launch of those passes under PDL. Read at every pass.
         self.gemv_kernel_rows = GEMV_KERNEL_ROWS
-        self.rows_pdl = rows_pdl
-        # ... and with `rows_norms` their norms in those products too (`norm_rows`: the norms in the prologues of qkv,
-        # gate/up and the head, the residual adds in o's and down's; 5 launches a layer, as the GEMV passes). Read at
-        # every pass.
-        self.rows_norms = rows_norms
+        self.rows_pdl = opts.cp_rows_pdl
         # ... and which of their launches let the next one start before their own wait (cp_launch.ROWS_EARLY_LAUNCHES
         # says which may; all of them with `early_trigger`). Read at every pass.
-        self.rows_early: tuple[str, ...] = ROWS_EARLY_LAUNCHES if early_trigger else ()
-        self._rows_take: dict[tuple[int, int], bool] = {}
-        if cuda_gemv is not False:
-            self.gemv_kernel = self.cuda_gemv_kernel(required=bool(cuda_gemv))
+        self.rows_early: tuple[str, ...] = ROWS_EARLY_LAUNCHES if opts.cp_early_trigger else ()
+        if opts.cp_cuda_gemv is not False:
+            self.gemv_kernel = self.cuda_gemv_kernel(required=bool(opts.cp_cuda_gemv))
 
     def cuda_draw_kernel(self, required: bool = True, macros: tuple[str, ...] = ()) -> CpDrawKernel | None:
         """The CUDA draw for this runner's codebooks (built with kernels/cuda/cp_draw.cu's `macros`); where it
@@ -207,17 +176,6 @@ class CodePredictorRunner(PassRouting):
             why = "it takes the PDL passes and bf16 weights"
         return _cuda_kernel(lambda: CpGemv(self.device, macros=macros), why, required,
                             "the CUDA code-predictor products", "Triton GEMVs")
-
-    def persistent_kernel(self, required: bool = True, macros: tuple[str, ...] | None = None) -> CpPassKernel | None:
-        """The persistent pass over this runner's weights, caches and tables (built with `macros`, default
-        kernels/cp_pass.py's DEFAULT_MACROS: `compile_cp_pass`); where it cannot run, RuntimeError (required) or None
-        (logged)."""
-        macros = cp_pass.DEFAULT_MACROS if macros is None else macros
-        why = unsupported(self.device) if self.use_triton else "the torch path"
-        if why is None and not (self.pdl and self.qkv_table is not None and self.dtype == torch.bfloat16):
-            why = "it takes the PDL passes, the first-layer qkv table and bf16 weights"
-        return _cuda_kernel(lambda: CpPassKernel(self.stack, self.heads, self.k, self.v, *self.rope, macros=macros),
-                            why, required, "the persistent code-predictor pass", "Triton passes")
 
     def first_layer_qkv_table(self) -> torch.Tensor:
         """-> [14, 2048, (Hq + 2 Hkv) D]: row [j, c] is the first layer's qkv product of pass j + 1's input when
@@ -242,9 +200,6 @@ class CodePredictorRunner(PassRouting):
         other.k = self.k.new_zeros(layers, max_batch, *rest)
         other.v = torch.zeros_like(other.k)
         other.o_sum = torch.zeros_like(self.o_sum)
-        # Its passes may run beside this runner's: two persistent kernels at once would each hold part of the SMs
-        # and wait for CTAs that cannot start.
-        other.persistent = None
         return other
 
     def layers(self, h: torch.Tensor, b: int, start: int,
@@ -264,7 +219,7 @@ class CodePredictorRunner(PassRouting):
                 raise ValueError(f"the code predictor takes 1 or 2 new positions, got {n}")
 
             pdl = self.pass_pdl(b * n)
-            gemv_pass = b * n <= max(self.gemv_rows, self.mma_rows)
+            gemv_pass = b * n <= self.gemv_rows
             attention_pdl = pdl if gemv_pass else self.rows_trigger("attention", pdl)
 
             def attend(i, q):  # q [b n, Hq, D]
@@ -278,24 +233,18 @@ class CodePredictorRunner(PassRouting):
                                                                                               b * n <= PDL_ROWS))
 
             def attention_o(i, layer, qkv):  # qkv [b n, (Hq + 2 Hkv) D] -> o_sum [>= b n, H]
-                evict = self.l2_policy.get(("o", i), "") if pdl else ""
                 cp_attention_o(qkv, layer.q_norm, layer.k_norm, *self.rope, self.k[i], self.v[i], layer.w_o,
                                self.o_sum, start, n, c.eps, c.num_heads, c.num_kv_heads,
-                               pdl=self.trigger("attention_o", pdl), evict=evict, **self.attention_o_launch[n])
+                               pdl=self.trigger("attention_o", pdl), **self.attention_o_launch[n])
                 return self.o_sum
 
             fuse = self.fused_attention_pdl if pdl else self.fused_attention
             fused = dict(qkv_attend=qkv_attend if fuse else None, first_qkv=first_qkv)
             args = (c, h.flatten(0, 1), *self.rope, positions, rows, self.k, self.v, attend)
             if gemv_pass:
-                if fuse and self.attention_o and b * n <= self.gemv_rows:
+                if fuse and self.attention_o:
                     fused["attention_o"] = attention_o
-                out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused,
-                                        l2_policy=self.l2_policy if pdl and b * n <= self.gemv_rows else None,
-                                        product=self.product(b * n))
-                return out.view(b, n, -1)[:, -1], False
-            if self.norm_rows(b * n):
-                out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused, product=self.gemv_kernel)
+                out = decoder_step_gemv(*args, self.launch(b * n), pdl=pdl, **fused, product=self.product(b * n))
                 return out.view(b, n, -1)[:, -1], False
             out = decoder_step_triton(*args, **fused, split_k=self.split_k, rows_product=self.rows_product(b * n),
                                       pdl=pdl, early=frozenset(self.rows_early))
@@ -310,15 +259,10 @@ class CodePredictorRunner(PassRouting):
         return decoder_step_torch(c, h, cos, sin, attend_torch)[:, -1], True
 
     def launch(self, rows: int) -> dict[str, dict]:
-        """The GEMVs' launch configurations for a pass of `rows` token rows."""
-        if rows <= self.gemv_rows:
-            if not self.uses_pdl(rows):
-                return self.gemv_launch
-            return {name: {**cfg, "pdl": self.trigger(name, True)} for name, cfg in PDL_LAUNCH.items()}
-        if self.norm_rows(rows):  # the CUDA kernel's rows: no configurations but PDL
-            return {name: {"pdl": self.rows_trigger(name, self.pass_pdl(rows))} for name in PDL_LAUNCH}
-        pdl = self.uses_pdl(rows)
-        return {name: {**cfg, "pdl": pdl} for name, cfg in self.mma_launch.items()}
+        """The GEMVs' launch configurations for a GEMV pass of `rows` token rows (at most `gemv_rows`)."""
+        if not self.uses_pdl(rows):
+            return self.gemv_launch
+        return {name: {**cfg, "pdl": self.trigger(name, True)} for name, cfg in PDL_LAUNCH.items()}
 
     def logits(self, out: torch.Tensor, normed: bool, j: int) -> torch.Tensor:
         """`layers`' output [b, h] -> codebook j + 1's logits [b, 2048]."""
@@ -327,10 +271,8 @@ class CodePredictorRunner(PassRouting):
             if rows is not None and rows.takes(out, self.heads[j]):
                 return rows(out, self.heads[j], pdl=self.rows_trigger("head", self.pass_pdl(out.shape[0])))
             return F.linear(out, self.heads[j])
-        launch = self.launch(out.shape[0])["head"]
-        evict = self.l2_policy.get(("head", j), "") if launch.get("whole_rows") else ""
         product = self.product(out.shape[0]) or gemv
-        return product(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **launch, evict=evict)
+        return product(out, self.heads[j], norm=(self.stack.norm, self.stack.eps), **self.launch(out.shape[0])["head"])
 
     def predict(self, hidden, c0, frames, rows: SamplingRows, u: torch.Tensor | None = None,
                 variant: SamplerVariant = GENERAL) -> torch.Tensor:
@@ -363,32 +305,24 @@ class CodePredictorRunner(PassRouting):
         settings = dict(do_sample=rows.sub_do_sample, temperature=rows.sub_temperature, top_k=rows.sub_top_k,
                         top_p=rows.sub_top_p, seed=rows.seed, frame=frames)
         pdl = self.pass_pdl(b)
-        # The persistent pass reads before its wait the cache position the pass before it wrote: the draw between
-        # them lets it start only after its own wait.
-        persistent = self.persistent if b == 1 and pdl and table is not None else None
         logits = self.logits(out, normed, 0)
         for j in range(15):
             last = j == 14
             self._draw(logits, codes[:, j], codebook=j + 1,
                        gather=None if last else (self.inputs[j], x[:, 0]),
                        gather2=None if last or table is None else (table[j], first_qkv),
-                       prefetch=() if last else self.prefetch_weights[:self.draw_prefetch],
-                       pdl=self.draw_pdl(b, pdl, last or persistent is not None),
+                       pdl=self.draw_pdl(b, pdl, last),
                        **settings)
             if last:
                 break
-            if persistent is not None:
-                logits = persistent.launch(j + 2, x[0, 0], first_qkv[0], j + 1)
-            else:
-                out, normed = self.layers(x, b, j + 2, first_qkv)
-                logits = self.logits(out, normed, j + 1)
+            out, normed = self.layers(x, b, j + 2, first_qkv)
+            logits = self.logits(out, normed, j + 1)
         return codes
 
-    def _draw(self, logits: torch.Tensor, out: torch.Tensor, *, prefetch: tuple, **kw) -> None:
-        """A codebook's draw: the CUDA kernel where it takes these logits and no prefetch is asked for, else
-        `sample_rows`."""
+    def _draw(self, logits: torch.Tensor, out: torch.Tensor, **kw) -> None:
+        """A codebook's draw: the CUDA kernel where it takes these logits, else `sample_rows`."""
         kernel = self.draw_kernel
-        if kernel is not None and not prefetch and kernel.takes(logits):
+        if kernel is not None and kernel.takes(logits):
             kernel.draw(logits, out, **kw)
         else:
-            sample_rows(logits, out, prefetch=prefetch, **kw)
+            sample_rows(logits, out, **kw)

@@ -13,7 +13,7 @@ no graph covers runs the same function eagerly; that eager function is the CPU p
 reference the graphs are tested against (tests/runtime, tests/gpu). An fp32 codec runs with TF32 off
 (eager and at capture), so the fast path equals `CodecDecoder.decode_chunk` to fp32 rounding, or
 with `allow_tf32` on: its convs then run on tensor cores (~8x the fp32 rate; the codec's convs are
-compute-bound from batch ~8 x 12 frames, docs/benchmarks.md), at TF32's 10-bit mantissa.
+compute-bound from batch ~8 x 12 frames), at TF32's 10-bit mantissa.
 
 cuDNN picks conv algorithms by timing them on CUDA (`cudnn.benchmark`, eager and capture, so both
 use the same algorithms): with its heuristic picks, torch 2.11 on an H200 captured graphs whose
@@ -25,7 +25,6 @@ replays every graph once against the eager step and drops any that disagree.
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ import torch
 
 from ..model.codec import CodecDecoder, CodecState
 from .host import staged, to_device
+from .options import FastPathOptions
 
 # Captured chunk lengths: the default schedule's (1, 2, 4, 8, 12) and enough others that a final
 # chunk of any length up to 12 is at most two replays (5 = 4 + 1, 7 = 6 + 1, 11 = 8 + 3); each
@@ -44,15 +44,17 @@ CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def served_codec(codec: CodecDecoder, on_cuda: bool, precision: str | None,
-                 **fast: int | bool | None) -> tuple[CodecDecoder, str]:
+                 options: FastPathOptions | None = None) -> tuple[CodecDecoder, str]:
     """The codec as the engine serves it, and its precision: None is bf16 on CUDA, fp32 on CPU; bf16
-    casts the weights. On CUDA its fast path (`use_fused_kernels`, with those of `fast`'s keywords that
-    are not None; the rest at their defaults); the CPU engine stays all-torch."""
+    casts the weights. On CUDA its fast path (`use_fused_kernels` with `options`' codec_* kernel
+    choices); the CPU engine stays all-torch."""
     precision = precision or ("bf16" if on_cuda else "fp32")
     if precision == "bf16":
         codec = codec.to(torch.bfloat16)
     if on_cuda:
-        codec.use_fused_kernels(**{k: v for k, v in fast.items() if v is not None})
+        o = options or FastPathOptions()
+        codec.use_fused_kernels(window_max=o.codec_window_max, rope_kv=o.codec_rope_kv,
+                                conv_windows=o.codec_conv_windows)
     return codec, precision
 
 
@@ -81,9 +83,8 @@ def cuda_numerics(tf32: bool) -> Iterator[None]:
 class CodecRunner:
     def __init__(self, codec: CodecDecoder, max_streams: int, *, chunk_sizes: tuple[int, ...] = CHUNK_SIZES,
                  buckets: tuple[int, ...] = BUCKETS, use_graphs: bool | None = None,
-                 pad_batches: bool | None = None, allow_tf32: bool = False, own_stream: bool = False):
+                 pad_batches: bool | None = None, allow_tf32: bool = False):
         """use_graphs: replay captured graphs (default: on CUDA; `capture()` must still be called).
-        own_stream: run on a CUDA stream of its own, beside the frame steps (see `stream`).
         pad_batches: pad eager batches to a bucket too (default: as use_graphs; tests use it on CPU
         to exercise the scratch rows)."""
         if max_streams < 1:
@@ -106,28 +107,6 @@ class CodecRunner:
         self.buckets = tuple(b for b in buckets if b < max_streams) + tuple(b for b in buckets if b >= max_streams)[:1]
         self.state = codec.new_state(max_streams + 1)
         self.graphs: dict[tuple[int, int], _Graph] = {}
-        # own_stream: the codec runs on its own CUDA stream, so a chunk decodes while the next frame
-        # step (default stream) runs and reading its PCM waits only for the codec's work. Its graphs
-        # are then captured on their own capture stream: graphs captured on one stream share that
-        # stream's cuBLAS workspace, and two of them replaying at once on two streams would share
-        # it too. Off by default: with it on (before the capture-stream fix, commit 42272da) the
-        # H200 load run hung at 10 req/s in a step's event wait, and the fix is not yet verified.
-        on_cuda = self.device.type == "cuda"
-        self.stream = torch.cuda.Stream(self.device) if on_cuda and own_stream else None
-        self.capture_stream = torch.cuda.Stream(self.device) if on_cuda and own_stream else None
-
-    def lane_runner(self, chunk_sizes: tuple[int, ...]) -> CodecRunner:
-        """A runner for the newcomer lane: this one's codec and stream state (one row per slot, each
-        written by one runner at a time), with batch-1 graphs of `chunk_sizes`, captured on a capture
-        stream of their own (`capture()`), run on the caller's stream."""
-        lane = copy.copy(self)
-        lane.chunk_sizes = tuple(sorted(set(chunk_sizes)))
-        lane.buckets, lane.graphs, lane.stream = (1,), {}, None
-        lane.capture_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        return lane
-
-    def _on_codec_stream(self):
-        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     # -- slots ---------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -135,10 +114,7 @@ class CodecRunner:
         """Zero a slot's state: its next chunk decodes as the start of a fresh stream."""
         if not 0 <= slot < self.max_streams:
             raise ValueError(f"slot {slot} is outside 0..{self.max_streams - 1}")
-        if self.stream is not None:  # after the caller's work, before the slot's next chunk
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        with self._on_codec_stream():
-            self._zero(slot)
+        self._zero(slot)
 
     def _zero(self, slot: int) -> None:
         # Two kernels: the slot's frame counter and its float state row (keys, values, every conv
@@ -203,30 +179,6 @@ class CodecRunner:
         """Continue the streams in `slots` (distinct) by codes [B, Q, t] -> PCM [B, t * spf] on the
         codec's device, ready in the caller's stream order. Batches above the largest bucket and
         chunks longer than the captured lengths are split; each slot's state advances by t frames."""
-        self._check(slots, codes)
-        if self.stream is None:
-            return self._decode(slots, codes)
-        caller = torch.cuda.current_stream(self.device)
-        self.stream.wait_stream(caller)
-        with self._on_codec_stream():
-            pcm = self._decode(slots, codes)
-        caller.wait_stream(self.stream)
-        pcm.record_stream(caller)
-        return pcm
-
-    @contextlib.contextmanager
-    def launch_context(self) -> Iterator[torch.cuda.Stream | None]:
-        """For `launch`: the codec stream (None on CPU), made to wait for the caller's work so far."""
-        if self.stream is None:
-            yield None
-            return
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        with self._on_codec_stream():
-            yield self.stream
-
-    def launch(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
-        """`decode` inside `launch_context()`: queued on the codec stream, not ordered back into the
-        caller's; read the PCM after an event recorded there (or copy it to the host there)."""
         self._check(slots, codes)
         return self._decode(slots, codes)
 
@@ -295,7 +247,7 @@ class CodecRunner:
                     continue
                 torch.cuda.current_stream().wait_stream(stream)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, stream=self.capture_stream):
+                with torch.cuda.graph(graph, pool=pool):
                     pcm = self._step(slot_ids, codes)
                 self.graphs[(t, bucket)] = _Graph(graph, slot_ids, codes, pcm)
         torch.cuda.synchronize()

@@ -1,6 +1,6 @@
 """The code predictor's launch tables: which kernel configuration each of its products (and its attention) runs with
 on the fast path, by the path a pass takes (runtime/code_predictor.py reads them; a test or benchmark may set its own
-there). Each table's comment says which measurement chose it (docs/benchmarks.md).
+there). Each table is the fastest of a sweep on the H200, timed as the whole frame.
 
     GEMV_LAUNCH             passes of up to `FastPathOptions.cp_gemv_rows` rows, without PDL
     PDL_LAUNCH, PDL_ROWS    the same passes with programmatic dependent launch (`cp_pdl`, the default on sm90)
@@ -8,7 +8,6 @@ there). Each table's comment says which measurement chose it (docs/benchmarks.md
     ROWS_EARLY_LAUNCHES     the same for the passes on the CUDA kernel's rows
     ATTENTION_O_LAUNCH      the attention + o launch in those passes (kernels/cp_attention_o.py)
     GEMV_KERNEL_ROWS        the passes past them on the CUDA kernel's rows (kernels/cp_gemv.py), under PDL
-    MMA_LAUNCH              opt-in: passes on kernels/gemv_mma.py's tensor-core kernel (`cp_mma_rows`)
     attention_warps         the fused attention's warps by a pass's rows
 """
 
@@ -16,51 +15,31 @@ from __future__ import annotations
 
 from ..kernels.gemv import LATE_SUM
 
-# Passes of at most `FastPathOptions.cp_gemv_rows` token rows (2 by default) run their products through kernels/gemv.py,
-# with these launch configurations (1.7B shapes: qkv [4096, 1024], o [1024, 2048], gate/up [6144,
-# 1024], down [1024, 3072], head [2048, 1024]), the best of run 9's `bench.kernels --gemv-sweep` on the
-# H200 at 1 row. µs at 1 / 2 / 4 / 8 rows, cuBLAS + epilogue at 1 in brackets: qkv 3.7 / 4.4 / 6.1 / 9.4
-# (4.0), o + residual 3.0 / 3.2 / 3.9 / 5.2 (13.9), gate/up + SwiGLU 6.1 / 6.8 / 8.5 / 19.1 (7.4), down
-# + residual 3.4 / 3.7 / 4.4 / 5.9 (7.7). cuBLAS takes ~4-8 µs whatever the rows, so past a few rows
-# it wins (the code-predictor frame at batch 8: 13.8 ms with a 16-row table, 3.0 ms on cuBLAS).
+# Passes of at most `FastPathOptions.cp_gemv_rows` token rows (2 by default) run their products through
+# kernels/gemv.py with these launch configurations (1.7B shapes: qkv [4096, 1024], o [1024, 2048], gate/up
+# [6144, 1024], down [1024, 3072], head [2048, 1024]), the best of a sweep on the H200 at 1 row. µs at
+# 1 / 2 / 4 / 8 rows, cuBLAS + epilogue at 1 in brackets: qkv 3.7 / 4.4 / 6.1 / 9.4 (4.0), o + residual
+# 3.0 / 3.2 / 3.9 / 5.2 (13.9), gate/up + SwiGLU 6.1 / 6.8 / 8.5 / 19.1 (7.4), down + residual
+# 3.4 / 3.7 / 4.4 / 5.9 (7.7). cuBLAS takes ~4-8 µs whatever the rows, so past a few rows it wins (the
+# code-predictor frame at batch 8: 13.8 ms with a 16-row table, 3.0 ms on cuBLAS).
 GEMV_LAUNCH = {"qkv": dict(block_n=8, block_k=256, **LATE_SUM), "o": dict(block_n=4, block_k=512, **LATE_SUM),
                "gate_up": dict(block_n=8, block_k=256, **LATE_SUM), "down": dict(block_n=4, block_k=512, **LATE_SUM),
                "head": dict(block_n=8, block_k=256, **LATE_SUM)}
-
-# Opt-in (mma_rows): passes of 3 .. mma_rows token rows through kernels/gemv_mma.py's tensor-core kernel, the same
-# fusions as the GEMV passes (5 launches a layer against cuBLAS' 8-9), with programmatic dependent launch where the
-# device has it (`uses_pdl`; o's and down's residual read before the wait). Slower than cuBLAS at every batch: run 10
-# timed it without PDL at run 9's best launches (3.21 ms a frame at batch 8 against 3.03); run 24 (bench.latency
-# --experiments cp_mma, interleaved rounds) with PDL and this table: 3.12 / 3.97 / 6.17 ms a frame at batch 8 / 32 /
-# 64 against cuBLAS' 2.78 / 2.95 / 3.09 with 16 output features a program (without PDL 3.47 / 4.09 / 5.16), 2.85 /
-# 3.75 / 4.71 with 32 (this table; both timed with an L2 prefetch of the weights before the wait, since removed:
-# within noise at 16). Its products take ~9 µs of critical path each at batch 8 against cuBLAS' ~5.7 (run 24's
-# profile, at 16). Slices of 128-256, 3 stages: at 16 features these do not spill at 32 rows (168-242 registers at
-# 4 warps, compiled offline for sm90); at 32 qkv and head take 254.
-_MMA = dict(mma=True, block_n=32, stages=3, num_warps=4)
-MMA_LAUNCH = {"qkv": dict(block_k=128, **_MMA), "o": dict(block_k=256, residual_early=True, **_MMA),
-              "gate_up": dict(block_k=128, **_MMA), "down": dict(block_k=256, residual_early=True, **_MMA),
-              "head": dict(block_k=128, **_MMA)}
 
 # With programmatic dependent launch (sm90+, `FastPathOptions.cp_pdl`, on by default there): passes
 # of at most PDL_ROWS rows run every kernel with PDL and the GEMVs with whole rows of w per program,
 # read before the wait for the previous kernel (kernels/gemv.py `_gemv_rows_kernel`): the weights of
 # the next product stream in while the current one finishes, as a persistent kernel would overlap
-# them. Run 10: code-predictor frame 1.82 ms against 2.42; its GPU test (tests/gpu/test_code_predictor_gpu.py)
-# gives the codes of the same kernels launched without PDL.
-# The table: run 20's `bench.step_sweep` (each product's candidates timed as the whole batch-1 frame, the
-# others at their best; bench/results/run20-h200/call1): 1.705 ms a frame with run 10's table
-# (o n2 w4, gate/up n4 w4, down n2 w8, head n4 w4), 1.590 with this one, three interleaved pairs.
+# them (code-predictor frame 1.82 ms against 2.42); its GPU test (tests/gpu/test_code_predictor_gpu.py)
+# gives the codes of the same kernels launched without PDL. The table: each product's candidates timed
+# as the whole batch-1 frame, the others at their best.
 # o and down read their residual before the wait too (`residual_early`: written two launches back or more,
-# the draw's embedding or the previous layer's down for o, o's output for down): run 21 (bench.latency
-# --experiments residual_early, three interleaved rounds) frame 1.583 -> 1.557 ms, the talker step (the same
-# for its o and down) 1.211 -> 1.191.
+# the draw's embedding or the previous layer's down for o, o's output for down).
 PDL_ROWS = 2
 # The passes past the GEMV ones of at most this many token rows take their products from the CUDA kernel's rows where
-# it runs (`CodePredictorRunner.gemv_kernel_rows`), and with `rows_pdl` run under PDL. Run 32 (bench.latency
-# --experiments cp_gemm_rows, 3 interleaved rounds): code-predictor frame at batch 8 / 16 / 32 2.472 / 2.557 / 2.633 ms
-# on cuBLAS, 1.569 / 1.885 / 2.285 on the rows under PDL; passes of 64 rows on them lost (batch 32's prefill: 2.344
-# against 2.300; batch 64: 3.124-3.397 against cuBLAS' 2.771).
+# it runs (`CodePredictorRunner.gemv_kernel_rows`), and with `rows_pdl` run under PDL: code-predictor frame at
+# batch 8 / 16 / 32 2.472 / 2.557 / 2.633 ms on cuBLAS, 1.569 / 1.885 / 2.285 on the rows under PDL; passes of 64
+# rows on them lose to cuBLAS.
 GEMV_KERNEL_ROWS = 32
 _PDL = dict(whole_rows=True, pdl=True)
 PDL_LAUNCH = {"qkv": dict(block_n=4, num_warps=4, **_PDL),
@@ -89,19 +68,15 @@ ROWS_EARLY_LAUNCHES = ("attention", "norm", "o", "gate_up", "down", "head", "dra
 
 
 # The attention + o launch (`attention_o`, kernels/cp_attention_o.py) by the positions a row of the pass holds
-# (1; 2 in a frame's prefill): output features a program, its warps. Run 23 (bench.latency --experiments
-# cp_attention_o, three interleaved rounds, frame ms at batch 1 / 2): two launches 1.510 / 1.864; one launch
-# with 16 / 32 / 64 / 128 features a program at 4 warps 1.642 / 1.542 / 1.495 / -, at 8 warps - / - / 1.443 / 1.449
-# (2: 1.898 at 64, 1.817 at 128); again with 64 x 8 in the prefill pass 1.445 / 1.448 at 64 / 128 x 8, 1.502-1.545
-# at 64-128 x 16 and 32 x 8. At 2 positions 128 x 8 spills (`bench.kernel_resources --attention-o`), 64 x 8 does not.
+# (1; 2 in a frame's prefill): output features a program, its warps (frame ms at batch 1 / 2: two launches
+# 1.510 / 1.864; one launch 1.443 / 1.817 at 128 x 8; fewer features or warps are slower). At 2 positions
+# 128 x 8 spills registers, 64 x 8 does not.
 ATTENTION_O_LAUNCH = {1: dict(block_r=128, num_warps=8), 2: dict(block_r=64, num_warps=8)}
 
 
 def attention_warps(rows: int, pdl: bool) -> int:
-    """Warps a program of the fused attention (cp_qk_attention) for a pass of `rows` token rows. Run 14
-    (bench.latency, frame ms with 1 / 2 / 4 / 8 warps): batch 1 (PDL) 1.794 / 1.815 / 1.801 / 1.765;
-    8: 3.028 / 2.996 / 2.952 / 2.963; 32: 3.124 / 3.102 / 3.108 / 3.132; 64: 3.208 / 3.218 / 3.291 / 3.367.
-    Unfused: 1.821, 3.020, 3.179, 3.386."""
+    """Warps a program of the fused attention (cp_qk_attention) for a pass of `rows` token rows: the
+    fastest of 1 / 2 / 4 / 8 at batch 1 (PDL), 8, 32 and 64."""
     if pdl:
         return 8
     return 4 if rows <= 16 else 2

@@ -1,19 +1,15 @@
 """Which kernels and launches a code-predictor pass takes, by its token rows: a mixin of
-runtime/code_predictor.py's CodePredictorRunner, whose settings it reads (`gemv_rows`, `mma_rows`, `pdl`,
-`early_trigger`; the CUDA products `gemv_kernel` with `gemv_kernel_rows`, `rows_pdl`, `rows_norms`, `rows_early`) and
-whose weights (`stack`, `heads`) it asks the kernel about. Plain predicates over those: the runner's passes and draws
-ask them as they launch, and tests set the settings and ask them on the CPU.
+runtime/code_predictor.py's CodePredictorRunner, whose settings it reads (`gemv_rows`, `pdl`, `early_trigger`; the
+CUDA products `gemv_kernel` with `gemv_kernel_rows`, `rows_pdl`, `rows_early`). Plain predicates over those: the
+runner's passes and draws ask them as they launch, and tests set the settings and ask them on the CPU.
 
     product(rows) / rows_product(rows)        the CUDA products of a GEMV pass / of a pass past them, or None
-    norm_rows(rows)                           does that pass take its norms inside the products
-    pass_pdl(rows) / uses_pdl(rows)           does the pass launch under PDL (any path / the GEMV and mma paths)
+    pass_pdl(rows) / uses_pdl(rows)           does the pass launch under PDL (any path / the GEMV path)
     trigger(name, pdl) / rows_trigger(...)    a launch's `pdl`, PDL_EARLY where it may let the next start early
     draw_pdl(b, pdl, last)                    a draw's
 """
 
 from __future__ import annotations
-
-import torch
 
 from ..kernels.backend import PDL_EARLY
 from ..kernels.cp_gemv import CpGemv
@@ -24,21 +20,16 @@ class PassRouting:
     # what CodePredictorRunner holds and these read
     gemv_kernel: CpGemv | None
     gemv_rows: int
-    mma_rows: int
     gemv_kernel_rows: int
     pdl: bool
     rows_pdl: bool
-    rows_norms: bool
     early_trigger: tuple[str, ...]
     rows_early: tuple[str, ...]
-    _rows_take: dict[tuple[int, int], bool]  # norm_rows' answers by (rows, the kernel's id)
 
     def product(self, rows: int) -> CpGemv | None:
-        """What computes a pass's products (`gemv`'s signature): the CUDA kernel (`gemv_kernel`) in PDL passes of one
-        row and in the passes that take their norms inside its rows (`norm_rows`), else None (`gemv`)."""
-        if self.gemv_kernel is not None and rows == 1 and self.uses_pdl(rows):  # uses_pdl: a GEMV pass
-            return self.gemv_kernel
-        if self.norm_rows(rows):
+        """What computes a GEMV pass's products (`gemv`'s signature): the CUDA kernel (`gemv_kernel`) in PDL passes of
+        one row, else None (`gemv`)."""
+        if self.gemv_kernel is not None and rows == 1 and self.uses_pdl(rows):
             return self.gemv_kernel
         return None
 
@@ -47,38 +38,16 @@ class PassRouting:
         them: the CUDA kernel's rows (`gemv_kernel`, up to `gemv_kernel_rows`), else None (cuBLAS)."""
         return self.gemv_kernel if self.gemv_kernel is not None and rows <= self.gemv_kernel_rows else None
 
-    def norm_rows(self, rows: int) -> bool:
-        """Does a pass of `rows` token rows past the GEMV passes run on the CUDA kernel's rows with its norms in their
-        products (`rows_norms`: `fused.decoder_step_gemv` with the kernel as its product, the final norm in the head's
-        prologue): where `rows_product` is the kernel and it takes each product so."""
-        if not self.rows_norms or rows <= max(self.gemv_rows, self.mma_rows) or self.rows_product(rows) is None:
-            return False
-        key = (rows, id(self.gemv_kernel))
-        if key not in self._rows_take:
-            self._rows_take[key] = self._rows_take_norms(rows)
-        return self._rows_take[key]
-
-    def _rows_take_norms(self, rows: int) -> bool:
-        kernel, c, layer = self.gemv_kernel, self.stack, self.stack.layers[0]
-        x = torch.empty(rows, c.layers[0].w_qkv.shape[1], device=self.device, dtype=self.dtype)
-        act = torch.empty(rows, c.intermediate, device=self.device, dtype=self.dtype)
-        attn = torch.empty(rows, c.q_size, device=self.device, dtype=self.dtype)
-        return (kernel.takes(x, layer.w_qkv, norm=(layer.ln_in, c.eps))
-                and kernel.takes(x, layer.w_gate_up, norm=(layer.ln_post, c.eps), silu_mul=True)
-                and kernel.takes(attn, layer.w_o, residual=x) and kernel.takes(act, layer.w_down, residual=x)
-                and kernel.takes(x, self.heads[0], norm=(c.norm, c.eps)))
-
     def pass_pdl(self, rows: int) -> bool:
         """Does a pass of `rows` token rows launch its kernels with PDL: those of `uses_pdl`, and with `rows_pdl` the
         passes past the GEMV ones whose products are the CUDA kernel's rows (`rows_product`)."""
-        if rows <= max(self.gemv_rows, self.mma_rows):
+        if rows <= self.gemv_rows:
             return self.uses_pdl(rows)
         return self.pdl and self.rows_pdl and self.rows_product(rows) is not None
 
     def uses_pdl(self, rows: int) -> bool:
-        """Does a pass of `rows` token rows launch its kernels with PDL: the GEMV passes of up to PDL_ROWS rows and
-        the tensor-core ones (mma_rows)."""
-        return self.pdl and (rows <= min(PDL_ROWS, self.gemv_rows) or self.gemv_rows < rows <= self.mma_rows)
+        """Does a GEMV pass of `rows` token rows launch its kernels with PDL: those of up to PDL_ROWS rows."""
+        return self.pdl and rows <= min(PDL_ROWS, self.gemv_rows)
 
     def trigger(self, name: str, pdl: bool) -> bool | int:
         """A launch's `pdl`: PDL_EARLY where it is a PDL launch that `early_trigger` names."""
@@ -98,7 +67,7 @@ class PassRouting:
 
     def draw_pdl(self, b: int, pdl: bool, last: bool) -> bool | int:
         """A draw's `pdl` at batch b (`pdl`: its passes'): early where its passes' launches name it and it is not the
-        frame's last (or one before the persistent pass)."""
+        frame's last."""
         if last:
             return pdl
         return self.trigger("draw", pdl) if self.uses_pdl(b) else self.rows_trigger("draw", pdl)

@@ -223,8 +223,7 @@ def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor
                       positions: torch.Tensor, rows: torch.Tensor, k_caches: torch.Tensor, v_caches: torch.Tensor,
                       attend: TritonAttend, launch: dict[str, dict], pdl: bool = False,
                       qkv_attend: QkvAttend | None = None, first_qkv: torch.Tensor | None = None,
-                      attention_o: AttentionO | None = None, l2_policy: dict[tuple[str, int], str] | None = None,
-                      product: Callable | None = None) -> torch.Tensor:
+                      attention_o: AttentionO | None = None, product: Callable | None = None) -> torch.Tensor:
     """`decoder_step_triton` for a few tokens (as many as the launch's kernel holds), 6 launches a
     layer (5 with qkv_attend): the products are kernels/gemv.py's, with each RMSNorm in the prologue of
     the product after it and the residual adds in the epilogues (qkv, q/k norm + RoPE + cache store, attention, o +
@@ -235,28 +234,21 @@ def decoder_step_gemv(stack: FusedStack, x: torch.Tensor, rope_cos: torch.Tensor
     first_qkv: as `decoder_step_triton`'s (the first layer's qkv product not launched). attention_o: the
     attention and o in one launch (4 launches a layer), whose fixed-point sum gate/up adds to its input and down
     to its residual (gemv's x_delta, residual_delta), as the reference adds o's product to the residual.
-    l2_policy: (product, layer) -> its weights' L2 eviction priority (gemv's `evict`; whole-row launches only).
     product: what computes the products with `gemv`'s signature (kernels/cp_gemv.py's one-row kernel); None: `gemv`."""
     eps, res = stack.eps, x
     product = product or gemv
-    policy = l2_policy or {}
-
-    def config(name: str, i: int) -> dict:
-        evict = policy.get((name, i), "")
-        return {**launch[name], "evict": evict} if evict else launch[name]
-
     for i, layer in enumerate(stack.layers):
         qkv_out = first_qkv if i == 0 and first_qkv is not None else \
-            product(res, layer.w_qkv, norm=(layer.ln_in, eps), **config("qkv", i))
+            product(res, layer.w_qkv, norm=(layer.ln_in, eps), **launch["qkv"])
         if attention_o is not None:
             o_sum = attention_o(i, layer, qkv_out)
             act = product(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, x_delta=o_sum,
-                          **config("gate_up", i))
-            res = product(act, layer.w_down, residual=res, residual_delta=o_sum, **config("down", i))
+                          **launch["gate_up"])
+            res = product(act, layer.w_down, residual=res, residual_delta=o_sum, **launch["down"])
             continue
         attn = _attention(stack, i, layer, qkv_out, rope_cos, rope_sin, positions, rows, k_caches, v_caches, attend,
                           qkv_attend, pdl=pdl)
-        res = product(attn, layer.w_o, residual=res, **config("o", i))
-        act = product(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, **config("gate_up", i))
-        res = product(act, layer.w_down, residual=res, **config("down", i))
+        res = product(attn, layer.w_o, residual=res, **launch["o"])
+        act = product(res, layer.w_gate_up, norm=(layer.ln_post, eps), silu_mul=True, **launch["gate_up"])
+        res = product(act, layer.w_down, residual=res, **launch["down"])
     return res

@@ -4,8 +4,8 @@ codebook-0 logits. The state is ModelRunner's.
 
 On CUDA `prefill_prompt` is one graph per prompt-length bucket that embeds the ids too: the host writes
 the ids, slot and last row into a pinned staging buffer and queues one copy and one replay. Embedding
-outside the graph took ~0.2 ms of host time and ~10 small launches before the prefill could start
-(run 10's `host` timings, run 12's trace of an idle request: the largest host gaps before first audio).
+outside the graph takes ~0.2 ms of host time and ~10 small launches before the prefill can start (the
+largest host gaps before an idle request's first audio).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.decode_attention import decode_attention
-from ..kernels.rms_norm import rms_norm as rms_norm_kernel
-from .fused import decoder_step_gemv, decoder_step_triton, finish_layer, qkv, rms_norm
+from .fused import decoder_step_triton, finish_layer, qkv, rms_norm
 from .host import to_device
 
 # Prompt lengths with a captured prefill graph (rows padded up to the bucket). A CustomVoice
@@ -100,22 +99,16 @@ class PromptPrefill:
         st = self.talker
         if self.use_triton:
             # The prompt as T decode queries of one slot: row i at position i reads keys 0..i,
-            # which is causal attention; 9-10 launches a layer instead of ~20 (6 with the products on
-            # the tensor-core GEMV, `prefill_mma_rows`: its norms and residual adds fused in).
+            # which is causal attention; 9-10 launches a layer instead of ~20.
             positions = self.prefill_positions[:t_len]
             rows = slot.expand(t_len).contiguous()  # the kernels index rows[n]
             lengths = positions + 1
 
             def attend(i, q):
-                return decode_attention(q, self.k_cache[i], self.v_cache[i], rows, lengths,
-                                        version=self.attention_version)
+                return decode_attention(q, self.k_cache[i], self.v_cache[i], rows, lengths)
 
             args = (st, x, *self.rope, positions, rows, self.k_cache, self.v_cache, attend)
-            if t_len <= self.prefill_mma_rows:  # the residual stream before the final norm
-                out = rms_norm_kernel(decoder_step_gemv(*args, self.prefill_launch).index_select(0, last),
-                                      st.norm, st.eps)
-            else:
-                out = decoder_step_triton(*args, split_k=self.prefill_split_k).index_select(0, last)  # [1, H], normed
+            out = decoder_step_triton(*args, split_k=self.prefill_split_k).index_select(0, last)  # [1, H], normed
         else:
             cos, sin = (t[:t_len] for t in self.rope)  # [T, D]
             rep = st.num_heads // st.num_kv_heads
@@ -133,15 +126,14 @@ class PromptPrefill:
         self.logits.index_copy_(0, slot, F.linear(out, self.codec_head).float())
 
     @torch.inference_mode()
-    def capture_prefill_graphs(self, buckets: tuple[int, ...] = PREFILL_BUCKETS,
-                               capture_stream: torch.cuda.Stream | None = None) -> None:
+    def capture_prefill_graphs(self, buckets: tuple[int, ...] = PREFILL_BUCKETS) -> None:
         """One prefill graph per prompt-length bucket, the prompt's embedding included (`prefill_prompt`);
-        the warm-up and capture write the scratch slot. capture_stream: see `capture_graphs`. With the
-        prefill stream, its own capture stream and memory pool: its graphs replay beside the frame
-        steps' (one pool assumes graphs replay one at a time)."""
+        the warm-up and capture write the scratch slot. With the prefill stream, its own capture stream
+        and memory pool: its graphs replay beside the frame steps' (one pool assumes graphs replay one at
+        a time), and graphs captured on one stream share its cuBLAS workspace."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
-        pool = self._pool
+        capture_stream, pool = None, self._pool
         if self.prefill_stream is not None:
             capture_stream, pool = self._prefill_capture, torch.cuda.graph_pool_handle()
         buckets = tuple(b for b in sorted(buckets, reverse=True) if b < self.max_context)

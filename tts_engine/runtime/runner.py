@@ -27,7 +27,6 @@ no top-p sort) when it serves every row, else the general one.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,11 +60,11 @@ from .sampler import (
     counter_uniform,
     sample_codebook0,
 )
-from .talker_launch import PREFILL_MMA_LAUNCH, TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH, TALKER_QK_ATTENTION_LAUNCH
+from .talker_launch import TALKER_GEMV_LAUNCH, TALKER_PDL_LAUNCH, TALKER_QK_ATTENTION_LAUNCH
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-# The CUDA priority (lower = higher) of the prefill stream (ModelRunner's prefill_stream) and the
-# newcomer lane's stream (engine/lane.py): their kernels go first when SMs free up.
+# The CUDA priority (lower = higher) of the prefill stream (ModelRunner's prefill_stream): its kernels
+# go first when SMs free up.
 HIGH_PRIORITY = -1
 STEP_RING = 4  # frame steps that may be queued on the device at once (pinned staging buffers)
 
@@ -120,21 +119,11 @@ class ModelRunner(PromptPrefill):
         if opts.talker_pdl and not pdl_here:
             raise ValueError(f"talker_pdl: programmatic dependent launch needs the Triton path on an sm90+ GPU, "
                              f"not {self.device}")
-        # Read at every step (bench/latency.py switches them to time one path against another).
-        self.attention_version = opts.attention_version
+        # Read at every step (the stage bench switches them to time one path against another).
         self.talker_gemv_rows = opts.talker_gemv_rows if self.use_triton else 0
         self.talker_launch = TALKER_GEMV_LAUNCH
         self.talker_pdl = pdl_here if opts.talker_pdl is None else opts.talker_pdl  # steps of <= talker_gemv_rows rows
         self.talker_pdl_launch = TALKER_PDL_LAUNCH
-        # In those PDL steps the attention reads the cache's earlier positions before its wait
-        # (kernels/decode_attention.py `early`, version 3); its GPU tests pass (run 15); run 16: a step
-        # 1.242 ms against 1.250, within noise, so off.
-        self.talker_attention_early = False
-        # Key chunks of the decode attention (None: `decode_attention.num_splits`, 32 at batch 1 and 2,048
-        # positions, and a merge launch after it; 1: one program a kv head walks the whole context, no merge).
-        # Run 20's profile: the merge is 2.9 µs a layer at batch 1. Run 21 (bench.latency's "tsplit1"): a step
-        # 1.217 ms against 1.210 at 12 positions, 1.422 against 1.221 at 448: no gain, kept as a setting.
-        self.talker_attention_splits: int | None = None
         # In those GEMV steps: the q/k norm + RoPE + K/V store and the attention over the whole context in
         # one launch a layer, one program a kv head (kernels/talker_attention.py; no merge, no q/k norm
         # launch), for the steps whose rows all attend to at most `qk_attention_context` positions (graphs: a
@@ -142,8 +131,6 @@ class ModelRunner(PromptPrefill):
         self.qk_attention_context = opts.talker_qk_attention_context if self.use_triton else 0
         self.talker_qk_attention = False
         self.talker_qk_attention_launch = TALKER_QK_ATTENTION_LAUNCH
-        self.prefill_mma_rows = opts.prefill_mma_rows if self.use_triton else 0  # read when a prefill runs
-        self.prefill_launch = PREFILL_MMA_LAUNCH
         # The Triton path samples with one fused kernel per codebook (kernels/sample.py: same
         # distribution as the torch sampler, every setting served), so it needs one variant.
         self.fused_sampler = self.use_triton
@@ -159,24 +146,14 @@ class ModelRunner(PromptPrefill):
                               ("talker_down_splits", "talker_o_splits"), self.device.type)
         self.talker_split_k = split_k if self.use_triton else SplitK()
         # The prefill's cuBLAS products as split-K partials too (`fused.SplitK`), read when a prefill runs or is
-        # captured: the talker steps' splits. Run 26 (bench.latency --experiments prefill_split_k, three interleaved
-        # rounds, a prompt's prefill graph at 12 / 40 / 120 rows): cuBLAS 1.703 / 1.861 / 2.136 ms, o 2 + down 2
-        # 1.611 / 1.758 / 2.026, down 2 alone 1.641 / 1.780 / 2.041, o 4 + down 4 1.610 / 1.803 / 2.074 (call 5); in
-        # two more A/Bs (call 7) o 2 + down 2 again -123 / -119 us at 12 rows, at 40 and 120 rows -142 / +33 and
-        # -127 / +45 (the measure is a host call, ~0.1 ms of noise between processes).
+        # captured: the talker steps' splits, ~0.1 ms off a 12-row prompt's prefill.
         self.prefill_split_k = self.talker_split_k
         self.codec_head = talker.codec_head.weight
         self.codec_embedding = talker.model.codec_embedding.weight  # [3072, H]
         self.text_embedding = talker.model.text_embedding.weight
         self.text_projection = talker.text_projection
         self.code_predictor = CodePredictorRunner(
-            talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton,
-            gemv_rows=opts.cp_gemv_rows, pdl=cp_pdl, mma_rows=opts.cp_mma_rows,
-            fused_attention=opts.cp_fused_attention, qkv_table=opts.cp_qkv_table,
-            attention_o=opts.cp_attention_o, down_splits=opts.cp_down_splits, o_splits=opts.cp_o_splits,
-            early_trigger=opts.cp_early_trigger, persistent=opts.cp_persistent,
-            cuda_draw=opts.cp_cuda_draw, cuda_gemv=opts.cp_cuda_gemv, rows_pdl=opts.cp_rows_pdl,
-            rows_norms=opts.cp_rows_norms)
+            talker, self.codec_embedding, max(self.buckets), use_triton=self.use_triton, options=opts, pdl=cp_pdl)
 
         t, n = self.talker, max_slots + 1
         f = dict(device=self.device, dtype=self.dtype)
@@ -203,20 +180,6 @@ class ModelRunner(PromptPrefill):
         # (bucket, variant) -> the talker half with the fused attention, for steps of short contexts
         self.short_feed_graphs: dict[tuple[int, SamplerVariant], torch.cuda.CUDAGraph] = {}
 
-    def lane_runner(self) -> ModelRunner:
-        """A runner for the newcomer lane: this one's weights and per-slot state (KV cache, hidden,
-        logits, sampling rows: a slot is written by one runner at a time, the scheduler's rule), with
-        batch-1 frame graphs, prefill graphs, a code-predictor KV cache (per batch row, not per slot),
-        pinned staging and a memory pool of its own, so that its graphs replay on another CUDA stream
-        beside this runner's. Capture its graphs on a capture stream of their own. Settings read at
-        each step (attention_version, talker_launch, talker_gemv_rows, talker_pdl) are copied, not shared."""
-        lane = copy.copy(self)
-        lane.buckets = (1,)
-        lane.graphs, lane.short_feed_graphs, lane.prefill_graphs, lane._pool, lane._ring_pos = {}, {}, {}, None, 0
-        lane.prefill_stream = lane._prefill_capture = None  # the lane's prefills run on the lane
-        lane.code_predictor = self.code_predictor.with_own_cache(1)
-        return lane
-
     # -- slots ---------------------------------------------------------------------------------
     def start_slot(self, slot: int, params: SamplingParams, seed: int, eos_allowed: bool) -> None:
         self.rows.set_row(slot, params, seed)
@@ -238,9 +201,7 @@ class ModelRunner(PromptPrefill):
             pdl = gemv_step and self.talker_pdl
 
             def attend(i, q):
-                return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths,
-                                        version=self.attention_version, pdl=pdl,
-                                        early=pdl and self.talker_attention_early, splits=self.talker_attention_splits)
+                return decode_attention(q, self.k_cache[i], self.v_cache[i], slots, lengths, pdl=pdl)
 
             def qkv_attend(i, layer, qkv):
                 return decode_qk_attention(qkv, layer.q_norm, layer.k_norm, *self.rope, positions, slots,
@@ -364,13 +325,9 @@ class ModelRunner(PromptPrefill):
         return self._ring_pos
 
     @torch.inference_mode()
-    def capture_graphs(self, capture_stream: torch.cuda.Stream | None = None) -> None:
+    def capture_graphs(self) -> None:
         """Capture two graphs per (bucket, sampler variant), largest first, sharing one memory pool:
-        the codes half and the talker half of a frame step.
-
-        capture_stream: the stream to capture on (default: torch's one capture stream). Graphs captured
-        on one stream share its cuBLAS workspace, so graphs that may replay at the same time on two
-        streams (another runner's) must be captured on different ones."""
+        the codes half and the talker half of a frame step."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         pool = self._pool = torch.cuda.graph_pool_handle()
@@ -394,9 +351,9 @@ class ModelRunner(PromptPrefill):
                     self._frame_step(slots, frames, positions, text, variant)
             torch.cuda.current_stream().wait_stream(stream)
             codes_graph, feed_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            with torch.cuda.graph(codes_graph, pool=pool, stream=capture_stream):
+            with torch.cuda.graph(codes_graph, pool=pool):
                 out = self._frame_codes(slots, frames, variant)
-            with torch.cuda.graph(feed_graph, pool=pool, stream=capture_stream):
+            with torch.cuda.graph(feed_graph, pool=pool):
                 self._frame_feed(slots, positions, text, out)
             self.graphs[(bucket, variant)] = (codes_graph, feed_graph, inputs, out)
             if bucket <= self.talker_gemv_rows and self.qk_attention_context:
@@ -407,10 +364,10 @@ class ModelRunner(PromptPrefill):
                         self._frame_feed(slots, positions, text, out)
                     torch.cuda.current_stream().wait_stream(stream)
                     short_feed = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(short_feed, pool=pool, stream=capture_stream):
+                    with torch.cuda.graph(short_feed, pool=pool):
                         self._frame_feed(slots, positions, text, out)
                     self.short_feed_graphs[(bucket, variant)] = short_feed
                 finally:
                     self.talker_qk_attention = False
         torch.cuda.synchronize()
-        self.capture_prefill_graphs(capture_stream=capture_stream)
+        self.capture_prefill_graphs()

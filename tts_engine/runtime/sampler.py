@@ -68,8 +68,8 @@ class SamplingRows:
         values = (p.do_sample, p.temperature, p.top_k, p.top_p, p.repetition_penalty, p.subtalker_dosample,
                   p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p, seed, p.min_new_tokens)
         # fill_ with a Python scalar is a kernel argument. `t[row] = v` would copy a pageable host
-        # tensor into the device one, which waits for every step queued on the stream (run 8's
-        # profile: 5.3 ms a new stream at 40 req/s, with the GPU idle behind it).
+        # tensor into the device one, which waits for every step queued on the stream (5.3 ms a
+        # new stream at 40 req/s, with the GPU idle behind it).
         for t, v in zip(self.tensors(), values):
             t[row].fill_(v)
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CODEC_TICK_CUDA = 2
-# A newcomer's lane steps (its first chunk's frames + 1) are launched back to back, and a runner's
-# pinned ring holds 4 steps' codes (runtime/runner.py STEP_RING): at most 3 frames in the first chunk.
-LANE_MAX_FIRST_CHUNK = 3
 
 
 @dataclass(frozen=True)
@@ -24,24 +21,13 @@ class SchedulerConfig:
     # engine steps, with all its ready frames (policy.due_chunks), so that streams share codec
     # calls; off, each stream follows its own chunk schedule and a step holds one small codec call
     # per schedule phase (~2 streams a call at 30 req/s on the H200, 2/3 of the device time).
-    # None: CODEC_TICK_CUDA on CUDA, off on CPU. Chosen with bench/schedsim.py (docs/benchmarks.md).
+    # None: CODEC_TICK_CUDA on CUDA, off on CPU (a simulation of the step loop chose 2).
     codec_tick_steps: int | None = None
     # With the tick: a stream whose listener has less audio than this left gets its chunk now.
     codec_tick_urgent_s: float = 0.04
     # With the tick: a tick step that would hold a prefill moves to the next step (Scheduler._on_tick).
-    # Run 12, a pair on one H200 host: p95 first audio 27.3 -> 25.8 ms at 10 req/s, 42.4 -> 37.1 at 40.
+    # The new stream's first audio comes sooner at every load (docs/performance.md).
     codec_tick_yields_to_prefill: bool = True
-    # The newcomer lane (engine on CUDA: a high-priority CUDA stream with batch-1 graphs of its own):
-    # a stream that arrives while others decode has its prefill, first frames and first chunk planned
-    # as lane steps (Scheduler.schedule_lane), which run beside the steps in flight instead of after
-    # them; it joins the others' steps once its lane steps are read. One newcomer at a time; the rest
-    # take the usual way. bench.lanes (run 12): 8.3 ms to its PCM alone, 11.6 beside batch-8 steps
-    # (which it slows ~0.5 ms each), against ~34 ms queued behind four of them. Off by default: run 12's
-    # pair under load measured with the lane p50 -1.6 ms but the same p95 at 10 req/s, p95 +5.6 ms at 40.
-    newcomer_lane: bool = False
-    # Its first chunk may hold at most this many frames (1..LANE_MAX_FIRST_CHUNK; a longer first chunk
-    # takes the usual way: each lane frame is a batch-1 step of its own).
-    newcomer_lane_max_first_chunk: int = 2
     # A stream passed over this many steps in a row runs next, whatever its deadline.
     starvation_steps: int = 8
     # Real time holds when one engine cycle (a frame for every stream, its share of codec and
@@ -54,9 +40,9 @@ class SchedulerConfig:
     # Lookahead (a second step launched before the first is read, at pipeline depth 2) only while a
     # stream needs audio soon: one not yet audible, one with less than this much audio ahead of its
     # listener, or capacity short. Otherwise steps run one at a time, so a stream that arrives waits
-    # behind at most the step on the device, not a second one queued after it (run 7: one busy stream
-    # added ~8 ms to first audio at 1-10 req/s). None: always look ahead.
-    lookahead_buffer_s: float | None = 0.3
+    # behind at most the step on the device, not a second one queued after it (always looking ahead,
+    # one busy stream adds ~8 ms to first audio at 1-10 req/s).
+    lookahead_buffer_s: float = 0.3
     # Engine steps in flight: 2 on CUDA (step k+1 is launched before step k's codes are read),
     # 1 on CPU (synchronous). None: by device.
     pipeline_depth: int | None = None
@@ -71,15 +57,12 @@ class SchedulerConfig:
         for name in ("max_queued_streams", "starvation_steps", "codec_tick_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not 1 <= self.newcomer_lane_max_first_chunk <= LANE_MAX_FIRST_CHUNK:
-            raise ValueError(f"newcomer_lane_max_first_chunk must be in 1..{LANE_MAX_FIRST_CHUNK}, "
-                             f"got {self.newcomer_lane_max_first_chunk}")
         if self.max_prefills_per_step < 1:
             raise ValueError(f"max_prefills_per_step must be >= 1, got {self.max_prefills_per_step}")
         if not self.codec_tick_urgent_s >= 0:
             raise ValueError(f"codec_tick_urgent_s must be >= 0, got {self.codec_tick_urgent_s}")
-        if self.lookahead_buffer_s is not None and not self.lookahead_buffer_s >= 0:
-            raise ValueError(f"lookahead_buffer_s must be >= 0, got {self.lookahead_buffer_s}")
+        if not isinstance(self.lookahead_buffer_s, int | float) or not self.lookahead_buffer_s >= 0:
+            raise ValueError(f"lookahead_buffer_s must be a number >= 0, got {self.lookahead_buffer_s}")
         if not self.yield_buffer_s > 0:
             raise ValueError(f"yield_buffer_s must be > 0, got {self.yield_buffer_s}")
         if not self.realtime_margin >= 1.0:

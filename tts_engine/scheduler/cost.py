@@ -5,13 +5,13 @@ Three kinds of work, each keyed by its shape:
   prefill       by prompt length, rounded up to a power of two (>= 16 rows)
   codec chunk   by (frames, batch rounded up to a power of two)
 Each key holds an exponential moving average of measured device times, seeded by a formula (H200
-figures from docs/benchmarks.md until measured). A key never measured follows its kind's seed
+stage-bench figures until measured). A key never measured follows its kind's seed
 formula times that kind's learned scale (the EMA of measured / seed over all keys), so one CPU
 measurement at batch 1 also moves the estimate at batch 32.
 
 Once a key has its own measurements, a new one counts at most OUTLIER_FACTOR times the estimate:
-a step stretched by a host pause (its device timer spans the idle gap; run 7 saw one of ~200 ms
-during a garbage collection) would otherwise multiply the estimate, and admission, which predicts
+a step stretched by a host pause (its device timer spans the idle gap, ~200 ms for a garbage
+collection) would otherwise multiply the estimate, and admission, which predicts
 real time from it, refused every arrival for half a second. A lasting slowdown still shows within a
 few steps (each clipped measurement moves the estimate by alpha x (OUTLIER_FACTOR - 1)).
 """

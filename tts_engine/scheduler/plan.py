@@ -64,9 +64,6 @@ class StepPlan:
     prefills: tuple[Prefill, ...] = ()
     frames: FrameBatch | None = None
     chunks: tuple[ChunkBatch, ...] = ()  # in launch order: a stream's later chunk sits in a later batch
-    # A newcomer lane step (Scheduler.schedule_lane): launched on the lane's CUDA stream, so it may
-    # complete before main steps launched earlier; steps of one lane complete in launch order.
-    lane: bool = False
 
     @property
     def empty(self) -> bool:

@@ -65,10 +65,6 @@ class StreamState:
     # Frame counts (absolute) that each pending flush waits for.
     flush_targets: deque[int] = field(default_factory=deque)
     skipped_steps: int = 0  # consecutive steps this stream could have run but did not
-    # Newcomer lane: its first work is planned as lane steps; it stays out of the main steps until
-    # those are read (lane_steps: its lane steps in flight).
-    in_lane: bool = False
-    lane_steps: int = 0
 
     # -- text ------------------------------------------------------------------------------
     def ready_for_prefill(self) -> bool:

@@ -3,7 +3,6 @@ No torch. The engine core only executes plans (nano-vllm's Scheduler / ModelRunn
 
     add / enqueue / flush / playout / audio_sent / abort      stream lifecycle (engine thread)
     schedule(now) -> StepPlan                                 what to launch next
-    schedule_lane(now) -> StepPlan                            a newcomer's lane step (newcomer_lane)
     postprocess(StepResult) -> [Output]                       what a completed step means
     reap() -> [Output]                                        streams done without pending work
     violations(idle) -> [str]                                 invariants, checked while idle
@@ -16,13 +15,6 @@ is cut at the EOS frame (the codec is causal, so the cut equals decoding only th
 A stream removed while work for it is in flight (cancel) frees its slot at once: the GPU runs
 work in launch order, so a new stream's prefill in that slot comes after the old work, and the old
 work's results are dropped by stream id.
-
-Newcomer lane (`SchedulerConfig.newcomer_lane`): `schedule_lane` plans a newcomer's prefill, frames
-and first chunk as lane steps, which the engine runs on a CUDA stream of their own beside the main
-steps in flight; they may complete before main steps launched earlier (postprocess checks each lane's
-order). The stream stays out of main steps until its lane steps are read, so the two streams of work
-never touch one stream's slot at once; a slot freed while lane work is in flight (cancel) is fenced
-by the engine (StepExecutor's SlotFences).
 """
 
 from __future__ import annotations
@@ -32,7 +24,6 @@ from collections import Counter
 from .admission import Admission
 from .config import SchedulerConfig
 from .cost import CostModel
-from .lane import LanePlanning
 from .plan import (
     AudioReady,
     Chunk,
@@ -53,7 +44,7 @@ from .slots import SlotPool
 CAPACITY_EVERY = 16  # observed steps between refreshes of the admission's capacity estimate
 
 
-class Scheduler(LanePlanning):
+class Scheduler:
     def __init__(self, config: SchedulerConfig, buckets: tuple[int, ...], eos_id: int, pad_id: int, *,
                  reject_predicted_underrun: bool = False, cost: CostModel | None = None):
         self.cfg = config.validate()
@@ -67,9 +58,8 @@ class Scheduler(LanePlanning):
         self.admission = Admission(config.max_active_streams, config.max_queued_streams, reject_predicted_underrun)
         self.streams: dict[str, StreamState] = {}
         self.in_flight: dict[int, StepPlan] = {}  # launched, results not yet processed; launch order
-        self._next_step = 0  # step ids, both lanes
+        self._next_step = 0  # step ids
         self._main_steps = 0  # calls of schedule(), empty plans included (the codec tick counts these)
-        self._lane: StreamState | None = None  # the newcomer whose lane steps are being planned
         self._tick_shift = 0  # codec tick steps postponed so far (SchedulerConfig.codec_tick_yields_to_prefill)
         self._tick_postponed = False  # the last tick step was postponed: the next one is not
         self._observed = 0
@@ -121,8 +111,6 @@ class Scheduler(LanePlanning):
         return s
 
     def _remove(self, s: StreamState) -> None:
-        if self._lane is s:
-            self._lane = None
         s.phase = Phase.FINISHED
         if s.slot is not None:
             self.slots.release(s.slot)
@@ -135,7 +123,7 @@ class Scheduler(LanePlanning):
         step_id = self._next_step
         self._next_step += 1
         self._main_steps += 1
-        decoding = [s for s in self.streams.values() if s.phase is Phase.DECODING and not s.in_lane]
+        decoding = [s for s in self.streams.values() if s.phase is Phase.DECODING]
         prefills = self._plan_prefills(decoding, now)
         decoding += [self.streams[p.stream_id] for p in prefills]
         frames = self._plan_frames(decoding, now)
@@ -152,8 +140,6 @@ class Scheduler(LanePlanning):
         (`SchedulerConfig.lookahead_buffer_s`): some stream waits for a slot or its first audio, is
         about to run dry, or capacity is short."""
         limit = self.cfg.lookahead_buffer_s
-        if limit is None:
-            return True
         decoding = 0
         for s in self.streams.values():
             if s.phase is Phase.QUEUED:
@@ -285,19 +271,15 @@ class Scheduler(LanePlanning):
 
     # -- results -------------------------------------------------------------------------------------
     def postprocess(self, result: StepResult) -> list[Output]:
-        """Apply a completed step (the steps of each lane complete in launch order)."""
+        """Apply a completed step (steps complete in launch order)."""
         plan = self.in_flight.get(result.step_id)
-        lane = plan is not None and plan.lane
-        oldest = next((i for i, p in self.in_flight.items() if p.lane == lane), None)
+        oldest = next(iter(self.in_flight), None)
         if plan is None:
             raise RuntimeError(f"step {result.step_id} completed but is not in flight")
         if result.step_id != oldest:
             raise RuntimeError(f"step {result.step_id} completed before step {oldest}")
         del self.in_flight[result.step_id]
-        if lane:  # beside the main steps its device times are not the shapes' own: not observed
-            self._leave_lane(plan)
-        else:
-            self._observe(plan, result)
+        self._observe(plan, result)
         touched: dict[str, None] = {}
         if plan.frames is not None:
             if len(result.eos) != len(plan.frames.rows):
@@ -418,10 +400,6 @@ class Scheduler(LanePlanning):
                     and s.frames_decoded <= max(0, s.frames_done - s.audible_skip)):
                 out.append(f"stream {s.id} frame counters out of order: launched {s.frames_launched}, done "
                            f"{s.frames_done}, chunked {s.frames_chunked}, decoded {s.frames_decoded}")
-            if s.in_lane and (s.phase is not Phase.DECODING or s.lane_steps < 0):
-                out.append(f"stream {s.id} in the lane is {s.phase.value} with {s.lane_steps} lane steps")
-            if idle and (s.lane_steps or (s.in_lane and s is not self._lane)):
-                out.append(f"stream {s.id}: idle with {s.lane_steps} lane steps, in lane {s.in_lane}")
             if idle and s.eos_frame is None and s.frames_launched != s.frames_done:
                 out.append(f"stream {s.id}: {s.frames_launched - s.frames_done} frames launched and never read")
         if set(held) != self.slots.used:

@@ -1,11 +1,11 @@
 // The code predictor's draw (a codebook 1-15 id a row) as one CTA a row, its block-wide sums in single barriers.
 //
-// Why: the Triton draw (kernels/sample.py `_draw`) takes ~8 µs back to back (run 26's `--parts`: the top-k search
+// Why: the Triton draw (kernels/sample.py `_draw`) takes ~8 µs back to back (the top-k search
 // ~4.0 of it, the weighted pick ~1.4, the gathers ~0.8), its time in block-wide reductions, ~20 of them, each a tree
 // of shuffles, a shared-memory round trip and a broadcast. Here a reduction is a warp's `redux.sync` (one instruction
 // for an int sum, min or max) or five shuffles for a float, one word a warp in shared memory and one barrier
 // (`Exchange`); the top-k search cuts the value range into 8 parts a pass (7 counts in one exchange), so 3 passes
-// narrow it 512-fold (the Triton draw's 10 halvings 1,024-fold), and the walk after them takes the rest. Run 30: the
+// narrow it 512-fold (the Triton draw's 10 halvings 1,024-fold), and the walk after them takes the rest: the
 // code-predictor frame 0.010-0.018 ms shorter at batches 1-32; in the frame PDL hides most of a draw (its bounds,
 // CD_BOUND: a draw that only read the logits would leave the batch-1 frame at 1.321 ms against 1.365-1.373).
 //
@@ -36,7 +36,7 @@
 #define CD_THREADS 256
 #endif
 #ifndef CD_PASSES
-#define CD_PASSES 3  // top-k's 8-way passes over the value range before the walk (run 30: 3 beat 4 and 5 in the frame)
+#define CD_PASSES 3  // top-k's 8-way passes over the value range before the walk (3 beat 4 and 5 in the frame)
 #endif
 // Bounds for benchmarks, never for use (wrong ids): CD_BOUND 1 no top-k or top-p (every id kept), 2 no draw at all (id
 // 0 for every row after the logits are read), 3 as 2 without the gathers.

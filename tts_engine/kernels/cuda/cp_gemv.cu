@@ -3,7 +3,7 @@
 // or SwiGLU after, the attention + o launch's fixed-point sum added to x or to the residual).
 //
 // Why: in a batch-1 pass every product's work after its PDL wait lands on all SMs at once, and the Triton kernel's is
-// ~970 instructions a thread (run 30, compiled offline): each weight converted to fp32, FMUL + FADD trees, 9 block-wide
+// ~970 instructions a thread (compiled offline): each weight converted to fp32, FMUL + FADD trees, 9 block-wide
 // reductions. A gate/up launch puts ~12 of its 2-warp programs on an SM, ~11,000 warp-instructions, ~2,800 issue cycles
 // (1.4 µs) after the wait. Here a warp's weights stay packed bf16 in registers as the A operand of
 // `mma.sync.m16n8k16` (16 weight rows by 16 columns), x is the B operand (every one of its 8 columns the same x,
@@ -323,12 +323,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) cp_gemv(const CpGemvParams
 // A CTA: CG_RB blocks of 16 rows of w on CTA_K = K / CG_SPLIT of the columns (blockIdx.y the slice), a warp a block and
 // KW columns. Its warps on the same columns share one copy of x in shared memory, so L2 sends each SM 2 / CG_RB bytes
 // of x a byte of weights at 32 rows. Every fragment of x is copied at once after the wait (cp.async), one round trip to
-// L2: run 31's version loaded them as its MMAs went (ptxas spreads plain loads between the MMAs whatever their order in
-// the source), ~8 round trips in a row at 4 tiles, and lost to cuBLAS at 32 rows.
-// The norms of a pass need no launches of their own (a norm launch is ~2.4 µs of a ~29 µs layer at 32 rows, run 32):
+// L2: loaded as the MMAs go (ptxas spreads plain loads between the MMAs whatever their order in the source), they
+// cost ~8 round trips in a row at 4 tiles and lose to cuBLAS at 32 rows.
+// The norms of a pass need no launches of their own (a norm launch is ~2.4 µs of a ~29 µs layer at 32 rows):
 // - CG_NORM (one slice: the CTA holds x's whole rows): x is the residual stream, RMS-normalised in shared memory
 //   before the products, each row's sum of squares added up from its fragments. Every CTA redoes it (all of x: 32K
-//   values at 32 rows, ~400 instructions a thread), so it loses to the norm launch at 8 and 32 rows (run 33: opt-in);
+//   values at 32 rows, ~400 instructions a thread), so it loses to the norm launch at 8 and 32 rows (the runner does not use it);
 // - mode 1: y = residual + the product, rounded as the reference rounds `x + o_proj(...)`. With CG_SPLIT > 1 the
 //   CG_SPLIT CTAs of a column of w are one thread block cluster (kernels/cp_gemv.py launches it so): each leaves its
 //   slice's sums in its shared memory, and the first reads the others' there (distributed shared memory: no round
