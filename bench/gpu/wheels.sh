@@ -10,5 +10,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
   fastapi==0.165.0 starlette==1.10.0 pydantic==2.13.4 pydantic_core==2.46.4 typing-inspection==0.4.2 \
   uvicorn==0.54.0 websockets==17.4 httptools==0.9.0 python-multipart==0.0.34 annotated-types \
-  opentelemetry-api==1.45.2
+  opentelemetry-api==1.45.2 itsdangerous==2.2.0
 ls -l .whl/*.whl
