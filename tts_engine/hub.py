@@ -35,6 +35,8 @@ def resolve_model(name_or_dir: str | Path, revision: str | None = None, *,
             raise ValueError(f"--revision applies to a Hugging Face repo id, not to the directory {path}")
         return path
     name = str(name_or_dir)
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1:  # a path, not org/name
+        raise ValueError(f"model directory {path} does not exist")
     if not is_repo_id(name):
         raise ValueError(f"model {name!r} is neither a directory nor a Hugging Face repo id like "
                          "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice")

@@ -25,8 +25,8 @@ python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" 
 finish() { tar -czf "$OUT/run-$TAG.tgz" -C "$W" . ; }
 trap finish EXIT
 # `cadence bench` without the installed console command (the tree is on PYTHONPATH, not pip-installed).
-cadence_bench() {
-  python3 -c 'import argparse, sys
+cadence_bench() {  # bounded by the deadline (timeout cannot run a shell function, so it runs in here)
+  timeout "$(left 10)" python3 -c 'import argparse, sys
 from bench.load.cli import register
 p = argparse.ArgumentParser(prog="cadence"); register(p.add_subparsers())
 args = p.parse_args(["bench", *sys.argv[1:]]); sys.exit(args.func(args))' "$@"
@@ -69,7 +69,7 @@ part_load() {
   if [ "$(left 10)" -lt "$need" ]; then
     echo "load skipped: $need s needed, $(left 10) left"
   else
-    timeout "$(left 10)" cadence_bench --url "http://127.0.0.1:$PORT" --rates "$rates" --warmup 5 \
+    cadence_bench --url "http://127.0.0.1:$PORT" --rates "$rates" --warmup 5 \
       --duration "$duration" --gpu-price 4.29 --no-plots \
       --label "$(head -2 "$W/gpu.txt" | tail -1 | cut -d, -f1), Qwen3-TTS 1.7B random weights, commit ${CADENCE_COMMIT:-?}" \
       --out "$W/load" > "$W/bench.log" 2>&1
@@ -86,7 +86,7 @@ part_peers() {  # name port rates duration: each peer's adapter started, then th
     local pid
     pid=$(timeout 240 bash bench/peers/start.sh "$1" /tmp/ckpt "$2") || { echo "$1 failed to start"; \
       cp "/tmp/peers/$1.log" "$W/" 2>/dev/null; return; }
-    timeout "$(left 10)" cadence_bench --url "http://127.0.0.1:$2" --request-model "$1" --rates "$3" --warmup 5 \
+    cadence_bench --url "http://127.0.0.1:$2" --request-model "$1" --rates "$3" --warmup 5 \
       --duration "$4" --request-timeout 60 --gpu-price 4.29 --no-plots \
       --label "$1 adapter, Qwen3-TTS 1.7B random weights" --out "$W/load-$1" > "$W/bench-$1.log" 2>&1
     echo "$1 bench rc=$? $((SECONDS - t0)) s"; kill "$pid"; cp "/tmp/peers/$1.log" "$W/" 2>/dev/null

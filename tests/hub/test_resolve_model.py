@@ -105,6 +105,9 @@ def test_directories_pass_through_and_bad_names_are_refused(tiny_checkpoint, tmp
     assert resolve_model(tiny_checkpoint) == tiny_checkpoint
     with pytest.raises(ValueError, match="--revision applies to a Hugging Face repo id"):
         resolve_model(tiny_checkpoint, "main")
-    for bad in (str(tmp_path / "missing-dir"), "not a repo", "a/b/c", "../x"):
+    for path in (str(tmp_path / "missing-dir"), "a/b/c", "../x", "./x"):  # paths: a missing directory
+        with pytest.raises(ValueError, match=r"model directory .* does not exist"):
+            resolve_model(path, offline=True, cache_dir=tmp_path)
+    for bad in ("not a repo", "org/name with spaces"):
         with pytest.raises(ValueError, match="neither a directory nor a Hugging Face repo id"):
             resolve_model(bad, offline=True, cache_dir=tmp_path)

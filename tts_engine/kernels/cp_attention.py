@@ -17,7 +17,7 @@ per-head q/k RMSNorm, RoPE, the new K/V stored into the cache), from the qkv pro
     qkv      [B T, (Hq + 2 Hkv) D]   token (b, t) in row b T + t, at position start + t
     -> out   [B T, Hq, D]
 
-one launch a layer instead of two (the code predictor's 15 passes a frame run 5 layers each). One
+one launch a layer instead of two (each of the code predictor's 15 passes a frame goes through its 5 layers). One
 program per (row, kv head) handles the row's T tokens: the keys of position start that its query at
 start + 1 reads are its own, kept in registers (no store-then-reload).
 """

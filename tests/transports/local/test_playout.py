@@ -104,7 +104,8 @@ def test_the_reporter_reports_the_dac_position_not_the_written_seconds():
         asyncio.run(run_test(HardwarePlayoutReporter(sink, out), frames_to_send=frames))
         reports[name] = sink.reports
         assert reports[name] and {c for c, _ in reports[name]} == {"ctx"}
-    assert all(0.3 <= p <= 1.0 for _, p in reports["fast"]) and reports["fast"][-1][1] > 0.3
+    # 0.3 s have left the speaker, less the earlier context's audio ahead of this one (and more as the test runs)
+    assert all(0.3 - PRIOR_S <= p <= 1.0 for _, p in reports["fast"]) and reports["fast"][-1][1] >= 0.3 - PRIOR_S
     assert all(p == 0.0 for _, p in reports["slow"])  # 30 s of device latency: nothing heard yet
     written = RecordingSink()
     asyncio.run(run_test(PlayoutReporter(written), frames_to_send=frames))

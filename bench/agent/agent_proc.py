@@ -1,0 +1,99 @@
+"""The benchmark's agent process: the real agent server (`agent.server.create_app`, as `cadence demo`
+runs it, or the carrier endpoint `transports.telephony.endpoint.create_app`, as `cadence phone`
+runs it) under uvicorn, with two substitutions made here and nowhere else:
+
+- the LLM is the PACED STAND-IN (`stand_in.PacedLLM`): no hosted LLM is reachable from a benchmark
+  machine, and a fixed first-token delay and token rate make runs comparable;
+- `--no-playout-reports` drops the playout reports to the engine (the N = 20 comparison only:
+  the engine's deadline policy then runs without the transport's clock).
+
+    python -m bench.agent.agent_proc --transport webrtc|twilio --port P --cadence-url URL [...]
+prints "agent-bench agent: ready" on stderr once it takes connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+from pathlib import Path
+
+TRANSPORTS = ("webrtc", "twilio")
+
+
+def _substitute(first_token_s: float, tokens_per_s: float, playout_reports: bool) -> None:
+    import agent.pipeline
+    import transports.telephony.call
+    from agent.cadence_tts import CadenceTTSService
+
+    from .stand_in import PacedLLM
+
+    def make_llm(_cfg):
+        return PacedLLM(first_token_s=first_token_s, tokens_per_s=tokens_per_s)
+
+    agent.pipeline.make_llm = make_llm  # agent.server.run_session imports it per session
+    transports.telephony.call.make_llm = make_llm
+    if not playout_reports:
+        async def no_report(self, context_id: str, played_s: float) -> None:
+            return None
+
+        CadenceTTSService.report_playout = no_report
+
+
+def build_app(args: argparse.Namespace, ready: asyncio.Event):
+    from agent.demo import load_config
+
+    cfg = load_config(args.config, cadence_url=args.cadence_url)
+    # The engine must answer: a silent fallback to the CPU Piper voice would measure the wrong thing.
+    cfg = dataclasses.replace(cfg, fallback_tts="none", llm_base_url=None).validate()
+    _substitute(args.first_token_ms / 1e3, args.tokens_per_s, not args.no_playout_reports)
+    if args.transport == "webrtc":
+        from agent.server import create_app
+
+        def on_ready(readiness):
+            if readiness.error is None:
+                ready.set()
+            else:
+                print(f"agent-bench agent: models failed to load: {readiness.error}", file=sys.stderr, flush=True)
+
+        return create_app(cfg, max_sessions=args.max_sessions, on_ready=on_ready)
+    from transports.telephony.endpoint import create_app
+
+    ready.set()  # its lifespan loads the shared models before the server listens
+    return create_app(cfg, max_calls=args.max_sessions)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    ready = asyncio.Event()
+    app = build_app(args, ready)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, lifespan="on",
+                                           log_level="warning", timeout_graceful_shutdown=3))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            await task
+            raise SystemExit("agent-bench agent: the server did not start")
+        await asyncio.sleep(0.05)
+    await ready.wait()
+    print("agent-bench agent: ready", file=sys.stderr, flush=True)
+    await task
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.agent.agent_proc")
+    p.add_argument("--transport", choices=TRANSPORTS, required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--cadence-url", required=True)
+    p.add_argument("--config", type=Path)
+    p.add_argument("--max-sessions", type=int, default=64)
+    p.add_argument("--first-token-ms", type=float, default=200.0)
+    p.add_argument("--tokens-per-s", type=float, default=60.0)
+    p.add_argument("--no-playout-reports", action="store_true")
+    asyncio.run(serve(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
