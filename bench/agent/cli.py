@@ -12,14 +12,13 @@ import multiprocessing
 import os
 import random
 import re
-import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from bench.child import child_process
 
 from . import report
 from .agent_proc import TRANSPORTS
@@ -100,32 +99,9 @@ def agent_process(args: argparse.Namespace, cadence_url: str, max_sessions: int,
            "--first-token-ms", str(args.llm_first_token_ms), "--tokens-per-s", str(args.llm_tokens_per_s),
            *(["--config", str(args.config)] if args.config else []),
            *(["--no-playout-reports"] if args.no_playout_reports else [])]
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True)
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def pump():
-        for line in proc.stderr:
-            lines.append(line)
-            del lines[:-200]
-            if "agent-bench agent: ready" in line:
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        if not ready.wait(timeout_s) or proc.poll() is not None:
-            raise RuntimeError("the agent process did not become ready:\n" + "".join(lines[-40:]))
+    with child_process(cmd, "agent-bench agent: ready", what="the agent process", timeout_s=timeout_s, cwd=REPO,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"}) as (_ready, lines):
         yield f"http://127.0.0.1:{port}", lines
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 @contextlib.contextmanager

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from bench.child import child_process
 
 from . import report
 from .turns import questions
@@ -25,33 +23,9 @@ CLIENTS = ("browser", "aiortc")
 def demo_process(args: list[str], *, timeout_s: float = 300) -> Iterator[str]:
     """`cadence demo --port 0 ARGS` as a child; yields its URL once it says it is ready."""
     cmd = [sys.executable, "-m", "tts_engine.cli", "demo", "--port", "0", *args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    lines: list[str] = []
-    found = threading.Event()
-    url: list[str] = []
-
-    def pump():
-        for line in proc.stderr:
-            lines.append(line)
-            if m := re.search(r"cadence demo: ready at (http://\S+/)", line):
-                url.append(m.group(1))
-                found.set()
-        found.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        if not found.wait(timeout_s) or not url:
-            raise RuntimeError("cadence demo did not become ready:\n" + "".join(lines[-40:]))
-        yield url[0]
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with child_process(cmd, r"cadence demo: ready at (http://\S+/)", what="cadence demo", timeout_s=timeout_s,
+                       cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}) as (ready, _lines):
+        yield ready.group(1)
 
 
 def run_voice_bench(*, client: str = "browser", turns: int = 10, url: str | None = None,
