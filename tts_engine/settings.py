@@ -16,10 +16,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .runtime.options import CODEC_PRECISIONS
 from .scheduler.config import SchedulerConfig
 from .server.config import ServerConfig
-
-CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ import torch
 
 from ..loading import load_checkpoint
 from ..prompt import resolve_voice
-from ..runtime.codec_runner import CODEC_PRECISIONS, CodecRunner, served_codec
-from ..runtime.options import FastPathOptions
+from ..runtime.codec_runner import CodecRunner, served_codec
+from ..runtime.options import CODEC_PRECISIONS, FastPathOptions
 from ..runtime.runner import ModelRunner
 from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
 from ..scheduler.request import Phase

@@ -40,7 +40,6 @@ from .options import FastPathOptions
 # length costs a graph per bucket and its capture time (cuDNN times every shape).
 CHUNK_SIZES = (1, 2, 3, 4, 6, 8, 12)
 BUCKETS = (1, 2, 4, 8, 16, 32)
-CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def served_codec(codec: CodecDecoder, on_cuda: bool, precision: str | None,

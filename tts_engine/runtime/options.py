@@ -14,6 +14,8 @@ MAX_SPLIT_K = 16  # split-K partials of a product (each an fp32 [rows, N] that t
 # The codec's dense convs as GEMMs over their input windows while those hold at most this many elements:
 # past it cuDNN's implicit GEMM wins (without a limit the last blocks' windows are tens of MB to copy).
 CODEC_WINDOW_MAX = 1 << 24
+# The codec's numerics a server may choose (settings' [engine] codec_precision; runtime/codec_runner.py).
+CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 log = logging.getLogger(__name__)
