@@ -1,7 +1,13 @@
-"""The benchmark's questions (short, Harvard-sentence-like) and their espeak-ng recordings."""
+"""The benchmark's questions (short, Harvard-sentence-like) and their espeak-ng recordings.
+
+Recordings are kept in a cache ($XDG_CACHE_HOME or ~/.cache, then cadence/speech/): a machine without
+espeak-ng (a GPU box) runs the benchmarks on recordings made elsewhere and copied there."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 import subprocess
 import tempfile
 import wave
@@ -24,15 +30,32 @@ QUESTIONS = [
 SPEECH_RMS = 0.01  # loud: above -40 dBFS over a 10 ms window (the page's own threshold)
 
 
+def speech_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cadence" / "speech"
+
+
+def recording(text: str) -> Path:
+    """espeak-ng's WAV of `text`, from the cache or recorded into it."""
+    path = speech_cache() / (hashlib.sha256(text.encode()).hexdigest()[:24] + ".wav")
+    if path.exists():
+        return path
+    if shutil.which("espeak-ng") is None:
+        raise FileNotFoundError(f"espeak-ng is not installed and {path} (a recording of {text!r}) is not cached: "
+                                "run the benchmark once where espeak-ng is, then copy that cache directory here")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        part = Path(tmp) / path.name
+        subprocess.run(["espeak-ng", "-w", str(part), text], check=True, timeout=30)
+        part.replace(path)  # whole files only: concurrent callers may record the same text
+    return path
+
+
 def speak(text: str, rate: int = 48000) -> np.ndarray:
     """`text` read by espeak-ng, as int16 mono at `rate`."""
     import soxr
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "q.wav"
-        subprocess.run(["espeak-ng", "-w", str(path), text], check=True, timeout=30)
-        with wave.open(str(path)) as w:
-            source_rate, pcm = w.getframerate(), w.readframes(w.getnframes())
+    with wave.open(str(recording(text))) as w:
+        source_rate, pcm = w.getframerate(), w.readframes(w.getnframes())
     audio = soxr.resample(np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768, source_rate, rate)
     return (np.clip(audio, -1, 1) * 32767).astype(np.int16)
 

@@ -8,7 +8,8 @@ import asyncio
 import pytest
 import torch
 
-from tests.voices.conftest import REFERENCE_TEXT, at_24k, espeak_wav_bytes
+from bench.voice.turns import recording
+from tests.voices.conftest import REFERENCE_TEXT, at_24k
 from tests.voices.engine_clone import assert_engine_equals_reference
 from tts_engine.checkpoint import make_checkpoint
 from tts_engine.engine.core import StreamingEngine
@@ -22,7 +23,8 @@ from tts_engine.synthesizer import Synthesizer
 def test_cloned_voices_on_cuda_equal_the_cpu_reference(cuda, tmp_path, size, layout):
     path = make_checkpoint(size, tmp_path / size, seed=8, variant="base")
     synth = Synthesizer(path)
-    wav = at_24k(espeak_wav_bytes(REFERENCE_TEXT))
+    # The GPU machine has no espeak-ng: the reference recording comes from the speech cache made where it is.
+    wav = at_24k(recording(REFERENCE_TEXT).read_bytes())
     voices = [VoiceSpec("a", "english", cloned=synth.clone_voice(wav)),
               VoiceSpec("b", "english", cloned=synth.clone_voice(wav, REFERENCE_TEXT))]
     engine = StreamingEngine(path, device="cuda", dtype=torch.float32, max_context=512, max_active_streams=8,
