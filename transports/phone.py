@@ -5,13 +5,16 @@ PBX or SIP trunk calls it directly), each call with its own pipeline.
 The same settings as `cadence demo` (`--config FILE.toml`, CADENCE_* environment variables;
 agent/demo.py's load_config) and the same offline defaults: Whisper tiny.en hears, the OFFLINE
 SCRIPTED LLM answers, the Piper fallback voice speaks unless a Cadence engine is configured.
-Set-up per carrier and for a SIP trunk: docs/telephony.md.
+Its own settings (SIP transports, allow-list, registration, webhook keys) are the file's `[phone]`
+table (transports/telephony/settings.py). Set-up per carrier and for a SIP trunk: docs/telephony.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
+import os
 import sys
 from pathlib import Path
 
@@ -50,7 +53,32 @@ def register(subparsers) -> None:
                    help="the address written into SDP/Contact (behind NAT, or with --host 0.0.0.0)")
     p.add_argument("--rtp-ports", type=_port_range, default=(20000, 30000), help="RTP port range (default 20000-30000)")
     p.add_argument("--max-calls", type=int, default=8, help="calls at once, per listener (default 8)")
+    p.add_argument("--sip-transport", action="append", choices=["udp", "tcp"], default=None,
+                   help="SIP transport, repeatable (default: the config's sip_transports, else udp)")
+    p.add_argument("--sip-allow", action="append", default=None, metavar="CIDR",
+                   help="a network INVITEs may come from, repeatable (others get 403; default: the config's)")
+    p.add_argument("--rtp-timeout", type=float, default=None, metavar="S",
+                   help="hang up a call whose caller sent no RTP for S seconds (default 20)")
     p.set_defaults(func=run)
+
+
+def _loopback(host: str) -> bool:
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return host == "localhost"
+
+
+def _warn_if_open(host: str, settings, no_sip: bool) -> None:
+    """Listening beyond localhost with no protection configured is allowed, but said."""
+    if _loopback(host):
+        return
+    open_webhooks = [c for c in ("twilio", "telnyx", "plivo", "exotel") if not settings.keys.configured(c)]
+    if open_webhooks:
+        print(f"cadence phone: warning: webhooks of {', '.join(open_webhooks)} are not verified (no key in "
+              "[phone]); media streams still need a webhook's one-time token", file=sys.stderr)
+    if not no_sip and not settings.sip_allow:
+        print("cadence phone: warning: SIP accepts INVITEs from anyone (set [phone] sip_allow or --sip-allow)",
+              file=sys.stderr)
 
 
 class _Ready:
@@ -66,8 +94,11 @@ class _Ready:
               f"ws://{shown}:{self.port}/ws", file=sys.stderr)
         if self.sip is not None:
             at = self.sip.advertised_ip or shown
-            print(f"cadence phone: SIP on udp {self.sip.host}:{self.sip.port} (call sip:bot@{at}:{self.sip.port})",
-                  file=sys.stderr)
+            print(f"cadence phone: SIP on {'+'.join(self.sip.transports)} {self.sip.host}:{self.sip.port} "
+                  f"(call sip:bot@{at}:{self.sip.port})", file=sys.stderr)
+            if self.sip.register is not None:
+                print(f"cadence phone: registering {self.sip.register.aor} at {self.sip.register.registrar}",
+                      file=sys.stderr)
         print("cadence phone: ready (Ctrl-C to stop)", file=sys.stderr, flush=True)
 
     async def stop(self) -> None:
@@ -83,6 +114,7 @@ def run(args) -> int:
 
     from .sip.server import SipServer
     from .telephony.endpoint import create_app
+    from .telephony.settings import load_phone_settings
 
     if args.config is not None and not args.config.is_file():
         raise FileNotFoundError(f"config file {args.config} does not exist")
@@ -92,7 +124,8 @@ def run(args) -> int:
         raise ValueError(f"--sip-port must be in 0-65535, got {args.sip_port}")
     if not args.no_sip:
         _check_udp(args.host, args.sip_port)
-    cfg = load_config(args.config, cadence_url=args.cadence_url, flow=str(args.flow) if args.flow else None)
+    agent_file, settings = load_phone_settings(args.config, dict(os.environ))
+    cfg = load_config(agent_file, cadence_url=args.cadence_url, flow=str(args.flow) if args.flow else None)
     if cfg.flow is not None:
         from flows.loader import load_flow
 
@@ -102,13 +135,18 @@ def run(args) -> int:
                          "fallback_tts = 'piper'")
     sip = None if args.no_sip else SipServer(
         cfg, host=args.host, port=args.sip_port, advertised_ip=args.sip_advertise, max_calls=args.max_calls,
-        rtp_ports=args.rtp_ports)
+        rtp_ports=args.rtp_ports, transports=args.sip_transport or settings.sip_transports,
+        allow_from=args.sip_allow or settings.sip_allow,
+        rtp_timeout_s=args.rtp_timeout if args.rtp_timeout is not None else settings.rtp_timeout_s,
+        register=settings.register)
+    _warn_if_open(args.host, settings, args.no_sip)
     sock = bind(ServerConfig(host=args.host, port=args.port))
     with contextlib.ExitStack() as stack:
         stack.callback(sock.close)
         port = sock.getsockname()[1]
         companions = [*([sip] if sip else []), _Ready(args.host, port, sip)]
-        app = create_app(cfg, max_calls=args.max_calls, public_url=args.public_url, companions=companions)
+        app = create_app(cfg, max_calls=args.max_calls, public_url=args.public_url, companions=companions,
+                         keys=settings.keys)
         if cfg.llm_base_url is None:
             print("cadence phone: LLM is the OFFLINE SCRIPTED LLM (not a language model); "
                   "set CADENCE_LLM_BASE_URL for a real one", file=sys.stderr)

@@ -1,8 +1,9 @@
 """What differs between carriers, in one table: the serializer pipecat ships for each, the key that
 names the stream in their messages, and how a playout acknowledgement is asked for and comes back.
 
-Twilio and Telnyx echo a `mark` once the audio sent before it has been played to the caller;
-Plivo's counterpart is a `checkpoint` answered by `playedStream`. The serializers never call the
+Twilio, Telnyx and Exotel echo a `mark` once the audio sent before it has been played to the
+caller; Plivo's counterpart is a `checkpoint` answered by `playedStream`. Exotel's audio is 16-bit
+linear PCM at 8 kHz rather than G.711 (its serializer knows). The serializers never call the
 carrier's REST API here (`auto_hang_up=False`): a call ends when the carrier closes the stream.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from pipecat.serializers.base_serializer import FrameSerializer
 
-CARRIERS = ("twilio", "telnyx", "plivo")
+CARRIERS = ("twilio", "telnyx", "plivo", "exotel")
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,7 @@ class Carrier:
     def mark_message(self, stream_id: str, name: str) -> dict:
         if self.name == "plivo":
             return {"event": "checkpoint", "streamId": stream_id, "name": name}
-        message = {"event": "mark", "mark": {"name": name}}
-        if self.name == "twilio":
-            message["streamSid"] = stream_id
-        else:
-            message["stream_id"] = stream_id
-        return message
+        return {"event": "mark", self.stream_key: stream_id, "mark": {"name": name}}
 
     def acked_name(self, message: dict) -> str | None:
         """The mark name an acknowledgement carries, or None."""
@@ -45,6 +41,7 @@ CARRIER = {
     "twilio": Carrier("twilio", "streamSid", "mark"),
     "telnyx": Carrier("telnyx", "stream_id", "mark"),
     "plivo": Carrier("plivo", "streamId", "playedStream"),
+    "exotel": Carrier("exotel", "stream_sid", "mark"),
 }
 
 
@@ -70,4 +67,8 @@ def make_serializer(carrier: str, call_data) -> FrameSerializer:
         from pipecat.serializers.plivo import PlivoFrameSerializer
 
         return PlivoFrameSerializer(stream_id, call_id, params=PlivoFrameSerializer.InputParams(auto_hang_up=False))
+    if carrier == "exotel":  # it never calls Exotel's API: nothing to turn off
+        from pipecat.serializers.exotel import ExotelFrameSerializer
+
+        return ExotelFrameSerializer(stream_id, call_id)
     raise ValueError(f"not a carrier media stream this endpoint speaks ({', '.join(CARRIERS)}): {carrier!r}")

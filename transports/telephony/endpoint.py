@@ -1,4 +1,4 @@
-"""The carrier endpoint: call webhooks (`POST /twilio|/telnyx|/plivo`) and the media stream
+"""The carrier endpoint: call webhooks (`POST /twilio|/telnyx|/plivo|/exotel`) and the media stream
 WebSocket (`/ws`) every carrier connects to.
 
 A connection's first messages (`connected`, `start`) say which carrier it is and name the stream
@@ -7,6 +7,10 @@ carrier, wrapped by `MarkingSerializer` (marks as the playout clock, a guarded i
 `FastAPIWebsocketTransport`, with the call's own pipeline (`run_call`). Bounds: `max_calls` calls at
 once (past it the socket is closed with 1013 "try again later"), and a connection must name its
 stream within `handshake_timeout_s` (else 1008).
+
+Who may connect (auth.py): with a carrier's key configured its webhooks must be signed (else 403);
+each webhook answer names `/ws/<one-time token>`, and with `require_stream_token` a stream without
+a token a webhook issued, or of another carrier than the one it was issued to, is closed with 1008.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from starlette.websockets import WebSocketState
 
 from agent.pipeline import AgentConfig
 
+from .auth import CarrierKeys, StreamTokens, verify_webhook
 from .call import run_call
 from .carriers import CARRIER, make_serializer
 from .marks import MarkingSerializer, MarkPlayoutReporter
-from .webhooks import ANSWERS, STREAM_PATH, stream_url
+from .webhooks import ANSWERS, MEDIA_TYPES, STREAM_PATH, stream_url
 
 MAX_CALLS = 8  # each runs a whole pipeline (STT, LLM, TTS)
 
@@ -62,9 +67,12 @@ async def _close(websocket: WebSocket, code: int, reason: str) -> None:
 
 
 def create_app(cfg: AgentConfig, *, max_calls: int = MAX_CALLS, public_url: str | None = None,
-               handshake_timeout_s: float = 10.0, companions: Sequence = ()) -> FastAPI:
+               handshake_timeout_s: float = 10.0, companions: Sequence = (), keys: CarrierKeys | None = None,
+               require_stream_token: bool = True) -> FastAPI:
     """`public_url`: the wss:// URL carriers reach `/ws` at (default: from each webhook's Host).
-    `companions`: objects with async start()/stop() run for the app's lifetime (the SIP listener)."""
+    `companions`: objects with async start()/stop() run for the app's lifetime (the SIP listener).
+    `keys`: the carriers' webhook signature keys; `require_stream_token`: refuse streams that no
+    webhook announced (off only for tests that speak to `/ws` directly)."""
     from pipecat.runner.utils import parse_telephony_websocket
     from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
 
@@ -74,6 +82,8 @@ def create_app(cfg: AgentConfig, *, max_calls: int = MAX_CALLS, public_url: str 
         raise ValueError(f"max_calls must be >= 1, got {max_calls}")
     calls: dict[str, Call] = {}
     opening = 0
+    keys = keys or CarrierKeys()
+    tokens = StreamTokens()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -88,10 +98,13 @@ def create_app(cfg: AgentConfig, *, max_calls: int = MAX_CALLS, public_url: str 
 
     app = FastAPI(title="Cadence phone", lifespan=lifespan)
     app.state.calls = calls
+    app.state.tokens = tokens
 
     def webhook(carrier: str):
         async def answer(request: Request):
-            return Response(ANSWERS[carrier](stream_url(request, public_url)), media_type="application/xml")
+            await verify_webhook(carrier, request, keys, public_url)
+            url = f"{stream_url(request, public_url)}/{tokens.issue(carrier)}"
+            return Response(ANSWERS[carrier](url), media_type=MEDIA_TYPES.get(carrier, "application/xml"))
         return answer
 
     for name in ANSWERS:
@@ -102,9 +115,15 @@ def create_app(cfg: AgentConfig, *, max_calls: int = MAX_CALLS, public_url: str 
         return {"calls": len(calls), "max_calls": max_calls}
 
     @app.websocket(STREAM_PATH)
-    async def media_stream(websocket: WebSocket):
+    @app.websocket(STREAM_PATH + "/{token}")
+    async def media_stream(websocket: WebSocket, token: str | None = None):
         nonlocal opening
         await websocket.accept()
+        issued_to = tokens.take(token)
+        if issued_to is None and (token is not None or require_stream_token):
+            await _close(websocket, 1008, "unknown stream: its URL has no token from a call webhook "
+                         "(or the token was used or expired)")
+            return
         if len(calls) + opening >= max_calls:
             await _close(websocket, 1013, f"{max_calls} calls are up: try again later")
             return
@@ -112,7 +131,9 @@ def create_app(cfg: AgentConfig, *, max_calls: int = MAX_CALLS, public_url: str 
         try:
             carrier, call_data = await asyncio.wait_for(parse_telephony_websocket(websocket), handshake_timeout_s)
             if carrier not in CARRIER:
-                raise ValueError(f"not a Twilio, Telnyx or Plivo media stream (detected: {carrier})")
+                raise ValueError(f"not a Twilio, Telnyx, Plivo or Exotel media stream (detected: {carrier})")
+            if issued_to not in (None, carrier):
+                raise ValueError(f"a {carrier} stream on a URL issued to {issued_to}")
             inner = make_serializer(carrier, call_data)
             stream_id = call_data.get("stream_id")
             if stream_id in calls:

@@ -1,6 +1,6 @@
 """The answers to each carrier's incoming-call webhook: connect the call's audio to our media
 stream WebSocket. A user points a phone number's voice webhook at `POST /twilio`, `/telnyx` or
-`/plivo` and nothing else.
+`/plivo` (Exotel: its Voicebot applet's dynamic URL at `/exotel`) and nothing else.
 
 The stream URL is the configured public one, else the request's own host (behind a TLS proxy
 `X-Forwarded-Proto: https` makes it `wss://`).
@@ -8,6 +8,7 @@ The stream URL is the configured public one, else the request's own host (behind
 
 from __future__ import annotations
 
+import json
 import re
 from xml.sax.saxutils import escape, quoteattr
 
@@ -46,4 +47,10 @@ def plivo_xml(url: str) -> str:
             f'contentType="audio/x-mulaw;rate=8000">{escape(url)}</Stream></Response>')
 
 
-ANSWERS = {"twilio": twiml, "telnyx": texml, "plivo": plivo_xml}
+def exotel_json(url: str) -> str:
+    """Exotel: the Voicebot applet's dynamic URL endpoint returns the stream URL as JSON."""
+    return json.dumps({"url": url})
+
+
+ANSWERS = {"twilio": twiml, "telnyx": texml, "plivo": plivo_xml, "exotel": exotel_json}
+MEDIA_TYPES = {"exotel": "application/json"}  # the others: application/xml

@@ -51,3 +51,15 @@ class SipThread:
 def sip_bot():
     with SipThread(AgentConfig(cadence_url=None)) as bot:
         yield bot
+
+
+async def loopback_uac(host: str = "127.0.0.1"):
+    """A SIP user agent client (aiosipua's) on a loopback UDP port: (its transport, the UAC)."""
+    from aiosipua import SipResponse, SipUAC
+    from aiosipua.transport import UdpSipTransport
+
+    transport = UdpSipTransport(local_addr=(host, free_port(socket.SOCK_DGRAM)))
+    uac = SipUAC(transport)
+    transport.on_message = lambda msg, addr: uac.handle_response(msg, addr) if isinstance(msg, SipResponse) else None
+    await transport.start()
+    return transport, uac

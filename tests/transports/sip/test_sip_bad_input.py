@@ -10,13 +10,12 @@ import socket
 import time
 
 import pytest
-from aiosipua import SipResponse, SipUAC, build_sdp
-from aiosipua.transport import UdpSipTransport
+from aiosipua import build_sdp
 
 from agent.pipeline import AgentConfig
 from tests.transports.telephony.helpers import free_port, open_sockets
 
-from .conftest import SipThread
+from .conftest import SipThread, loopback_uac
 
 FLOOD = 24
 CAP = 2
@@ -26,14 +25,6 @@ CAP = 2
 def capped_bot():
     with SipThread(AgentConfig(cadence_url=None), max_calls=CAP) as bot:
         yield bot
-
-
-async def _uac():
-    transport = UdpSipTransport(local_addr=("127.0.0.1", free_port(socket.SOCK_DGRAM)))
-    uac = SipUAC(transport)
-    transport.on_message = lambda msg, addr: uac.handle_response(msg, addr) if isinstance(msg, SipResponse) else None
-    await transport.start()
-    return transport, uac
 
 
 async def _invite(uac, bot, *, payload_type: int, codec: str, rtp_port: int):
@@ -52,7 +43,7 @@ async def _outcome(call) -> int:
 
 def test_an_invite_with_no_common_codec_is_refused_with_488(sip_bot):
     async def scenario():
-        transport, uac = await _uac()
+        transport, uac = await loopback_uac()
         try:
             call = await _invite(uac, sip_bot, payload_type=9, codec="G722", rtp_port=free_port(socket.SOCK_DGRAM))
             return await _outcome(call)
@@ -76,7 +67,7 @@ def test_an_invite_flood_is_bounded_rtp_from_elsewhere_is_dropped_and_nothing_le
     stranger.bind(("127.0.0.2", 0))  # another host on the loopback network
 
     async def scenario():
-        transport, uac = await _uac()
+        transport, uac = await loopback_uac()
         try:
             for s in media:
                 s.bind(("127.0.0.1", 0))
@@ -113,3 +104,24 @@ def test_an_invite_flood_is_bounded_rtp_from_elsewhere_is_dropped_and_nothing_le
     while (bot.tasks() > tasks or open_sockets() > sockets) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert bot.tasks() <= tasks and open_sockets() <= sockets
+
+
+def test_an_invite_from_outside_the_allow_list_is_refused_with_403():
+    """Only 127.0.0.2 may call: an INVITE from 127.0.0.1 gets 403 before anything is looked at;
+    one from 127.0.0.2 passes the list (and is then refused for its codec, 488)."""
+    async def scenario(bot, host):
+        transport, uac = await loopback_uac(host)
+        try:
+            call = await _invite(uac, bot, payload_type=9, codec="G722", rtp_port=free_port(socket.SOCK_DGRAM))
+            return await _outcome(call)
+        finally:
+            await transport.stop()
+
+    with SipThread(AgentConfig(cadence_url=None), allow_from=["127.0.0.2/32"]) as bot:
+        assert asyncio.run(scenario(bot, "127.0.0.1")) == 403
+        assert asyncio.run(scenario(bot, "127.0.0.2")) == 488
+        deadline = time.monotonic() + 5
+        while bot.server.calls and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert bot.server.refused == {403: 1, 488: 1} and not bot.server.calls
+        assert not bot.server._uas.active_calls

@@ -103,3 +103,21 @@ def open_sockets() -> int:
         with contextlib.suppress(OSError):
             count += str(fd.readlink()).startswith("socket:")
     return count
+
+
+def webhook_stream_url(base: str, carrier: str, *, data: bytes = b"CallSid=CA1", headers: dict | None = None) -> str:
+    """What a carrier does first: POST its call webhook; the stream URL the answer names."""
+    import re
+    import urllib.request
+    from xml.sax.saxutils import unescape
+
+    request = urllib.request.Request(f"{base}/{carrier}", data=data, method="POST", headers=headers or {})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        body = r.read().decode()
+    if carrier == "exotel":  # its Voicebot applet's dynamic URL: JSON
+        import json
+
+        return json.loads(body)["url"]
+    found = re.search(r'<Stream url="([^"]+)"|<Stream [^>]*>([^<]+)</Stream>', body)
+    assert found, body
+    return unescape(found.group(1) or found.group(2))

@@ -1,5 +1,6 @@
 """A phone call through the carrier endpoint, end to end over a real socket: the carrier's exact
-Media Streams messages (connected, start, media, mark, stop; Twilio's and Telnyx's), a question
+Media Streams messages (connected, start, media, mark, stop; Twilio's, Telnyx's and Exotel's; Plivo's
+start, media, playedStream), on the stream URL the carrier's call webhook answered with, a question
 spoken by espeak-ng sent as 8 kHz mu-law, the bot's audio back, transcribed by Whisper tiny.en to
 the scripted LLM's answer. Offline defaults: Whisper tiny.en STT, the OFFLINE SCRIPTED LLM, the
 Piper fallback voice. The carrier network is the one stand-in (tests/transports/telephony/carrier.py).
@@ -17,7 +18,16 @@ from agent.pipeline import AgentConfig
 from transports.telephony.endpoint import create_app
 
 from .carrier import CarrierLeg
-from .helpers import QUESTION, AppThread, answers_the_question, open_sockets, spoken, transcribe, words
+from .helpers import (
+    QUESTION,
+    AppThread,
+    answers_the_question,
+    open_sockets,
+    spoken,
+    transcribe,
+    webhook_stream_url,
+    words,
+)
 
 OFFLINE = AgentConfig(cadence_url=None)
 BARGE_IN = "Wait, stop. Tell me about Paris instead, please."
@@ -34,7 +44,8 @@ def phone():
 
 
 async def _conversation(server: AppThread, carrier: str, question: bytes, barge_in: bytes) -> dict:
-    async with connect(f"ws://127.0.0.1:{server.port}/ws", proxy=None) as ws:
+    url = await asyncio.to_thread(webhook_stream_url, server.url, carrier)  # the call webhook's stream, one-time
+    async with connect(url, proxy=None) as ws:
         leg = CarrierLeg(carrier, ws)
         await leg.start()
         call = await leg.wait_for(lambda: server.server.config.app.state.calls.get(leg.stream_id), 30, "call")
@@ -57,7 +68,7 @@ async def _conversation(server: AppThread, carrier: str, question: bytes, barge_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("carrier", ["twilio", "telnyx"])
+@pytest.mark.parametrize("carrier", ["twilio", "telnyx", "plivo", "exotel"])
 def test_a_caller_hears_the_answer_to_a_spoken_question_and_can_barge_in(phone, carrier, tmp_path):
     sockets_before = open_sockets()
     result = run(_conversation(phone, carrier, spoken(QUESTION, tmp_path), spoken(BARGE_IN, tmp_path)))

@@ -69,7 +69,7 @@ def test_cadence_phone_serves_webhooks_and_sip_and_stops_on_sigint():
         req = urllib.request.Request(f"{base}/twilio", data=b"CallSid=CA1", method="POST")
         with urllib.request.urlopen(req, timeout=10) as r:
             body = r.read().decode()
-        assert re.search(r'<Stream url="ws://localhost:\d+/ws"|<Stream url="ws://127\.0\.0\.1:\d+/ws"', body), body
+        assert re.search(r'<Stream url="ws://(localhost|127\.0\.0\.1):\d+/ws/[\w-]{20,}"', body), body
         assert _options_ping(sip_port) == 200
     finally:
         proc.send_signal(signal.SIGINT)
@@ -109,3 +109,27 @@ def test_a_sip_port_in_use_is_refused_before_anything_loads():
         parsed = parser.parse_args(["phone", "--port", "0", "--sip-port", str(taken.getsockname()[1])])
         with pytest.raises(ValueError, match="cannot listen for SIP on udp"):
             parsed.func(parsed)
+
+
+def test_the_phones_own_settings_are_the_config_files_phone_table(tmp_path):
+    """The agent reads the rest of the same file; secrets may come from the environment instead."""
+    from agent.demo import load_config
+    from transports.telephony.settings import load_phone_settings
+
+    path = tmp_path / "agent.toml"
+    path.write_text('fallback_tts = "piper"\n[phone]\nsip_transports = ["udp", "tcp"]\nsip_allow = ["10.0.0.0/8"]\n'
+                    'rtp_timeout_s = 12\ntwilio_auth_token = "from-file"\n'
+                    '[phone.register]\nregistrar = "pbx.example.com:5070"\nuser = "2001"\n')
+    agent, settings = load_phone_settings(path, {"CADENCE_SIP_PASSWORD": "pw", "CADENCE_PLIVO_AUTH_TOKEN": "env"})
+    assert load_config(agent, environ={}).fallback_tts == "piper"
+    assert settings.sip_transports == ["udp", "tcp"] and settings.sip_allow == ["10.0.0.0/8"]
+    assert settings.rtp_timeout_s == 12
+    assert settings.keys.twilio_auth_token == "from-file" and settings.keys.plivo_auth_token == "env"
+    assert settings.register.aor == "sip:2001@pbx.example.com" and settings.register.password == "pw"
+    assert settings.register.address() == ("pbx.example.com", 5070)
+    path.write_text('[phone]\nsip_alow = ["10.0.0.0/8"]\n')
+    with pytest.raises(ValueError, match=r"unknown setting.*sip_alow"):
+        load_phone_settings(path, {})
+    path.write_text('[phone.register]\nuser = "2001"\n')
+    with pytest.raises(ValueError, match="registrar"):
+        load_phone_settings(path, {})

@@ -17,7 +17,7 @@ from transports.telephony.endpoint import create_app
 from tts_engine.server import ServerConfig
 
 from .carrier import CarrierLeg
-from .helpers import QUESTION, AppThread, spoken
+from .helpers import QUESTION, AppThread, spoken, webhook_stream_url
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,8 @@ def cadence_server(tiny_checkpoint):
 
 
 async def _call(phone: AppThread, engine: ServerThread, question: bytes) -> dict:
-    async with connect(f"ws://127.0.0.1:{phone.port}/ws", proxy=None) as ws:
+    url = await asyncio.to_thread(webhook_stream_url, phone.url, "twilio")
+    async with connect(url, proxy=None) as ws:
         leg = CarrierLeg("twilio", ws, ack_marks=False)  # the carrier holds its acknowledgements
         await leg.start()
         call = await leg.wait_for(lambda: phone.server.config.app.state.calls.get(leg.stream_id), 30, "call")
