@@ -21,15 +21,19 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import os
+
     from tts_engine.cli import check_device
     from tts_engine.hub import resolve_model
 
-    from .demo import load_config, run_demo
+    from .demo import load_access, load_config, run_demo
 
     if args.model is not None and args.cadence_url is not None:
         raise ValueError("give --model or --cadence-url, not both")
     if args.config is not None and not args.config.is_file():
         raise FileNotFoundError(f"config file {args.config} does not exist")
+    # Who may use the page: checked first, so a server that would be exposed stops before any download.
+    access = load_access(args.config, os.environ, host=args.host, port=args.port)
     model = None
     if args.model is not None:
         check_device(args.device)
@@ -39,4 +43,4 @@ def run(args) -> int:
         from flows.loader import load_flow
 
         load_flow(cfg.flow)  # a bad flow file fails now, with its file, line and key, not inside a session
-    return run_demo(cfg, host=args.host, port=args.port, model=model, device=args.device)
+    return run_demo(cfg, access, model=model, device=args.device)

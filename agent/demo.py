@@ -6,6 +6,10 @@ keys = AgentConfig field names, e.g. `llm_base_url = "http://..."`), environment
 (`CADENCE_URL` for the Cadence WebSocket, `CADENCE_<FIELD>` for any other field, e.g.
 `CADENCE_LLM_BASE_URL`), then the command's flags. `--model DIR` starts `cadence serve` on that
 checkpoint as a child process on a free loopback port and points the agent at it.
+
+Who may use the page server: the settings file's `[server]` table (ACCESS_SETTINGS, the same keys as
+`cadence serve`'s) and CADENCE_API_KEYS (docs/security.md). With keys, the page is public but its API
+is not: `cadence demo` prints a sign-in link carrying a short-lived browser token, never a key.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sys
 import time
 import tomllib
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 import uvicorn
@@ -27,6 +32,9 @@ import uvicorn
 from .pipeline import AgentConfig, cadence_reachable
 
 _FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
+# The `[server]` settings that mean something for the page server (the rest are the engine server's).
+ACCESS_SETTINGS = ("api_keys_file", "api_keys", "allow_unauthenticated", "allowed_origins", "allowed_hosts",
+                   "trusted_proxies", "browser_token_ttl_s", "tls_certfile", "tls_keyfile")
 
 
 def _coerce(name: str, value):
@@ -52,11 +60,9 @@ def load_config(path: Path | None, environ: dict[str, str] | None = None, **flag
     environ = os.environ if environ is None else environ
     values: dict = {"cadence_url": None}
     if path is not None:
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: {e}") from None
-        for key, value in data.items():
+        for key, value in _read_toml(path).items():
+            if key == "server":  # the page server's access rules: load_access
+                continue
             if key not in _FIELDS:
                 raise ValueError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(_FIELDS))})")
             values[key] = _coerce(key, value)
@@ -68,12 +74,42 @@ def load_config(path: Path | None, environ: dict[str, str] | None = None, **flag
     return AgentConfig(**values).validate(require_tts=False)
 
 
+def load_access(path: Path | None, environ: Mapping[str, str] | None = None, *, host: str, port: int):
+    """The page server's access rules (a `ServerConfig`): the settings file's `[server]` table
+    (ACCESS_SETTINGS only), the listen address, and keys from CADENCE_API_KEYS. Listening beyond
+    loopback without keys is refused here, as `cadence serve` refuses it."""
+    from tts_engine.server.config import ServerConfig
+    from tts_engine.server.security import with_api_keys
+    from tts_engine.settings import build
+
+    table = _read_toml(path).get("server", {}) if path is not None else {}
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: server must be a table ([server])")
+    if unknown := sorted(set(table) - set(ACCESS_SETTINGS)):
+        raise ValueError(f"{path} [server]: {', '.join(map(repr, unknown))} is not a page server setting "
+                         f"(known: {', '.join(ACCESS_SETTINGS)})")
+    cfg = build(ServerConfig, {**table, "host": host, "port": port}, f"{path or 'settings'} [server]")
+    return with_api_keys(cfg, os.environ if environ is None else environ)
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
 @contextlib.contextmanager
 def engine_process(model: Path, *, device: str = "cpu", timeout_s: float = 120.0):
     """`cadence serve --model DIR --port 0` as a child; yields its WebSocket URL once ready."""
+    from tts_engine.server.security import API_KEYS_ENV
+
     cmd = [sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(model), "--port", "0",
            "--device", device, "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    # The demo's keys guard its page server; the child listens on loopback for the agent alone, whose
+    # engine client sends no key: given CADENCE_API_KEYS, it would refuse the agent.
+    env = {k: v for k, v in os.environ.items() if k != API_KEYS_ENV}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     try:
         base = None
         deadline = time.monotonic() + timeout_s
@@ -134,23 +170,26 @@ class _Server(uvicorn.Server):
                 signal.signal(s, handler)
 
 
-def run_demo(cfg: AgentConfig, *, host: str, port: int, model: Path | None, device: str) -> int:
-    from tts_engine.server.config import ServerConfig
+def run_demo(cfg: AgentConfig, access, *, model: Path | None, device: str) -> int:
+    """access: the page server's `ServerConfig` (listen address and access rules: load_access)."""
     from tts_engine.server.protocol import timed_protocol
     from tts_engine.server.run import bind
+    from tts_engine.server.security import AccessPolicy
 
     from .server import create_app
 
     if model is not None and not model.is_dir():
         raise FileNotFoundError(f"model directory {model} does not exist")
     began = time.monotonic()
-    sock = bind(ServerConfig(host=host, port=port))
+    policy = AccessPolicy.for_page_server(access)
+    sock = bind(access)
     with contextlib.ExitStack() as stack:
         stack.callback(sock.close)
         if model is not None:
             cfg = dataclasses.replace(cfg, cadence_url=stack.enter_context(engine_process(model, device=device)))
         bound_host, bound_port = sock.getsockname()[:2]
-        url = f"http://{'localhost' if bound_host in ('0.0.0.0', '::') else bound_host}:{bound_port}/"
+        scheme = "https" if access.tls_certfile else "http"
+        url = f"{scheme}://{'localhost' if bound_host in ('0.0.0.0', '::') else bound_host}:{bound_port}/"
         failed = False
 
         def on_ready(readiness):
@@ -163,8 +202,12 @@ def run_demo(cfg: AgentConfig, *, host: str, port: int, model: Path | None, devi
                 return
             print(f"cadence demo: ready at {url} (models loaded in {readiness.load_s:.1f} s, "
                   f"{time.monotonic() - began:.1f} s after start)", file=sys.stderr, flush=True)
+            if policy.needs_key:
+                print(f"cadence demo: sign in at {sign_in_link(policy, url)} (valid {policy.token_ttl_s:.0f} s; "
+                      f"a fresh token: POST {url}api/token with Authorization: Bearer <key>, then open "
+                      f"{url}#access_token=<token>)", file=sys.stderr, flush=True)
 
-        app = create_app(cfg, on_ready=on_ready)
+        app = create_app(cfg, on_ready=on_ready, access=policy)
         if not cfg.has_engine:
             what = ("speaking with the Piper fallback voice on the CPU" if cfg.has_tts
                     else "the agent answers in text only (fallback_tts = 'none')")
@@ -179,11 +222,26 @@ def run_demo(cfg: AgentConfig, *, host: str, port: int, model: Path | None, devi
                   "set CADENCE_LLM_BASE_URL for a real one", file=sys.stderr)
         # The engine server's protocol: a request must arrive whole within 10 s of its first byte
         # (tts_engine/server/protocol.py), so slow or idle clients cannot hold sockets for ever.
-        server = _Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=3,
-                                        timeout_keep_alive=30, http=timed_protocol(10.0, 30.0)))
+        # X-Forwarded-For / -Proto only from the listed proxies (an https page behind a TLS proxy has
+        # an https Origin, which the Origin check compares with the scheme it believes).
+        server = _Server(uvicorn.Config(
+            app, lifespan="on", log_level="warning", timeout_graceful_shutdown=3, timeout_keep_alive=30,
+            http=timed_protocol(10.0, 30.0), server_header=False, ssl_certfile=access.tls_certfile,
+            ssl_keyfile=access.tls_keyfile, proxy_headers=bool(access.trusted_proxies),
+            forwarded_allow_ips=list(access.trusted_proxies) or None))
         # The page answers at once and shows the loading state; "ready" follows when the models are in.
-        print(f"cadence demo: open {url} (Ctrl-C to stop); loading the models...", file=sys.stderr, flush=True)
+        keys = f"; API keys: {len(policy.api_keys)}, the page's API needs a token" if policy.needs_key else ""
+        print(f"cadence demo: open {url} (Ctrl-C to stop{keys}); loading the models...", file=sys.stderr, flush=True)
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
             server.run(sockets=[sock])
     print("cadence demo: stopped", file=sys.stderr)
     return 1 if failed else 0
+
+
+def sign_in_link(policy, url: str) -> str:
+    """The page's URL with a short-lived browser token (made for the first key) in its fragment: a
+    browser sends a fragment to no server and in no Referer, and the page takes it out of the address
+    bar. No key reaches the browser."""
+    from tts_engine.server.security import TOKEN_QUERY, Credentials, key_id
+
+    return f"{url}#{TOKEN_QUERY}={Credentials(policy).token(key_id(policy.api_keys[0]))}"

@@ -11,7 +11,10 @@ agent pipeline per browser connection.
                       503 + Retry-After while the models load or past `max_sessions` sessions
     PATCH /api/offer  {pc_id, candidates: [{candidate, sdp_mid, sdp_mline_index}]} (trickle ICE; at
                       most MAX_CANDIDATES a request and a session)
-Bodies are JSON (415 otherwise) of at most MAX_BODY_BYTES (413).
+    POST /api/token   with an API key: a short-lived browser token (only with an access policy)
+Bodies are JSON (415 otherwise) of at most MAX_BODY_BYTES (413). With an access policy
+(`create_app(access=)`, as `cadence demo` passes it) every route checks Host and Origin, and the
+`/api/...` routes want `Authorization: Bearer <key or token>` where keys are configured.
 
 The server answers as soon as it listens: the shared models (Whisper, the Piper voice) load on a
 thread meanwhile, so the page can say "loading" instead of a browser tab spinning on a socket

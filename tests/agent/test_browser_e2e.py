@@ -1,6 +1,7 @@
 """End to end in a real browser: `cadence demo` as a process (no engine: the Piper fallback voice,
 which speaks real English), Debian's chromium driven headless by Playwright (tests/agent/e2e/
-browser.mjs) with a fake microphone playing an espeak-ng recording of a question.
+browser.mjs) with a fake microphone playing an espeak-ng recording of a question. The demo has an API
+key, so the page signs in with the short-lived token of the link `cadence demo` prints.
 
 What is checked: the page shows the question's transcript (Whisper tiny.en in the agent) and the
 scripted LLM's answer; the browser receives the bot's audio and it says the answer (the track,
@@ -35,6 +36,7 @@ E2E = Path(__file__).resolve().parent / "e2e"
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 QUESTION = "What is the capital of France?"
+API_KEY = "e2e-key-0123456789abcdef"
 LEAD_S = 5.0  # silence before the question: the page connects and the pipeline starts meanwhile (~1-2 s)
 
 
@@ -88,17 +90,21 @@ def transcribe(pcm16: bytes, rate: int) -> str:
 
 @pytest.fixture
 def demo():
-    """`cadence demo --port 0` with no engine configured and the hub offline; its URL."""
+    """`cadence demo --port 0` with no engine configured, the hub offline and an API key (so the page
+    signs in with the short-lived token of the printed sign-in link); that link."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CADENCE_")}
     env["HF_HUB_OFFLINE"] = "1"
+    env["CADENCE_API_KEYS"] = API_KEY
     proc = subprocess.Popen([sys.executable, "-m", "tts_engine.cli", "demo", "--port", "0"], cwd=REPO, env=env,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     err = Lines(proc.stderr)
     try:
         url = err.wait_for(r"open (http://\S+/)", timeout=120).group(1)
-        with urllib.request.urlopen(url, timeout=60) as r:  # answered once the models are loaded
+        with urllib.request.urlopen(url, timeout=60) as r:  # the page itself is public
             assert r.status == 200
-        yield url
+        link = err.wait_for(r"sign in at (http://\S+)", timeout=120).group(1)  # printed once the models are in
+        assert link.startswith(url + "#access_token=") and API_KEY not in link, link
+        yield link
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
         log = err.rest()
@@ -131,6 +137,8 @@ def test_a_spoken_question_in_chromium_gets_a_spoken_answer(demo, tmp_path):
     (ARTIFACTS / "browser-e2e.json").write_text(json.dumps(summary, indent=2) + "\n")
     (tmp_path / "browser-e2e.json").write_text(json.dumps(summary, indent=2) + "\n")
 
+    # Signed in with the link's token, which left the address bar; no key ever reached the page.
+    assert result["config_error"] is None and "access_token" not in result["location_href"], result["location_href"]
     # The pipeline was up before the question began (else its start would be lost).
     assert result["ready_at"] - result["mic_opened_at"] < LEAD_S * 1000, summary
     config = next(e for e in result["events"] if e["type"] == "config")
@@ -150,3 +158,14 @@ def test_a_spoken_question_in_chromium_gets_a_spoken_answer(demo, tmp_path):
     ms, after_turn_end = turn["speech_end_to_audio_ms"], turn["turn_end_to_audio_ms"]
     assert 0 <= after_turn_end < ms < 30000, turn
     assert result["latency_text"].startswith(f"{ms} ms from the end of your speech to the first bot audio heard")
+
+    # Without the sign-in link's token, the page is refused and says how to get in. (Checked last: a
+    # browser starting and stopping on this 2-core machine just before the spoken turn garbles it.)
+    page = demo.partition("#")[0]
+    refused = subprocess.run(["node", str(E2E / "signin.mjs"), page, str(tmp_path / "signin.json")],
+                             capture_output=True, text=True, timeout=240)
+    assert refused.returncode == 0, refused.stderr[-3000:]
+    signin = json.loads((tmp_path / "signin.json").read_text())
+    assert signin["config_error"].startswith("401: not signed in"), signin
+    assert "sign-in link" in signin["config_error"] and "the server says: a valid API key" in signin["config_error"]
+    assert signin["status"].startswith("signalling failed: 401: ") and not signin["authorization_sent"], signin

@@ -161,7 +161,7 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None, *,
                       response_class=Response, summary="Synthesise speech (OpenAI-compatible)",
                       openapi_extra={"requestBody": {"required": True, "content": {
                           "application/json": {"schema": schema}}}})
-    app.include_router(voices_router(engine))
+    app.include_router(voices_router(engine, cfg))
 
     ws_open: set[Connection] = set()  # file descriptors and tasks: each connection holds both
 

@@ -84,6 +84,12 @@ class ServerConfig:
     # slots: no one client can take every slot.
     max_streams_per_client: int = 64
     max_ws_connections_per_client: int = 64
+    # Cloned voices (POST /v1/voices) a client may keep, and their reference audio in all, in seconds
+    # (what a voice costs the server is its prompt, which grows with the reference's length; uploads
+    # in progress count). Past either: 403 `voice_quota`, until the client deletes one of its voices.
+    # A client lists, reads and deletes only its own voices (server/voices.py).
+    max_voices_per_client: int = 32
+    max_voice_seconds_per_client: float = 480.0
     # TLS: both files, or neither (then plain HTTP; a TLS-terminating proxy is the other way).
     tls_certfile: str | None = None
     tls_keyfile: str | None = None
@@ -103,12 +109,13 @@ class ServerConfig:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         for name in ("max_body_bytes", "max_text_chars", "max_ws_message_bytes",
                      "max_contexts_per_connection", "max_ws_send_buffer_bytes", "max_ws_connections",
-                     "max_connections", "max_streams_per_client", "max_ws_connections_per_client"):
+                     "max_connections", "max_streams_per_client", "max_ws_connections_per_client",
+                     "max_voices_per_client"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "cancel_ack_timeout_s", "keep_alive_s",
                      "request_read_timeout_s", "context_idle_timeout_s", "http_write_stall_s",
-                     "browser_token_ttl_s"):
+                     "browser_token_ttl_s", "max_voice_seconds_per_client"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_ws_send_buffer_bytes < 2 * 64 * 1024:

@@ -49,6 +49,9 @@ _FAILURES = [
             "handshake is refused with 403)"),
     Failure("client_quota", 429, None, "this client (its key, else its address) holds max_streams_per_client streams "
             "or max_ws_connections_per_client connections (a connection past it: close 1008)"),
+    Failure("voice_quota", 403, None, "`POST /v1/voices` past max_voices_per_client voices or "
+            "max_voice_seconds_per_client seconds of reference audio for this client: delete one of its voices first",
+            over_ws=False),
     Failure("truncated", 422, None, "the speech reached the engine's context before the text ended (its `done` says "
             "reason `length`); a raw audio stream ends without its last chunk"),
     Failure("shutting_down", 503, 1012, "the server is draining for a restart: no new streams; one still running "

@@ -77,6 +77,8 @@ try {
     bot_peak_rms: window.cadence.botPeakRms,
     mic_opened_at: window.cadence.micOpenedAt,
     ready_at: window.cadence.readyAt,
+    config_error: window.cadence.configError,
+    location_href: location.href,
   }));
   await page.click("#hangup");
   writeFileSync(join(outDir, "result.json"),
