@@ -26,7 +26,6 @@ import functools
 from pathlib import Path
 
 from loguru import logger
-from pipecat.services.piper.tts import PiperTTSService
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.utils.text.base_text_aggregator import Aggregation, TextType
 from pipecat.utils.text.simple_text_aggregator import SimpleTextAggregator, _LookaheadState
@@ -106,20 +105,28 @@ def load_voice(path: Path):
     return voice
 
 
-class PiperTTS(PiperTTSService):
-    """pipecat's PiperTTSService (its `run_tts`: synthesis on a worker thread, resampling to the
-    output rate) on a voice loaded once per process from a local file."""
+@functools.cache
+def _piper_tts_class() -> type[TTSService]:
+    """PiperTTS, defined on first use: pipecat's Piper service needs piper-tts, which an agent speaking
+    through the Cadence engine (a GPU box, say) never uses and need not have."""
+    from pipecat.services.piper.tts import PiperTTSService
 
-    def __init__(self, *, model: str | None = None, **kwargs):
-        path = piper_model_path(model)
-        # PiperTTSService.__init__ would load (or download) the voice again: skip to TTSService's.
-        TTSService.__init__(self, push_start_frame=True, push_stop_frames=True,
-                            settings=self.Settings(model=None, voice=path.stem, language=None), **kwargs)
-        self._voice = load_voice(path)
-        self._text_aggregator = ClauseTextAggregator()  # pipecat's TTSService has no argument for it
+    class PiperTTS(PiperTTSService):
+        """pipecat's PiperTTSService (its `run_tts`: synthesis on a worker thread, resampling to the
+        output rate) on a voice loaded once per process from a local file."""
+
+        def __init__(self, *, model: str | None = None, **kwargs):
+            path = piper_model_path(model)
+            # PiperTTSService.__init__ would load (or download) the voice again: skip to TTSService's.
+            TTSService.__init__(self, push_start_frame=True, push_stop_frames=True,
+                                settings=self.Settings(model=None, voice=path.stem, language=None), **kwargs)
+            self._voice = load_voice(path)
+            self._text_aggregator = ClauseTextAggregator()  # pipecat's TTSService has no argument for it
+
+    return PiperTTS
 
 
 def make_piper_tts(model: str | None = None) -> TTSService:
     """The Piper voice `model` (None = the bundled en_US-joe-medium) on the CPU. The first call in
     a process loads the model: call it off the event loop."""
-    return PiperTTS(model=model)
+    return _piper_tts_class()(model=model)

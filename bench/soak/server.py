@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 
 # Log lines that are a server fault: every ERROR / CRITICAL line and every traceback.
@@ -25,7 +26,7 @@ class StartedServer:
         cmd = [sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(checkpoint), "--device", device,
                "--port", "0", "--log-level", "warning", *extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 600
         self.url = None
         while self.url is None:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -33,6 +34,18 @@ class StartedServer:
             match = re.search(r"listening on (http://\S+:\d+)", log_path.read_text())
             self.url = match.group(1) if match else None
             time.sleep(0.1)
+        # The server listens before its engine is warm (kernels, graphs: tens of seconds on a GPU); a client
+        # that came then would get 503 "not ready" and count against the soak.
+        while not self._ready():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not become ready: {log_path.read_text()[-2000:]}")
+            time.sleep(0.2)
+
+    def _ready(self) -> bool:
+        try:
+            return httpx.get(self.url + "/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     @property
     def pid(self) -> int:
