@@ -61,6 +61,7 @@ from .cadence_protocol import (
     EngineContext,
     split_words,
 )
+from .cadence_voice import EngineUnreachable, VoiceUploadError, check_reference, upload_reference_voice
 from .word_order import WordsInPlaybackOrder
 
 
@@ -97,6 +98,8 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
         text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
         implicit_turn_idle_s: float = 0.5,
         open_timeout_s: float = 5.0,
+        voice_ref_audio: str | None = None,
+        voice_ref_text: str | None = None,
         **kwargs,
     ):
         """Args:
@@ -108,6 +111,11 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
         implicit_turn_idle_s: how long text outside an LLM response may pause before its
             utterance is ended.
         open_timeout_s: how long connecting to the server may take.
+        voice_ref_audio: a WAV of the voice to speak in (a Base model on the server clones it): uploaded to
+            `POST /v1/voices` once per process, from the service's start on (a first turn waits for it), and its
+            id replaces `settings.voice`. A missing file raises VoiceUploadError here; a refusal or an unreachable
+            server is an ErrorFrame that leaves the service unusable (pipecat's permanent error).
+        voice_ref_text: the WAV's transcript (in-context cloning, closer to the reference), or None.
         """
         if "sample_rate" in kwargs and kwargs["sample_rate"] not in (None, SAMPLE_RATE):
             raise ValueError(f"the Cadence engine speaks at {SAMPLE_RATE} Hz; the output transport resamples")
@@ -127,6 +135,12 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
             **kwargs,
         )
         self._url = url
+        self._voice_ref = (check_reference(voice_ref_audio), voice_ref_text) if voice_ref_audio is not None else None
+        # An in-context cloned voice (a reference with its transcript) needs the whole text at `open`: its turns'
+        # text is held here (context id -> parts) and sent with `open` + end when the turn ends.
+        self._whole_text = False
+        self._held: dict[str, list[str]] = {}
+        self._voice_task: asyncio.Task | None = None  # the upload, started with the service; a turn waits for it
         self._options = options or CadenceStreamOptions()
         self._implicit_turn_idle_s = implicit_turn_idle_s
         self._open_timeout_s = open_timeout_s
@@ -149,7 +163,23 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
 
     async def start(self, frame):
         await super().start(frame)
+        if self._voice_ref is not None and self._voice_task is None:
+            self._voice_task = self.create_task(self._use_reference_voice(), "voice_upload")
         await self._connect()
+
+    async def _use_reference_voice(self) -> bool:
+        """Upload the reference (an ErrorFrame if that fails) -> whether the voice is there to speak in."""
+        path, text = self._voice_ref
+        try:
+            self._settings.voice = await upload_reference_voice(self._url, path, text)
+            self._whole_text = bool(text and text.strip())
+        except VoiceUploadError as e:
+            category = ErrorCategory.CONNECTIVITY if isinstance(e, EngineUnreachable) else ErrorCategory.INVALID_REQUEST
+            await self.push_error(error_msg=str(e), exception=e, category=category, force_treat_as_permanent=True)
+            return False
+        logger.info(f"{self}: speaking in the voice of {path} ({self._settings.voice})")
+        self._voice_ref = None  # uploaded: a restart of the service keeps the id
+        return True
 
     async def _connect(self):
         await super()._connect()
@@ -172,6 +202,7 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
             logger.debug(f"{self}: connecting to {self._url}")
             self._websocket = await self._websocket_connect(self._url, proxy=None, open_timeout=self._open_timeout_s)
             self._contexts.clear()  # contexts live and die with their connection
+            self._held.clear()
             await self._call_event_handler("on_connected")
         except Exception as e:
             self._websocket = None
@@ -190,6 +221,7 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
         finally:
             self._websocket = None
             self._contexts.clear()
+            self._held.clear()
             await self._call_event_handler("on_disconnected")
 
     async def _send(self, message: dict) -> None:
@@ -209,8 +241,12 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
             logger.warning(f"{self}: text for context {context_id} after its end or cancel: {text!r}")
             yield None
             return
+        held = self._held.get(context_id)
         try:
-            await self._send({"type": "append", "context_id": context_id, "text": text})
+            if held is not None:
+                held.append(text)
+            else:
+                await self._send({"type": "append", "context_id": context_id, "text": text})
         except Exception as e:
             await self._lose(ctx, f"sending text to the Cadence server failed: {e}", e)
             yield None
@@ -224,8 +260,13 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
         if self._websocket is None or self._websocket.state is not State.OPEN:
             await self._connect()  # a failure is reported there
         ctx = self._contexts[context_id] = EngineContext(context_id)
-        if self._websocket is None:
+        # The reference voice's upload, if it is still on its way (its failure was reported when it failed).
+        voice_ok = self._voice_task is None or await asyncio.shield(self._voice_task)
+        if self._websocket is None or not voice_ok:
             await self._lose(ctx)
+            return ctx
+        if self._whole_text:  # opened at the end of the turn, with its whole text
+            self._held[context_id] = []
             return ctx
         try:
             await self._send(self._open_message(context_id))
@@ -266,8 +307,18 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
             self._contexts.pop(context_id, None)
             await self._finish_audio_context(context_id)
             return
-        # `end` needs text; a turn of whitespace only is cancelled, and its `done` closes it.
-        await self._send_quietly({"type": "end" if ctx.has_text else "cancel", "context_id": context_id})
+        held = self._held.pop(context_id, None)
+        if held is not None and not ctx.has_text:  # never opened on the server: nothing to end there
+            self._contexts.pop(context_id, None)
+            await self._finish_audio_context(context_id)
+        elif held is not None:
+            try:
+                await self._send({**self._open_message(context_id), "text": "".join(held), "end": True})
+            except Exception as e:
+                await self._lose(ctx, f"opening a context on the Cadence server failed: {e}", e)
+        else:
+            # `end` needs text; a turn of whitespace only is cancelled, and its `done` closes it.
+            await self._send_quietly({"type": "end" if ctx.has_text else "cancel", "context_id": context_id})
 
     async def on_turn_context_completed(self):
         context_id = self._turn_context_id
@@ -297,7 +348,7 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
         if ctx is None or ctx.cancelled:
             return
         ctx.cancelled = True
-        if ctx.gone:
+        if ctx.gone or self._held.pop(context_id, None) is not None:
             self._contexts.pop(context_id, None)  # nothing to cancel on the server
             return
         await self._send_quietly({"type": "cancel", "context_id": context_id})

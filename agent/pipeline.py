@@ -66,6 +66,10 @@ class AgentConfig:
     speech_api_key: str | None = None
     speech_model: str = "qwen3-tts"
     voice: str = "ryan"
+    # A WAV of the voice to speak in instead (the Cadence engine must serve a Base model, which clones it): uploaded
+    # once at start to its POST /v1/voices, whose id replaces `voice`; `voice_ref_text` its transcript, if known.
+    voice_ref_audio: str | None = None
+    voice_ref_text: str | None = None
     language: str = "english"
     instructions: str | None = None
     seed: int | None = None
@@ -121,6 +125,8 @@ class AgentConfig:
             raise ValueError(f"min_interruption_s must be in [0, 5], got {self.min_interruption_s}")
         if self.output_delay_s < 0:
             raise ValueError(f"output_delay_s must be >= 0, got {self.output_delay_s}")
+        if self.voice_ref_audio is not None and not Path(self.voice_ref_audio).expanduser().is_file():
+            raise ValueError(f"voice_ref_audio {self.voice_ref_audio} does not exist (or is not a file)")
         return self
 
 
@@ -145,6 +151,7 @@ def make_tts(cfg: AgentConfig) -> TTSService:
     if cfg.cadence_url is not None:
         return CadenceTTSService(
             url=cfg.cadence_url, options=CadenceStreamOptions(seed=cfg.seed),
+            voice_ref_audio=cfg.voice_ref_audio, voice_ref_text=cfg.voice_ref_text,
             settings=CadenceTTSService.Settings(voice=cfg.voice, language=cfg.language,
                                                 instructions=cfg.instructions))
     extra = {"seed": cfg.seed} if cfg.seed is not None else {}

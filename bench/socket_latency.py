@@ -93,16 +93,17 @@ def socket_first_pcm(model_dir: Path, requests: int, texts: list[str], serve_arg
         server.wait(30)
 
 
-def socket_requests(port: int, requests: int, texts: list[str], times: list | None = None) -> dict:
-    """`requests` sequential POSTs (after 5 warm-up ones) to the server on 127.0.0.1:port, each read to
+def socket_requests(port: int, requests: int, texts: list[str], times: list | None = None, *, voice: str = "ryan",
+                    warmup: int = 5) -> dict:
+    """`requests` sequential POSTs (after `warmup` ones) to the server on 127.0.0.1:port in `voice`, each read to
     its end over a raw socket: request sent -> first PCM byte, percentiles, and the engine's breakdown.
     times: if given, each measured request's (sent, first PCM byte) `time.perf_counter` pair is appended."""
     first_pcm, totals = [], []
     sums = {}
-    for i in range(requests + 5):
-        if i == 5:
+    for i in range(requests + warmup):
+        if i == warmup:
             sums = _ttfa_sums(port)
-        body = json.dumps({"model": "qwen3-tts", "input": texts[i % len(texts)], "voice": "ryan",
+        body = json.dumps({"model": "qwen3-tts", "input": texts[i % len(texts)], "voice": voice,
                            "language": "english", "response_format": "pcm", "seed": i}).encode()
         head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
@@ -124,7 +125,7 @@ def socket_requests(port: int, requests: int, texts: list[str], times: list | No
             total = time.perf_counter() - t0
         if t_first is None or not buf.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(f"request {i}: no PCM in the response: {buf[:300]!r}")
-        if i >= 5:  # the first requests warm the allocator and the HTTP stack
+        if i >= warmup:  # the first requests warm the allocator and the HTTP stack
             first_pcm.append((t_first - t0) * 1e3)
             if times is not None:
                 times.append((t0, t_first))

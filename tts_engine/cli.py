@@ -109,6 +109,9 @@ def _serve(args) -> int:
 
     profile = EngineProfile(args.profile_engine, settings.engine.profile_seconds) if args.profile_engine else None
     check_device(args.device)
+    from .runtime.progress import log_to_stderr
+
+    log_to_stderr(server.log_level)  # loading, kernel builds and graph capture say where a start spends its time
     model = resolve_model(args.model, args.revision)
     load_model_dir(model)  # a missing or wrong directory fails before the socket is taken
     sock = bind(server)

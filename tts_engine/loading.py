@@ -3,13 +3,13 @@ speaker encoder of a Base model).
 
 Shared by the offline Synthesizer and the StreamingEngine, so both read a checkpoint the same way.
 Loading reports progress by bytes read: a tqdm bar when stderr is a terminal, otherwise an INFO
-log line per part, so a server's log shows where a slow start spends its time.
+log line per part, so a server's log shows where a slow start spends its time; its end is a start-up
+phase line as the later phases' (runtime/progress.py).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,8 @@ import torch
 from .config import CodecConfig, ModelConfig, SamplingDefaults
 from .model.codec import CodecDecoder
 from .model.qwen3_tts import Qwen3TTS
+from .runtime.progress import PREFIX, shows_bar
+from .runtime.progress import log as startup_log
 from .text import TextTokenizer
 from .voices.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 from .weights import CheckpointError, load_into, safetensors_files
@@ -55,9 +57,8 @@ class LoadProgress:
         self.done = 0
         self._part_start = 0
         self.started = time.monotonic()
-        use_bar = sys.stderr.isatty() if bar is None else bar
         self._bar = None
-        if use_bar:
+        if shows_bar(bar):
             from tqdm import tqdm
 
             self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="loading model")
@@ -73,12 +74,14 @@ class LoadProgress:
                      time.monotonic() - self.started)
         self._part_start = self.done
 
-    def close(self) -> None:
+    def close(self, finished: bool = True) -> None:
         if self._bar is not None:
             # The files also hold headers and tensors the engine never runs (the codec encoder):
             # once every part is loaded, the bar ends full.
             self._bar.update(max(0, self.total - self.done))
             self._bar.close()
+        if finished:
+            startup_log.info("%sloading model done in %.1f s", PREFIX, time.monotonic() - self.started)
 
 
 def load_checkpoint(model_dir: str | Path, *, device: str | torch.device = "cpu",
@@ -92,6 +95,7 @@ def load_checkpoint(model_dir: str | Path, *, device: str | torch.device = "cpu"
         raise CheckpointError(f"{codec_dir}/config.json is missing")
     files, codec_files = safetensors_files(path), safetensors_files(codec_dir)
     progress = LoadProgress(sum(f.stat().st_size for f in [*files, *codec_files]), bar=progress_bar)
+    finished = False
     try:
         with torch.device("meta"):
             model = Qwen3TTS(cfg)
@@ -112,7 +116,8 @@ def load_checkpoint(model_dir: str | Path, *, device: str | torch.device = "cpu"
         codec = load_into(codec, codec_files, prefix="decoder.", ignore_prefixes=("encoder.",),
                           device=device, on_bytes=progress.add).eval()
         progress.part_done("codec decoder")
+        finished = True
     finally:
-        progress.close()
+        progress.close(finished)
     return Checkpoint(path, cfg, codec_cfg, SamplingDefaults.from_file(path / "generation_config.json"),
                       TextTokenizer.from_dir(path), model, codec, speaker_encoder)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -34,12 +35,16 @@ def bench_config() -> Path:
 
 class ServerProcess:
     def __init__(self, model: Path, *, device: str = "cpu", extra_args: tuple[str, ...] = (),
-                 ready_timeout_s: float = 900.0):
+                 ready_timeout_s: float = 900.0, env: dict[str, str] | None = None,
+                 on_line: Callable[[str], None] | None = None):
+        """env: the server's environment (None: this process's); on_line: called with each stderr line as it
+        arrives (bench/startup.py times the start-up phases by them)."""
         self.cmd = [sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(model), "--port", "0",
                     "--device", device, "--log-level", "warning", *extra_args]
         if "--config" not in extra_args:
             self.cmd += ["--config", str(bench_config())]
         self.ready_timeout_s = ready_timeout_s
+        self.env, self.on_line = env, on_line
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.tail: collections.deque[str] = collections.deque(maxlen=40)
@@ -52,7 +57,8 @@ class ServerProcess:
         return RuntimeError(f"cadence serve {why}; last stderr lines:\n" + "".join(self.tail))
 
     def start(self) -> ServerProcess:
-        self.proc = subprocess.Popen(self.cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(self.cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                     env=self.env)
         self._listening = threading.Event()
         self._drainer = threading.Thread(target=self._drain, daemon=True)
         self._drainer.start()
@@ -77,6 +83,8 @@ class ServerProcess:
     def _drain(self) -> None:
         for line in self.proc.stderr:
             self.tail.append(line)
+            if self.on_line is not None:
+                self.on_line(line)
             match = None if self._listening.is_set() else _LISTENING.search(line)
             if match:
                 self.url = match.group(1)

@@ -19,12 +19,15 @@ TEXTS = ["Hi there, friend.", "A second voice joins in."]
 
 
 def reference_s16(synth, text: str, voice: VoiceSpec, layout: Layout, seed: int) -> np.ndarray:
-    """The engine decodes the new codes only (no reference codes in front: see docs/models.md)."""
+    """The codes decoded in one piece; an in-context voice's with its reference codes in front, cut off at
+    the reference's last sample (the official cut is proportional and may keep one sample more)."""
     inp = synth.prepare(text, voice, layout=layout, params=SamplingParams(seed=seed))
     codes = generate_codes(synth.model, [inp])[0]
+    ref = voice.cloned.ref_codes if voice.cloned is not None else None
+    full = codes if ref is None else torch.cat([ref, codes])
     with torch.inference_mode():
-        pcm = synth.codec(codes.T[None].to(synth.device)).float()[0].cpu().numpy()
-    return np.frombuffer(to_s16le(pcm), dtype="<i2")
+        pcm = synth.codec(full.T[None].to(synth.device)).float()[0].cpu().numpy()
+    return np.frombuffer(to_s16le(pcm[-codes.shape[0] * synth.codec.cfg.samples_per_frame:]), dtype="<i2")
 
 
 def assert_engine_equals_reference(engine, synth, voices: list[VoiceSpec], layout: Layout) -> None:

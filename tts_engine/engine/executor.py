@@ -254,7 +254,9 @@ class StepExecutor:
 
     def _start_slot(self, slot: int, entry: StreamEntry) -> None:
         self.runner.start_slot(slot, entry.options.params, entry.state.seed, eos_allowed=self.eos_allowed)
-        self.codec_runner.reset(slot)  # a new stream decodes from scratch (2 zeroing kernels)
+        # A new stream decodes from scratch (2 zeroing kernels), an in-context cloned voice's after its reference codes.
+        clone = entry.prompt.clone
+        self.codec_runner.start(slot, clone.ref_codes if clone is not None else None)
 
     def _frame_step(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> torch.Tensor:
         rows, timer = plan.frames.rows, step.timer

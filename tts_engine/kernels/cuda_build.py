@@ -3,8 +3,9 @@
     compile_cubin(source, flags, prefix)    -> the cubin for sm_90a: from the cache, else built by nvcc
     CudaKernel(cubin, name, device)         a loaded kernel; .launch(grid, block, params, pdl=...)
 
-A kernel is compiled for sm_90a by nvcc at first use, with the model's shapes as macros, into a cache
-($CADENCE_CUDA_CACHE, else ~/.cache/cadence/cuda) keyed by the source and the flags, and loaded through the CUDA
+A kernel is compiled for sm_90a by nvcc at first use, with the model's shapes as macros, into a cache that outlives the
+process ($CADENCE_CUDA_CACHE, else $XDG_CACHE_HOME/cadence/cuda, else ~/.cache/cadence/cuda) keyed by the source and the
+flags, so only a machine's first start pays nvcc's seconds (each build is logged); loaded through the CUDA
 driver (ctypes over libcuda, which PyTorch has loaded): no extension build, no new dependency. A launch is a
 `cuLaunchKernelEx` on PyTorch's current stream, with programmatic dependent launch if asked, so it is captured in the
 runner's CUDA graphs like any kernel. Every kernel takes one parameter, a struct passed by value (a ctypes Structure
@@ -15,14 +16,17 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import torch
 
 ARCH = "-gencode=arch=compute_90a,code=sm_90a"
+log = logging.getLogger("tts_engine.startup")  # a start-up step, as runtime/progress.py's lines
 
 
 def nvcc() -> str | None:
@@ -35,7 +39,10 @@ def nvcc() -> str | None:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("CADENCE_CUDA_CACHE") or Path.home() / ".cache" / "cadence" / "cuda")
+    override = os.environ.get("CADENCE_CUDA_CACHE")
+    if override:
+        return Path(override)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cadence" / "cuda"
 
 
 def compile_cubin(source: Path, flags: list[str], prefix: str) -> bytes:
@@ -51,10 +58,12 @@ def compile_cubin(source: Path, flags: list[str], prefix: str) -> bytes:
         raise RuntimeError(f"{prefix}: no nvcc (set CUDA_HOME) to build {source.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    started = time.monotonic()
     done = subprocess.run([compiler, "-cubin", *flags, "-o", str(tmp), str(source)], capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{prefix}: nvcc failed:\n{done.stderr[-4000:]}")
     tmp.replace(out)
+    log.info("start-up: nvcc built %s in %.1f s (kept in %s)", out.name, time.monotonic() - started, out.parent)
     return out.read_bytes()
 
 

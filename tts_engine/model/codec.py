@@ -342,6 +342,15 @@ class CodecDecoder(nn.Module):
         return self.state_of(torch.zeros(batch, self.state_row_size, device=device, dtype=dtype),
                              torch.zeros(batch, dtype=torch.long, device=device))
 
+    def state_after(self, context: torch.Tensor) -> CodecState:
+        """Fresh streams whose left context is `context` [B, num_quantizers, t] (an in-context cloned voice's
+        reference codes), decoded and its PCM dropped: the next chunk continues the reference utterance, sample for
+        sample what a whole decode of reference + new codes gives past the reference's t * 1920 samples."""
+        state = self.new_state(context.shape[0])
+        if context.shape[2]:
+            self.decode_chunk(context, state)
+        return state
+
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, num_quantizers, T] (int64, 0..codebook_size-1) -> PCM [B, T * 1920] in [-1, 1]."""
         return self._decode(codes, None)

@@ -25,7 +25,9 @@ replays every graph once against the eager step and drops any that disagree.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -34,12 +36,16 @@ import torch
 from ..model.codec import CodecDecoder, CodecState
 from .host import staged, to_device
 from .options import FastPathOptions
+from .progress import Phase
 
 # Captured chunk lengths: the default schedule's (1, 2, 4, 8, 12) and enough others that a final
 # chunk of any length up to 12 is at most two replays (5 = 4 + 1, 7 = 6 + 1, 11 = 8 + 3); each
 # length costs a graph per bucket and its capture time (cuDNN times every shape).
 CHUNK_SIZES = (1, 2, 3, 4, 6, 8, 12)
 BUCKETS = (1, 2, 4, 8, 16, 32)
+# Left-context states kept (`start`): one state row each (~3 MB in bf16 for the real codec), so a voice
+# that streams again starts with one copy instead of decoding its whole reference again.
+CONTEXT_STATES = 32
 
 
 def served_codec(codec: CodecDecoder, on_cuda: bool, precision: str | None,
@@ -106,6 +112,7 @@ class CodecRunner:
         self.buckets = tuple(b for b in buckets if b < max_streams) + tuple(b for b in buckets if b >= max_streams)[:1]
         self.state = codec.new_state(max_streams + 1)
         self.graphs: dict[tuple[int, int], _Graph] = {}
+        self._contexts: OrderedDict[bytes, tuple[torch.Tensor, int]] = OrderedDict()  # digest -> (row, frames)
 
     # -- slots ---------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -114,6 +121,33 @@ class CodecRunner:
         if not 0 <= slot < self.max_streams:
             raise ValueError(f"slot {slot} is outside 0..{self.max_streams - 1}")
         self._zero(slot)
+
+    @torch.inference_mode()
+    def start(self, slot: int, context: torch.Tensor | None = None) -> None:
+        """A new stream in `slot`: its state zeroed, or with `context` (codes [frames, Q], an in-context cloned
+        voice's reference) the state after decoding those codes, their PCM dropped. The reference implementation
+        decodes reference + new codes in one piece and cuts the reference's samples off; a stream that starts
+        from this state gives those samples chunk by chunk (decoding is causal). The state is computed once per
+        context and kept (`CONTEXT_STATES`, least recently used dropped)."""
+        self.reset(slot)
+        if context is None or context.shape[0] == 0:
+            return
+        q = self.codec.cfg.num_quantizers
+        if context.dim() != 2 or context.shape[1] != q:
+            raise ValueError(f"context must be [frames, {q}] codes, got {tuple(context.shape)}")
+        host = context.detach().to("cpu", torch.long).contiguous()
+        key = hashlib.blake2b(host.numpy().tobytes(), digest_size=16).digest() + host.shape[0].to_bytes(4, "little")
+        kept = self._contexts.get(key)
+        if kept is not None:
+            self._contexts.move_to_end(key)
+            row, frames = kept
+            self.state.rows[slot].copy_(row)
+            self.state.frames[slot].fill_(frames)
+            return
+        self._decode([slot], host.T[None].to(self.device))
+        self._contexts[key] = (self.state.rows[slot].clone(), host.shape[0])
+        while len(self._contexts) > CONTEXT_STATES:
+            self._contexts.popitem(last=False)
 
     def _zero(self, slot: int) -> None:
         # Two kernels: the slot's frame counter and its float state row (keys, values, every conv
@@ -227,30 +261,32 @@ class CodecRunner:
         skipped = [c for c in combos if max_batch_frames is not None and c[0] * c[1] > max_batch_frames]
         pool = torch.cuda.graph_pool_handle()
         q = self.codec.cfg.num_quantizers
-        with self._precision():
-            for t, bucket in combos:
-                if (t, bucket) in skipped:
-                    continue
-                slot_ids = torch.full((bucket,), self.scratch, device=self.device)
-                codes = torch.zeros(bucket, q, t, dtype=torch.long, device=self.device)
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                try:
-                    with torch.cuda.stream(stream):
-                        for _ in range(2):  # warm-up: allocator, cuBLAS/cuDNN handles and plans
-                            self._step(slot_ids, codes)
-                except torch.OutOfMemoryError:
+        # cuDNN times every conv of every shape here (`cuda_numerics`): most of the phase.
+        with Phase("codec graphs", len(combos) - len(skipped)) as phase:
+            with self._precision():
+                for t, bucket in (c for c in combos if c not in skipped):
+                    slot_ids = torch.full((bucket,), self.scratch, device=self.device)
+                    codes = torch.zeros(bucket, q, t, dtype=torch.long, device=self.device)
+                    stream = torch.cuda.Stream()
+                    stream.wait_stream(torch.cuda.current_stream())
+                    try:
+                        with torch.cuda.stream(stream):
+                            for _ in range(2):  # warm-up: allocator, cuBLAS/cuDNN handles and plans
+                                self._step(slot_ids, codes)
+                    except torch.OutOfMemoryError:
+                        torch.cuda.current_stream().wait_stream(stream)
+                        torch.cuda.empty_cache()
+                        skipped.append((t, bucket))
+                        phase.step(f"{t} frames x {bucket}: out of memory, skipped")
+                        continue
                     torch.cuda.current_stream().wait_stream(stream)
-                    torch.cuda.empty_cache()
-                    skipped.append((t, bucket))
-                    continue
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    pcm = self._step(slot_ids, codes)
-                self.graphs[(t, bucket)] = _Graph(graph, slot_ids, codes, pcm)
-        torch.cuda.synchronize()
-        errors = self.verify_graphs()
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool):
+                        pcm = self._step(slot_ids, codes)
+                    self.graphs[(t, bucket)] = _Graph(graph, slot_ids, codes, pcm)
+                    phase.step(f"{t} frames x {bucket}")
+            torch.cuda.synchronize()
+            errors = self.verify_graphs()
         return {"captured": sorted(self.graphs), "skipped": sorted(skipped),
                 "mismatched": sorted(k for k in errors if k not in self.graphs),
                 "max_error": max(errors.values(), default=0.0), "seconds": round(time.perf_counter() - t0, 3)}

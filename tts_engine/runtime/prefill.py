@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from ..kernels.decode_attention import decode_attention
 from .fused import decoder_step_triton, finish_layer, qkv, rms_norm
 from .host import to_device
+from .progress import Phase
 
 # Prompt lengths with a captured prefill graph (rows padded up to the bucket). A CustomVoice
 # prompt is ~10 rows + the text's tokens in the non-streaming layout, ~11 in the streaming one.
@@ -143,23 +144,25 @@ class PromptPrefill:
         for e in self._prompt_copied:
             e.record()
         self._prompt_ring = 0
-        for bucket in buckets:
-            # text ids [bucket], codec ids [bucket], slot, last row: one copy from the pinned staging
-            ids = torch.full((2 * bucket + 2,), NO_ID, device=self.device, dtype=torch.long)
-            ids[-2:] = torch.tensor([self.scratch, bucket - 1])
+        with Phase("prefill graphs", len(buckets)) as phase:
+            for bucket in buckets:
+                # text ids [bucket], codec ids [bucket], slot, last row: one copy from the pinned staging
+                ids = torch.full((2 * bucket + 2,), NO_ID, device=self.device, dtype=torch.long)
+                ids[-2:] = torch.tensor([self.scratch, bucket - 1])
 
-            def run(ids=ids, bucket=bucket):
-                text, codec, slot, last = ids.split([bucket, bucket, 1, 1])
-                self._prefill(self.embed_ids(text, codec), slot, last)
+                def run(ids=ids, bucket=bucket):
+                    text, codec, slot, last = ids.split([bucket, bucket, 1, 1])
+                    self._prefill(self.embed_ids(text, codec), slot, last)
 
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):
+                        run()
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, stream=capture_stream):
                     run()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=capture_stream):
-                run()
-            self.prefill_graphs[bucket] = (graph, ids)
-        torch.cuda.synchronize()
+                self.prefill_graphs[bucket] = (graph, ids)
+                phase.step(f"{bucket} rows")
+            torch.cuda.synchronize()

@@ -52,6 +52,7 @@ from .fused import (
 from .host import to_device
 from .options import FastPathOptions, split_k_for
 from .prefill import PromptPrefill
+from .progress import Phase
 from .sampler import (
     FAST,
     GENERAL,
@@ -339,35 +340,40 @@ class ModelRunner(PromptPrefill):
         self._ring_events = [torch.cuda.Event() for _ in range(STEP_RING)]
         for e in self._ring_events:
             e.record()
-        for bucket, variant in ((b, v) for b in sorted(self.buckets, reverse=True) for v in self.variants):
-            inputs = torch.zeros(4, bucket, dtype=torch.long, device=self.device)  # slots, frames, positions, text
-            inputs[0] = self.scratch
-            inputs[3] = self.cfg.code_predictor.vocab_size
-            slots, frames, positions, text = inputs
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self._frame_step(slots, frames, positions, text, variant)
-            torch.cuda.current_stream().wait_stream(stream)
-            codes_graph, feed_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            with torch.cuda.graph(codes_graph, pool=pool):
-                out = self._frame_codes(slots, frames, variant)
-            with torch.cuda.graph(feed_graph, pool=pool):
-                self._frame_feed(slots, positions, text, out)
-            self.graphs[(bucket, variant)] = (codes_graph, feed_graph, inputs, out)
-            if bucket <= self.talker_gemv_rows and self.qk_attention_context:
-                self.talker_qk_attention = True
-                try:
-                    stream.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(stream):  # compiled and warmed before its capture
-                        self._frame_feed(slots, positions, text, out)
-                    torch.cuda.current_stream().wait_stream(stream)
-                    short_feed = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(short_feed, pool=pool):
-                        self._frame_feed(slots, positions, text, out)
-                    self.short_feed_graphs[(bucket, variant)] = short_feed
-                finally:
-                    self.talker_qk_attention = False
-        torch.cuda.synchronize()
+        combos = [(b, v) for b in sorted(self.buckets, reverse=True) for v in self.variants]
+        # The first steps also build the Triton and CUDA kernels (at their first launch): a cold start's minute.
+        with Phase("talker graphs", len(combos)) as phase:
+            for bucket, variant in combos:
+                # slots, frames, positions, text
+                inputs = torch.zeros(4, bucket, dtype=torch.long, device=self.device)
+                inputs[0] = self.scratch
+                inputs[3] = self.cfg.code_predictor.vocab_size
+                slots, frames, positions, text = inputs
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):
+                        self._frame_step(slots, frames, positions, text, variant)
+                torch.cuda.current_stream().wait_stream(stream)
+                codes_graph, feed_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+                with torch.cuda.graph(codes_graph, pool=pool):
+                    out = self._frame_codes(slots, frames, variant)
+                with torch.cuda.graph(feed_graph, pool=pool):
+                    self._frame_feed(slots, positions, text, out)
+                self.graphs[(bucket, variant)] = (codes_graph, feed_graph, inputs, out)
+                if bucket <= self.talker_gemv_rows and self.qk_attention_context:
+                    self.talker_qk_attention = True
+                    try:
+                        stream.wait_stream(torch.cuda.current_stream())
+                        with torch.cuda.stream(stream):  # compiled and warmed before its capture
+                            self._frame_feed(slots, positions, text, out)
+                        torch.cuda.current_stream().wait_stream(stream)
+                        short_feed = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(short_feed, pool=pool):
+                            self._frame_feed(slots, positions, text, out)
+                        self.short_feed_graphs[(bucket, variant)] = short_feed
+                    finally:
+                        self.talker_qk_attention = False
+                phase.step(f"bucket {bucket}, {'general' if variant == GENERAL else 'fast'} sampler")
+            torch.cuda.synchronize()
         self.capture_prefill_graphs()
