@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_make_checkpoint(sub)
     _add_say(sub)
     _add_serve(sub)
+    from .cluster.cli import add_cluster  # imports Ray only when `cadence cluster` runs
+
+    add_cluster(sub)
     for command in sorted(entry_points(group="cadence.commands"), key=lambda c: c.name):
         command.load()(sub)
     return parser
