@@ -146,8 +146,25 @@ async def webrtc_call(url: str, script: Script, clips: list[np.ndarray]) -> Call
     return log
 
 
-async def twilio_call(ws_url: str, script: Script, clips: list[tuple[bytes, int]]) -> CallLog:
-    """`clips` (`line_clips`): the questions then the interruption."""
+async def twilio_stream_url(base: str, call: dict[str, str]) -> str:
+    """What Twilio does first: POST the call webhook; the stream URL its TwiML answer names (with the one-time
+    token the endpoint requires of a media stream)."""
+    from xml.etree import ElementTree
+
+    import httpx
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer = await http.post(f"{base}/twilio", data={"CallSid": call["callSid"], "AccountSid": call["accountSid"]})
+    answer.raise_for_status()
+    stream = ElementTree.fromstring(answer.text).find(".//Stream")
+    if stream is None or not stream.get("url"):
+        raise RuntimeError(f"the call webhook named no stream: {answer.text[:200]!r}")
+    return stream.get("url")
+
+
+async def twilio_call(base: str, script: Script, clips: list[tuple[bytes, int]]) -> CallLog:
+    """A call to the carrier endpoint at `base` (http://host:port): its webhook, then its media stream.
+    `clips` (`line_clips`): the questions then the interruption."""
     import websockets
     from pipecat.audio.utils import create_stream_resampler, ulaw_to_pcm
 
@@ -167,6 +184,12 @@ async def twilio_call(ws_url: str, script: Script, clips: list[tuple[bytes, int]
         state["clip"], state["end"] = clips[i]
         state["pos"], state["speech_end"] = 0, None
 
+    try:
+        ws_url = await twilio_stream_url(base, call)
+    except Exception as e:  # one caller's failure is a result of the run, not its end
+        log.error = f"{type(e).__name__}: {e}"
+        log.ended_ms = now_ms()
+        return log
     async with websockets.connect(ws_url, max_size=2**22) as ws:
         async def send(message: dict) -> None:
             await ws.send(json.dumps(message))

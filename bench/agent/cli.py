@@ -129,12 +129,11 @@ def _callers(transport: str, url: str, script: Script, delays: list[float]) -> l
             call = webrtc_call
         else:
             clips = await line_clips(texts)
-            url_ws = url.replace("http://", "ws://") + "/ws"
             call = twilio_call
 
         async def one(delay):
             await asyncio.sleep(delay)
-            return await call(url if transport == "webrtc" else url_ws, script, clips)
+            return await call(url, script, clips)
 
         return await asyncio.gather(*(one(d) for d in delays))
 
