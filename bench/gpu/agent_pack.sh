@@ -26,11 +26,13 @@ for big in ctranslate2 av; do
   tar -C "$W/x" -cf - . | xz -6 -T0 > "$W/xz/$big.tar.xz"; rm -rf "$W/x" "$whl"
 done
 cp .whl/*.whl "$W/"
-# The benchmarks' spoken questions: the GPU machine has no espeak-ng (bench/voice/turns.py reads this cache).
+# The benchmarks' spoken questions and the GPU cloning test's reference: the GPU machine has no espeak-ng
+# (bench/voice/turns.py reads this cache).
 XDG_CACHE_HOME=$PWD/$W/cache python3 -c "
 from bench.agent.callers import INTERRUPTION
 from bench.voice.turns import QUESTIONS, recording
-[recording(t) for t in [*QUESTIONS, INTERRUPTION]]"
+from tests.voices.conftest import REFERENCE_TEXT
+[recording(t) for t in [*QUESTIONS, INTERRUPTION, REFERENCE_TEXT]]"
 tar -C "$W" -cf .gpu/agent.tar . && rm -rf "$W"
 split -b 56M -d -a 1 .gpu/agent.tar .gpu/part. && rm .gpu/agent.tar
 for f in .gpu/part.*; do i=$(( ${f##*.} + 1 )); mkdir -p ".gpu/p$i"; mv "$f" ".gpu/p$i/"; done
