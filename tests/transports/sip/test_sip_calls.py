@@ -5,8 +5,10 @@ the Piper fallback voice. No stand-in: the phone, the SIP stack and the RTP are 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,11 +21,24 @@ CALL_S = 32  # baresip hangs up after this (a loaded 2-core CI machine answers s
 STAGGER_S = 5.0  # the second call comes while the first is up; its question after the first one's
 
 
-def _watch_calls(bot, seen: dict, stop: threading.Event) -> None:
-    """Keep a reference to each call while it is up (the server forgets it at hang-up)."""
-    while not stop.is_set():
-        seen.update(bot.server.calls)
-        time.sleep(0.05)
+@contextlib.contextmanager
+def watching_calls(bot) -> Iterator[dict]:
+    """Each call the bot answers while the block runs, kept past its hang-up (the server forgets it then)."""
+    seen: dict = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen.update(bot.server.calls)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        watcher.join()
 
 
 @pytest.mark.slow
@@ -38,26 +53,21 @@ def test_two_simultaneous_sip_calls_both_hear_their_answers(sip_bot, tmp_path):
         caller_wav(mic, speech, lead_s=LEAD_S, tail_s=CALL_S)
         (tmp_path / name).mkdir()
         phones.append(Baresip(tmp_path / name, mic, codecs=codecs))
-    seen: dict = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch_calls, args=(sip_bot, seen, stop), daemon=True)
-    watcher.start()
-    try:
-        for phone in phones:
-            phone.dial(sip_bot.uri, seconds=CALL_S)
-            time.sleep(STAGGER_S)
-        deadline = time.monotonic() + 20
-        while len(seen) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(seen) == 2, f"calls answered: {list(seen)}"
-        time.sleep(LEAD_S + len(speech) / 2 / 8000 + 8)  # the question, then most of the answer
-        phones[0].press("42#")
-        logs = [phone.wait(CALL_S + 20) for phone in phones]
-    finally:
-        stop.set()
-        watcher.join()
-        for phone in phones:
-            phone.close()
+    with watching_calls(sip_bot) as seen:
+        try:
+            for phone in phones:
+                phone.dial(sip_bot.uri, seconds=CALL_S)
+                time.sleep(STAGGER_S)
+            deadline = time.monotonic() + 20
+            while len(seen) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(seen) == 2, f"calls answered: {list(seen)}"
+            time.sleep(LEAD_S + len(speech) / 2 / 8000 + 8)  # the question, then most of the answer
+            phones[0].press("42#")
+            logs = [phone.wait(CALL_S + 20) for phone in phones]
+        finally:
+            for phone in phones:
+                phone.close()
 
     for phone, log in zip(phones, logs, strict=True):
         assert "Call established" in log, log[-2000:]
@@ -105,24 +115,19 @@ def test_hanging_up_mid_answer_frees_the_calls_engine_context(cadence_sip_bot, t
     caller_wav(mic, speech, lead_s=LEAD_S, tail_s=30)
     (tmp_path / "phone").mkdir()
     phone = Baresip(tmp_path / "phone", mic)
-    seen: dict = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch_calls, args=(bot, seen, stop), daemon=True)
-    watcher.start()
     streams_while_up = 0
-    try:
-        phone.dial(bot.uri, seconds=60)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (seen and next(iter(seen.values())).transport
-                                                   and next(iter(seen.values())).transport.output().latencies):
-            time.sleep(0.05)
-        streams_while_up = engine.active_streams()
-        phone.proc.terminate()  # baresip quits on SIGTERM: BYE, mid-answer
-        log = phone.wait(20)
-    finally:
-        stop.set()
-        watcher.join()
-        phone.close()
+    with watching_calls(bot) as seen:
+        try:
+            phone.dial(bot.uri, seconds=60)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (seen and next(iter(seen.values())).transport
+                                                       and next(iter(seen.values())).transport.output().latencies):
+                time.sleep(0.05)
+            streams_while_up = engine.active_streams()
+            phone.proc.terminate()  # baresip quits on SIGTERM: BYE, mid-answer
+            log = phone.wait(20)
+        finally:
+            phone.close()
     assert "Call established" in log, log[-2000:]
     assert streams_while_up == 1  # the answer's engine context was open when the phone hung up
     deadline = time.monotonic() + 10

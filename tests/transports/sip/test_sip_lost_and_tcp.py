@@ -6,7 +6,6 @@ TCP: baresip dials with `;transport=tcp`, asks the question, hears the answer (t
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
 import pytest
@@ -25,7 +24,7 @@ from tests.transports.telephony.helpers import (
 
 from .baresip import Baresip, caller_wav
 from .conftest import SipThread
-from .test_sip_calls import LEAD_S, _watch_calls
+from .test_sip_calls import LEAD_S, watching_calls
 
 RTP_TIMEOUT_S = 3.0
 
@@ -57,24 +56,19 @@ def test_a_caller_gone_without_a_bye_is_hung_up_after_the_rtp_timeout(cadence_si
     caller_wav(mic, spoken(QUESTION, tmp_path), lead_s=LEAD_S, tail_s=30)
     (tmp_path / "phone").mkdir()
     phone = Baresip(tmp_path / "phone", mic)
-    seen: dict = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch_calls, args=(bot, seen, stop), daemon=True)
-    watcher.start()
-    try:
-        phone.dial(bot.uri, seconds=60)
-        _wait(lambda: seen and (c := next(iter(seen.values()))).transport and c.transport.output().latencies,
-              60, "bot audio")
-        streams_while_up = engine.active_streams()
-        phone.proc.send_signal(signal.SIGKILL)  # no BYE: the phone is just gone
-        phone.proc.wait()
-        killed_at = time.monotonic()
-        _wait(lambda: not bot.server.calls, RTP_TIMEOUT_S + 15, "hang-up by the bot")
-        ended_after = time.monotonic() - killed_at
-    finally:
-        stop.set()
-        watcher.join()
-        phone.close()
+    with watching_calls(bot) as seen:
+        try:
+            phone.dial(bot.uri, seconds=60)
+            _wait(lambda: seen and (c := next(iter(seen.values()))).transport and c.transport.output().latencies,
+                  60, "bot audio")
+            streams_while_up = engine.active_streams()
+            phone.proc.send_signal(signal.SIGKILL)  # no BYE: the phone is just gone
+            phone.proc.wait()
+            killed_at = time.monotonic()
+            _wait(lambda: not bot.server.calls, RTP_TIMEOUT_S + 15, "hang-up by the bot")
+            ended_after = time.monotonic() - killed_at
+        finally:
+            phone.close()
     (call,) = seen.values()
     (latency, *_) = call.transport.output().latencies
     print(f"\nSIP call {call.call_id}: end of caller speech -> first bot audio on the line: {latency * 1000:.0f} ms; "
@@ -103,18 +97,13 @@ def test_a_call_over_sip_on_tcp_hears_its_answer(tcp_sip_bot, tmp_path):
     caller_wav(mic, speech, lead_s=LEAD_S, tail_s=call_s)
     (tmp_path / "phone").mkdir()
     phone = Baresip(tmp_path / "phone", mic)
-    seen: dict = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch_calls, args=(bot, seen, stop), daemon=True)
-    watcher.start()
-    try:
-        phone.dial(f"{bot.uri};transport=tcp", seconds=call_s)
-        log = phone.wait(call_s + 20)
-        _wait(lambda: not bot.server.calls, 10, "hang-up")
-    finally:
-        stop.set()
-        watcher.join()
-        phone.close()
+    with watching_calls(bot) as seen:
+        try:
+            phone.dial(f"{bot.uri};transport=tcp", seconds=call_s)
+            log = phone.wait(call_s + 20)
+            _wait(lambda: not bot.server.calls, 10, "hang-up")
+        finally:
+            phone.close()
     assert "Call established" in log, log[-2000:]
     (call,) = seen.values()
     assert isinstance(call.incoming.transport, TcpSipTransport)  # the INVITE came over TCP
