@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.voice.client import RATE as WEBRTC_RATE
-from bench.voice.client import _mic_track, _post_offer, _until
+from bench.voice.client import _mic_track, _until, negotiate
 from bench.voice.turns import speak, speech_end_s
 
 from .timeline import AUDIBLE_RMS, Heard, Turn
@@ -95,7 +95,7 @@ async def converse(log: CallLog, script: Script, say, speech_end) -> None:
 
 
 async def webrtc_call(url: str, script: Script, clips: list[np.ndarray]) -> CallLog:
-    from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+    from aiortc import RTCConfiguration, RTCPeerConnection
 
     log = CallLog()
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
@@ -123,16 +123,8 @@ async def webrtc_call(url: str, script: Script, clips: list[np.ndarray]) -> Call
             log.heard.play(arrived, 1e3 * frame.samples / frame.sample_rate, _rms(pcm), buffered=False)
 
     listeners: list[asyncio.Task] = []
-
-    @pc.on("track")
-    def _track(track):
-        if track.kind == "audio":
-            listeners.append(asyncio.ensure_future(listen(track)))
-
     try:
-        await pc.setLocalDescription(await pc.createOffer())
-        answer = await _post_offer(url, pc.localDescription.sdp)
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+        await negotiate(pc, url, listen, listeners)
         await asyncio.wait_for(ready.wait(), 60)
         await asyncio.sleep(1.0)
         await converse(log, script, lambda i: mic.say(clips[i]), lambda: mic.speech_end_at)

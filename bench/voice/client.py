@@ -81,6 +81,22 @@ async def _post_offer(url: str, sdp: str) -> dict:
         return await r.json()
 
 
+async def negotiate(pc, url: str, listen, listeners: list[asyncio.Task]) -> None:
+    """Connect `pc` to the agent at `url` as its page does (an SDP offer POSTed to /api/offer, its answer
+    applied); each audio track the agent sends is read by `listen(track)` in a task added to `listeners`
+    (the caller cancels them)."""
+    from aiortc import RTCSessionDescription
+
+    @pc.on("track")
+    def _track(track):
+        if track.kind == "audio":
+            listeners.append(asyncio.ensure_future(listen(track)))
+
+    await pc.setLocalDescription(await pc.createOffer())  # aiortc gathers its candidates here
+    answer = await _post_offer(url, pc.localDescription.sdp)
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+
+
 async def _until(check, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -91,7 +107,7 @@ async def _until(check, timeout_s: float) -> bool:
 
 
 async def _session(url: str, texts: list[str]) -> tuple[list[dict], list[dict], dict]:
-    from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+    from aiortc import RTCConfiguration, RTCPeerConnection
 
     clips = [speak(t, RATE) for t in texts]
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host candidates only, as the page
@@ -128,16 +144,8 @@ async def _session(url: str, texts: list[str]) -> tuple[list[dict], list[dict], 
                     state["pending"] = None
 
     listeners: list[asyncio.Task] = []
-
-    @pc.on("track")
-    def _track(track):
-        if track.kind == "audio":
-            listeners.append(asyncio.ensure_future(listen(track)))
-
     try:
-        await pc.setLocalDescription(await pc.createOffer())  # aiortc gathers its candidates here
-        answer = await _post_offer(url, pc.localDescription.sdp)
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+        await negotiate(pc, url, listen, listeners)
         if not await _until(lambda: state["ready_at"] is not None, 60):
             raise RuntimeError("the agent's pipeline did not start (no config event in 60 s)")
         await asyncio.sleep(1.0)
