@@ -8,7 +8,7 @@ One engine context per turn:
     `flush` would speak the tail and keep the context open, waiting for text that never comes).
   - text outside a Start/End pair (pipecat would open a new context per token there) joins an
     implicit turn that stays open while text keeps arriving; it ends after `implicit_turn_idle_s`
-    without text, at the next LLM response, or at the pipeline's EndFrame.
+    without text, at the next LLM response, or at the pipeline's EndFrame (agent/implicit_turns.py).
   - an interruption sends `cancel` for every interrupted context; the service drops everything
     the server still sends for it, so no stale audio, word or stop frame follows.
 Server events: `audio` -> TTSAudioRawFrame, `timestamps` -> word timestamps (timed TTSTextFrames,
@@ -24,23 +24,14 @@ import asyncio
 import base64
 import json
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 from loguru import logger
 from pipecat.frames.frames import (
-    AggregatedTextFrame,
-    ControlFrame,
-    EagerTranscriptionFrame,
-    EndFrame,
     Frame,
-    InterimTranscriptionFrame,
     InterruptionFrame,
-    LLMFullResponseStartFrame,
-    TextFrame,
-    TranscriptionFrame,
     TTSAudioRawFrame,
     TTSStoppedFrame,
 )
@@ -62,6 +53,7 @@ from .cadence_protocol import (
     split_words,
 )
 from .cadence_voice import EngineUnreachable, VoiceUploadError, check_reference, upload_reference_voice
+from .implicit_turns import ImplicitTurns
 from .word_order import WordsInPlaybackOrder
 
 
@@ -76,14 +68,7 @@ class CadenceTTSSettings(TTSSettings):
     instructions: str | NotGiven | None = field(default_factory=lambda: NOT_GIVEN)
 
 
-@dataclass
-class _ImplicitTurnIdleFrame(ControlFrame):
-    """Internal: the implicit turn `context_id` got no text for `implicit_turn_idle_s`."""
-
-    context_id: str = ""
-
-
-class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
+class CadenceTTSService(ImplicitTurns, WordsInPlaybackOrder, WebsocketTTSService):
     """pipecat TTS service for a Cadence server's WebSocket `/v1/stream`."""
 
     Settings = CadenceTTSSettings
@@ -120,8 +105,6 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
         if "sample_rate" in kwargs and kwargs["sample_rate"] not in (None, SAMPLE_RATE):
             raise ValueError(f"the Cadence engine speaks at {SAMPLE_RATE} Hz; the output transport resamples")
         kwargs.pop("sample_rate", None)
-        if implicit_turn_idle_s <= 0:
-            raise ValueError(f"implicit_turn_idle_s must be > 0, got {implicit_turn_idle_s}")
         default_settings = CadenceTTSSettings(model=None, voice="ryan", language=Language.EN, instructions=None)
         if settings is not None:
             default_settings.apply_update(settings)
@@ -132,6 +115,7 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
             pause_frame_processing=False,
             sample_rate=SAMPLE_RATE,
             settings=default_settings,
+            implicit_turn_idle_s=implicit_turn_idle_s,
             **kwargs,
         )
         self._url = url
@@ -142,16 +126,12 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
         self._held: dict[str, list[str]] = {}
         self._voice_task: asyncio.Task | None = None  # the upload, started with the service; a turn waits for it
         self._options = options or CadenceStreamOptions()
-        self._implicit_turn_idle_s = implicit_turn_idle_s
         self._open_timeout_s = open_timeout_s
         self._contexts: dict[str, EngineContext] = {}
         # Contexts the server refused or lost, recently: their later errors (one per message still
         # on its way) are expected, and reported once.
         self._gone: OrderedDict[str, None] = OrderedDict()
         self._receive_task: asyncio.Task | None = None
-        self._implicit_turn_id: str | None = None
-        self._implicit_deadline = 0.0
-        self._implicit_watch: asyncio.Task | None = None
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -424,77 +404,14 @@ class CadenceTTSService(WordsInPlaybackOrder, WebsocketTTSService):
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
             await self.remove_audio_context(context_id)
 
-    # --- turns outside an LLM response --------------------------------------------------------
+    # --- interruptions --------------------------------------------------------------------------
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
-        if isinstance(frame, _ImplicitTurnIdleFrame):
-            if frame.context_id == self._implicit_turn_id:
-                await self._complete_turn()
-            return
-        if isinstance(frame, LLMFullResponseStartFrame) and not frame.skip_tts and self._implicit_turn_id:
-            await self._complete_turn()  # the response gets a context of its own
-        elif isinstance(frame, EndFrame) and self._turn_context_id:
-            # TTSService.stop() waits for every audio context to finish before the base class
-            # ends the open turn, so end it first, or its last words wait for a timeout.
-            await self._complete_turn()
-        elif _is_spoken_text(frame):
-            self._join_implicit_turn()
-        await super().process_frame(frame, direction)
+        await super().process_frame(frame, direction)  # ImplicitTurns first
         if isinstance(frame, InterruptionFrame):
-            self._implicit_turn_id = None  # the base class dropped the turn
             # Contexts whose audio context had already ended (the engine still speaking the tail
             # of an ended turn) got no interruption hook; every interruptible one stops now.
             for context_id in list(self._contexts):
                 tts_context = self._tts_contexts.get(context_id)
                 if tts_context is None or tts_context.interruptible:
                     await self._cancel_context(context_id)
-
-    def _join_implicit_turn(self) -> None:
-        """Text outside an LLM response: continue the implicit turn, or start one."""
-        if self._turn_context_id is None:
-            self._turn_context_id = self._implicit_turn_id = str(uuid.uuid4())
-        if self._turn_context_id != self._implicit_turn_id:
-            return  # inside an LLM response or a TTSSpeakFrame: the base class has the turn
-        self._implicit_deadline = time.monotonic() + self._implicit_turn_idle_s
-        if self._implicit_watch is None or self._implicit_watch.done():
-            self._implicit_watch = self.create_task(self._watch_implicit_turn(self._implicit_turn_id))
-
-    async def _watch_implicit_turn(self, context_id: str) -> None:
-        while self._implicit_turn_id == context_id:
-            delay = self._implicit_deadline - time.monotonic()
-            if delay <= 0:
-                await self.queue_frame(_ImplicitTurnIdleFrame(context_id=context_id))
-                return
-            await asyncio.sleep(delay)
-
-    async def _cancel_implicit_watch(self) -> None:
-        task, self._implicit_watch = self._implicit_watch, None
-        if task is not None and not task.done() and task is not asyncio.current_task():
-            await self.cancel_task(task)
-
-    async def _complete_turn(self) -> None:
-        """End the open turn as LLMFullResponseEndFrame would, without pushing that frame."""
-        self._implicit_turn_id = None
-        await self._cancel_implicit_watch()
-        context_id = self._turn_context_id
-        if context_id is None:
-            return
-        remaining = await self._text_aggregator.flush()
-        if remaining:
-            await self._handle_aggregated_text(self._aggregated_text_frame(remaining))
-        await self._push_sequencer_frames(await self._aggregated_frame_sequencer.finalize(context_id), context_id)
-        if self._streamed_text:
-            logger.debug(f"{self}: Generating TTS [{self._streamed_text}]")
-            await super().start_tts_usage_metrics(self._streamed_text)
-            self._streamed_text = ""
-        self._sent_non_whitespace_in_context = False
-        await self.on_turn_context_completed()  # flush_audio -> `end`; clears the turn
-
-
-def _is_spoken_text(frame: Frame) -> bool:
-    """Text the base class would synthesize (and give a context of its own outside a turn)."""
-    if not isinstance(frame, TextFrame) or frame.skip_tts:
-        return False
-    if isinstance(frame, AggregatedTextFrame):
-        return True
-    return not isinstance(frame, TranscriptionFrame | InterimTranscriptionFrame | EagerTranscriptionFrame)
