@@ -1,8 +1,10 @@
 """A replica's headroom by the engine's admission model, read without admitting anything.
 
-The router ranks replicas by it; it mirrors `Admission.try_admit`'s checks (caps, predicted underrun)
-on a snapshot taken under the admission's lock, so "admits" means the replica's own admission would
-take one more stream now. No torch, no Ray: the tests call it directly.
+The router ranks replicas by it, from a snapshot taken under the admission's lock. With
+predicted-underrun admission (on CUDA) it is stricter than `Admission.try_admit`: every admitted stream,
+queued ones too, counts against the streams the cost model says stay real time, so a replica whose slots
+are full shows no room even while its queue has some, and new streams go where one would decode at
+once. No torch, no Ray: the tests call it directly.
 """
 
 from __future__ import annotations
