@@ -139,7 +139,7 @@ class IncrementalWhisperSTT(WhisperSTTService):
         self._maybe_draft()
 
     def _maybe_draft(self) -> None:
-        """A draft of everything up to the last loud frame, when quiet has lasted PAUSE_S, none is
+        """A draft of everything heard so far, when quiet has lasted PAUSE_S, none is
         running and the last one did not hear it all."""
         idle = self._draft is None or self._draft.done()
         if (idle and self._user_speaking and self._quiet >= PAUSE_S * self.sample_rate * 2
@@ -147,7 +147,9 @@ class IncrementalWhisperSTT(WhisperSTTService):
             self._start_draft()
 
     def _start_draft(self) -> None:
-        pcm = bytes(self._audio_buffer[:self._loud_end])
+        # The quiet stretch goes in too: a soft word ending (the "s" of "France") is quieter than
+        # QUIET_RATIO of the vowels, and cut off it is misheard.
+        pcm = bytes(self._audio_buffer)
         self._draft_end = self._loud_end
         self._draft = asyncio.ensure_future(asyncio.to_thread(self._transcribe, pcm))
         self._draft.add_done_callback(self._push_interim)
