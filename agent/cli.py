@@ -1,7 +1,9 @@
-"""`cadence demo`: registered with the `cadence` command through the `cadence.commands` entry points."""
+"""`cadence demo`: registered with the `cadence` command through the `cadence.commands` entry points;
+`python -m agent.cli ARGS` runs it from a tree that is not installed."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -44,3 +46,13 @@ def run(args) -> int:
 
         load_flow(cfg.flow)  # a bad flow file fails now, with its file, line and key, not inside a session
     return run_demo(cfg, access, model=model, device=args.device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tts_engine.cli import run_client_command
+
+    return run_client_command(register, "demo", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -161,15 +161,10 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m transports.phone` (until the `cadence` command lists `phone`)."""
-    parser = argparse.ArgumentParser(prog="cadence")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["phone", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"cadence phone: error: {e}", file=sys.stderr)
-        return 2
+    """`python -m transports.phone`: `cadence phone` without the installed console command."""
+    from tts_engine.cli import run_client_command
+
+    return run_client_command(register, "phone", argv)
 
 
 if __name__ == "__main__":

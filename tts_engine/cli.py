@@ -238,13 +238,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    from .weights import CheckpointError
+    return _dispatch(build_parser().parse_args(argv))
 
+
+def run_client_command(register, name: str, argv: list[str] | None = None) -> int:
+    """`cadence NAME ARGV` for one client command given its `register`, without the entry points of an
+    installed package (`python -m agent.cli`, `python -m transports.phone` on a tree that is only on
+    PYTHONPATH): the same parser, errors and exit codes."""
+    parser = _Parser(prog="cadence")
+    register(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
+    return _dispatch(parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)]))
+
+
+def _dispatch(args) -> int:
     try:
         return args.func(args)
-    except (ValueError, CheckpointError, FileNotFoundError, PermissionError) as e:
+    except (ValueError, FileNotFoundError, PermissionError) as e:  # weights.CheckpointError is a ValueError
         print(f"cadence {args.command}: error: {e or type(e).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -22,7 +22,7 @@ CLIENTS = ("browser", "aiortc")
 @contextlib.contextmanager
 def demo_process(args: list[str], *, timeout_s: float = 300) -> Iterator[str]:
     """`cadence demo --port 0 ARGS` as a child; yields its URL once it says it is ready."""
-    cmd = [sys.executable, "-m", "tts_engine.cli", "demo", "--port", "0", *args]
+    cmd = [sys.executable, "-m", "agent.cli", "--port", "0", *args]  # no installed entry points needed
     with child_process(cmd, r"cadence demo: ready at (http://\S+/)", what="cadence demo", timeout_s=timeout_s,
                        cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}) as (ready, _lines):
         yield ready.group(1)

@@ -8,13 +8,15 @@ import logging
 import signal
 import socket
 import threading
+from typing import TYPE_CHECKING
 
 import uvicorn
 
-from .app import create_app
 from .config import ServerConfig
-from .engine_link import ServedEngine
 from .protocol import quiet_websocket_protocol, timed_protocol, too_many_connections
+
+if TYPE_CHECKING:  # the engine's modules load with `serve`, not with the clients that `bind` through here
+    from .engine_link import ServedEngine
 
 
 def uvicorn_config(app, cfg: ServerConfig, **overrides) -> uvicorn.Config:
@@ -104,6 +106,8 @@ def serve(engine: ServedEngine, cfg: ServerConfig, sock: socket.socket | None = 
     sock = sock or bind(cfg)
     if (warning := fit_descriptor_limit(cfg)) is not None:
         logging.getLogger(__name__).warning(warning)
+    from .app import create_app
+
     app = create_app(engine, cfg)
     server = DrainingServer(uvicorn_config(app, cfg), cfg.drain_grace_s)
     if cfg.exit_on_engine_fault:
