@@ -60,12 +60,15 @@ async def drive(url: str, args, pid: int | None) -> dict:
 
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=1000)) as http:
         async def one(kind: str, coro) -> None:
+            began = time.monotonic() - start
             try:
-                outcomes.append(await coro)
+                outcome = await coro
             except Exception as e:  # a client that could not finish its behaviour
                 crashed[kind] += 1
-                outcomes.append(clients.Outcome(kind, ok=kind in ("ws_vanish", "http_vanish"),
-                                                problem=f"{type(e).__name__}: {e}"[:200]))
+                outcome = clients.Outcome(kind, ok=kind in ("ws_vanish", "http_vanish"),
+                                          problem=f"{type(e).__name__}: {e}"[:200])
+            outcome.extra["began_s"] = round(began, 1)
+            outcomes.append(outcome)
 
         def make(kind: str, r: random.Random):
             pre = args.prebuffer_ms / 1e3
@@ -130,6 +133,13 @@ def verdict(run: dict, args, log_errors: list[str]) -> dict:
         "gpu_start_mib": gpu[0] if gpu else None, "gpu_end_mib": gpu[-1] if gpu else None,
         "server_log_errors": log_errors[:20],
         "problems": [f"{o.kind}: {o.problem}" for o in outcomes if not o.ok][:20],
+        # when they came and what they heard: underruns in a burst of arrivals point at capacity
+        "underrun_clients": [{"kind": o.kind, "began_s": o.extra.get("began_s"), "underruns": o.underruns,
+                              "audio_s": round(o.received_samples / clients.SAMPLE_RATE, 1),
+                              "ttfa_ms": None if o.ttfa_s is None else round(o.ttfa_s * 1e3, 1),
+                              "arrivals_in_10_s_before": sum(0 <= o.extra["began_s"] - p.extra["began_s"] <= 10
+                                                             for p in outcomes if p is not o)}
+                             for o in good if o.underruns][:20],
     }
     checks = {
         "no_lost_or_duplicated_audio": summary["lost_samples"] == 0 and summary["duplicate_chunks"] == 0,
