@@ -4,6 +4,7 @@
 #   source bench/gpu/agent.sh install    in the last: joins, unpacks and installs them into /tmp/site, exports
 #                                        PYTHONPATH and XDG_CACHE_HOME; then the benchmarks, e.g.
 #   python3 -m bench.agent --cadence-url ws://127.0.0.1:8000/v1/stream --conversations 1,10,20,50 --out DIR
+# bench/gpu/agent_rehearse.sh runs the same here first, so a missing package costs no device time.
 case "${1:-}" in
   stage) mkdir -p /tmp/agent-parts && cp .gpu/p*/part.* /tmp/agent-parts/ && ls /tmp/agent-parts ;;
   install)
