@@ -47,6 +47,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+STALL_PROBE_S = 0.05
+STALL_S = 0.2  # a hold-up of this process's event loop worth reporting
+
+
 async def drive(url: str, args, pid: int | None) -> dict:
     rng = random.Random(args.seed)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
@@ -55,6 +59,7 @@ async def drive(url: str, args, pid: int | None) -> dict:
     outcomes: list[clients.Outcome] = []
     crashed: Counter[str] = Counter()
     memory: list[tuple[float, int | None, int | None]] = []
+    stalls: list[tuple[float, float]] = []  # (when, how long) this process's event loop was held up
     start = time.monotonic()
     end = start + args.minutes * 60
 
@@ -68,6 +73,7 @@ async def drive(url: str, args, pid: int | None) -> dict:
                 outcome = clients.Outcome(kind, ok=kind in ("ws_vanish", "http_vanish"),
                                           problem=f"{type(e).__name__}: {e}"[:200])
             outcome.extra["began_s"] = round(began, 1)
+            outcome.extra["ended_s"] = round(time.monotonic() - start, 1)
             outcomes.append(outcome)
 
         def make(kind: str, r: random.Random):
@@ -86,7 +92,17 @@ async def drive(url: str, args, pid: int | None) -> dict:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 5.0)
 
+        async def watch_own_loop() -> None:
+            """This process's own stalls: a chunk read late here looks like an underrun that the
+            server did not cause (the clients share the machine with the server)."""
+            while not stop.is_set():
+                before = time.monotonic()
+                await asyncio.sleep(STALL_PROBE_S)
+                if (lag := time.monotonic() - before - STALL_PROBE_S) >= STALL_S:
+                    stalls.append((round(before - start, 1), round(lag, 3)))
+
         sampler = asyncio.create_task(sample_memory())
+        watcher = asyncio.create_task(watch_own_loop())
         slow = [asyncio.create_task(one("slow_reader", clients.slow_reader(ws_url, headers, stop,
                                                                              random.Random(args.seed + i))))
                 for i in range(args.slow_readers)]
@@ -103,9 +119,10 @@ async def drive(url: str, args, pid: int | None) -> dict:
             tasks.append(asyncio.create_task(one(kind, make(kind, random.Random(rng.random())))))
         await asyncio.gather(*tasks)
         stop.set()
-        await asyncio.gather(*slow, sampler)
+        await asyncio.gather(*slow, sampler, watcher)
         memory.append((time.monotonic() - start, rss_bytes(pid), gpu_used_mib()))
-    return {"outcomes": outcomes, "crashed": crashed, "memory": memory, "seconds": time.monotonic() - start}
+    return {"outcomes": outcomes, "crashed": crashed, "memory": memory, "stalls": stalls,
+            "seconds": time.monotonic() - start}
 
 
 def verdict(run: dict, args, log_errors: list[str]) -> dict:
@@ -133,12 +150,16 @@ def verdict(run: dict, args, log_errors: list[str]) -> dict:
         "gpu_start_mib": gpu[0] if gpu else None, "gpu_end_mib": gpu[-1] if gpu else None,
         "server_log_errors": log_errors[:20],
         "problems": [f"{o.kind}: {o.problem}" for o in outcomes if not o.ok][:20],
+        "own_stalls": sorted(run["stalls"], key=lambda s: -s[1])[:20],  # (at s, lag s), the longest first
         # when they came and what they heard: underruns in a burst of arrivals point at capacity
         "underrun_clients": [{"kind": o.kind, "began_s": o.extra.get("began_s"), "underruns": o.underruns,
                               "audio_s": round(o.received_samples / clients.SAMPLE_RATE, 1),
                               "ttfa_ms": None if o.ttfa_s is None else round(o.ttfa_s * 1e3, 1),
                               "arrivals_in_10_s_before": sum(0 <= o.extra["began_s"] - p.extra["began_s"] <= 10
-                                                             for p in outcomes if p is not o)}
+                                                             for p in outcomes if p is not o),
+                              "own_stall_s_meanwhile": max((lag for at, lag in run["stalls"]
+                                                            if o.extra["began_s"] - 1 <= at <= o.extra["ended_s"]),
+                                                           default=0.0)}
                              for o in good if o.underruns][:20],
     }
     checks = {
