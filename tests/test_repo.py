@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +60,14 @@ def test_the_scheduling_policy_imports_no_torch():
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "tts_engine" / "scheduler").rglob("*.py")
                  if {"torch", "triton", "numpy"} & _imports(p)]
     assert not offenders
+
+
+def test_the_clients_load_no_engine_when_it_is_remote():
+    """The agent, the demo and the phone reach a remote engine through its API: importing them loads
+    no torch (the GPU machine's agent runs them from a bare tree; a phone front end needs no model)."""
+    code = "import sys, agent.cli, agent.demo, agent.server, transports.phone; sys.exit('torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:] or "torch was imported"
 
 
 def test_no_empty_packages():
