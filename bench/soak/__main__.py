@@ -125,6 +125,17 @@ async def drive(url: str, args, pid: int | None) -> dict:
             "seconds": time.monotonic() - start}
 
 
+def _underrun_record(o: clients.Outcome, outcomes: list[clients.Outcome], stalls: list[tuple[float, float]]) -> dict:
+    """A client that underran: when it came, what it heard, the arrivals just before it, this process's own
+    longest stall while it played."""
+    began, ended = o.extra["began_s"], o.extra["ended_s"]
+    return {"kind": o.kind, "began_s": began, "underruns": o.underruns,
+            "audio_s": round(o.received_samples / clients.SAMPLE_RATE, 1),
+            "ttfa_ms": None if o.ttfa_s is None else round(o.ttfa_s * 1e3, 1),
+            "arrivals_in_10_s_before": sum(0 <= began - p.extra["began_s"] <= 10 for p in outcomes if p is not o),
+            "own_stall_s_meanwhile": max((lag for at, lag in stalls if began - 1 <= at <= ended), default=0.0)}
+
+
 def verdict(run: dict, args, log_errors: list[str]) -> dict:
     outcomes: list[clients.Outcome] = run["outcomes"]
     good = [o for o in outcomes if o.kind in ("ws_good", "sse_good")]
@@ -152,15 +163,7 @@ def verdict(run: dict, args, log_errors: list[str]) -> dict:
         "problems": [f"{o.kind}: {o.problem}" for o in outcomes if not o.ok][:20],
         "own_stalls": sorted(run["stalls"], key=lambda s: -s[1])[:20],  # (at s, lag s), the longest first
         # when they came and what they heard: underruns in a burst of arrivals point at capacity
-        "underrun_clients": [{"kind": o.kind, "began_s": o.extra.get("began_s"), "underruns": o.underruns,
-                              "audio_s": round(o.received_samples / clients.SAMPLE_RATE, 1),
-                              "ttfa_ms": None if o.ttfa_s is None else round(o.ttfa_s * 1e3, 1),
-                              "arrivals_in_10_s_before": sum(0 <= o.extra["began_s"] - p.extra["began_s"] <= 10
-                                                             for p in outcomes if p is not o),
-                              "own_stall_s_meanwhile": max((lag for at, lag in run["stalls"]
-                                                            if o.extra["began_s"] - 1 <= at <= o.extra["ended_s"]),
-                                                           default=0.0)}
-                             for o in good if o.underruns][:20],
+        "underrun_clients": [_underrun_record(o, outcomes, run["stalls"]) for o in good if o.underruns][:20],
     }
     checks = {
         "no_lost_or_duplicated_audio": summary["lost_samples"] == 0 and summary["duplicate_chunks"] == 0,

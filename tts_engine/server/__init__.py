@@ -4,6 +4,8 @@ WebSocket, over one engine. See docs/streaming-api.md.
 `create_app` is imported when first asked for: the clients (the agent, the phone) use this package's
 torch-free modules (config, security, protocol, run) and must not load the engine with them."""
 
+from .config import ServerConfig
+
 __all__ = ["ServerConfig", "create_app"]
 
 
@@ -12,8 +14,4 @@ def __getattr__(name: str):
         from .app import create_app
 
         return create_app
-    if name == "ServerConfig":
-        from .config import ServerConfig
-
-        return ServerConfig
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
