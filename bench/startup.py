@@ -1,9 +1,10 @@
 """Start-up and cloning on a GPU: `python -m bench.startup --custom-model DIR --base-model DIR [--out FILE]`.
 
   start        `cadence serve` (CustomVoice) to `/ready` with empty kernel caches (CADENCE_CUDA_CACHE and
-               TRITON_CACHE_DIR point into a fresh temporary directory), then again with the caches it filled;
-               then the Base model with those caches. Per start: seconds to listening and to ready, and each
-               phase's seconds as its log lines give them (runtime/progress.py), nvcc builds counted.
+               TRITON_CACHE_DIR point into a fresh temporary directory, or `--keep-caches DIR`, emptied), then
+               again with the caches it filled; then the Base model with those caches. Per start: seconds to
+               listening and to ready, and each phase's seconds as its log lines give them
+               (runtime/progress.py), nvcc builds counted.
   clone        `POST /v1/voices` with references of 3, 10 and 20 s (espeak-ng speech, else a synthetic voiced
                signal), in-context (with the transcript) and speaker-embedding only; `--clone-reps` each, p50.
                The first upload loads the encoders: timed apart.
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -118,6 +120,11 @@ def run(args) -> dict:
     texts = corpus()
     with tempfile.TemporaryDirectory(prefix="cadence-startup-") as tmp:
         work = Path(tmp)
+        if args.keep_caches is not None:
+            # The first start must still be cold: whatever an earlier run left there goes first.
+            shutil.rmtree(args.keep_caches, ignore_errors=True)
+            work = args.keep_caches
+            work.mkdir(parents=True)
         env = {**os.environ, "CADENCE_CUDA_CACHE": str(work / "cuda"), "TRITON_CACHE_DIR": str(work / "triton")}
         starts = result["start"] = {}
         server = _start(args.custom_model, args.device, env)
@@ -155,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5, help="unmeasured requests before them")
     p.add_argument("--speaker", default="ryan", help="the CustomVoice model's built-in speaker")
     p.add_argument("--first-audio-ref-s", type=float, default=10.0, help="reference length of the cloned voice")
+    p.add_argument("--keep-caches", type=Path, default=None, metavar="DIR",
+                   help="fill the kernel caches in DIR (emptied first) and leave them there, so that a server started "
+                        "later with CADENCE_CUDA_CACHE=DIR/cuda TRITON_CACHE_DIR=DIR/triton starts warm")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     for model in (args.custom_model, args.base_model):

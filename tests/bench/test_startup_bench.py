@@ -38,11 +38,17 @@ def test_startup_bench_writes_every_measurement(checkpoints, tmp_path):
     # Without espeak-ng on PATH, as on a bare GPU machine: the synthetic references must clone too.
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "espeak-ng").exists())
     env = {**os.environ, "PATH": path}
+    caches = tmp_path / "caches"
+    (caches / "cuda").mkdir(parents=True)
+    (caches / "cuda" / "stale.so").write_bytes(b"left by an earlier run")
     done = subprocess.run([sys.executable, "-m", "bench.startup", "--custom-model", str(custom), "--base-model",
                            str(base), "--device", "cpu", "--clone-reps", "2", "--clone-seconds", "3", "10",
-                           "--requests", "3", "--warmup", "1", "--first-audio-ref-s", "3", "--out", str(out)],
+                           "--requests", "3", "--warmup", "1", "--first-audio-ref-s", "3", "--out", str(out),
+                           "--keep-caches", str(caches)],
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
+    # The first start was cold (an earlier run's cache emptied) and the caches stay for a later server.
+    assert caches.is_dir() and not (caches / "cuda" / "stale.so").exists()
     result = json.loads(out.read_text())
     assert result["reference_source"] == "synthetic"
 
