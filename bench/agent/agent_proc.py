@@ -7,6 +7,11 @@ runs it) under uvicorn, with two substitutions made here and nowhere else:
 - `--no-playout-reports` drops the playout reports to the engine (the N = 20 comparison only:
   the engine's deadline policy then runs without the transport's clock).
 
+Two observations are added, which change nothing the agent does: the TTS service stamps the first
+engine audio of each reply as it arrives (`stand_in.TTS_FIRST_AUDIO`, so a turn's latency splits
+into the engine's part and the rest), and `--loop-lag-file` receives this process's event-loop
+lateness (bench/loop_lag.py) as "probe began ms, lag ms" lines, once a second.
+
     python -m bench.agent.agent_proc --transport webrtc|twilio --port P --cadence-url URL [...]
 prints "agent-bench agent: ready" on stderr once it takes connections.
 """
@@ -27,13 +32,14 @@ def _substitute(first_token_s: float, tokens_per_s: float, playout_reports: bool
     import transports.telephony.call
     from agent.cadence_tts import CadenceTTSService
 
-    from .stand_in import PacedLLM
+    from .stand_in import PacedLLM, stamp_first_engine_audio
 
     def make_llm(_cfg):
         return PacedLLM(first_token_s=first_token_s, tokens_per_s=tokens_per_s)
 
     agent.pipeline.make_llm = make_llm  # agent.server.run_session imports it per session
     transports.telephony.call.make_llm = make_llm
+    stamp_first_engine_audio(CadenceTTSService)
     if not playout_reports:
         async def no_report(self, context_id: str, played_s: float) -> None:
             return None
@@ -64,9 +70,24 @@ def build_app(args: argparse.Namespace, ready: asyncio.Event):
     return create_app(cfg, max_calls=args.max_sessions)
 
 
+async def write_loop_lag(path: Path) -> None:
+    from bench.loop_lag import LoopLag
+
+    watch, written = LoopLag(), 0
+    watch.start()
+    with path.open("a") as f:
+        while True:
+            await asyncio.sleep(1.0)
+            lags, written = watch.lags[written:], len(watch.lags)
+            f.write("".join(f"{at:.1f} {lag:.2f}\n" for at, lag in lags))
+            f.flush()
+
+
 async def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    if args.loop_lag_file is not None:
+        asyncio.get_running_loop().create_task(write_loop_lag(args.loop_lag_file))
     ready = asyncio.Event()
     app = build_app(args, ready)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, lifespan="on",
@@ -92,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--first-token-ms", type=float, default=200.0)
     p.add_argument("--tokens-per-s", type=float, default=60.0)
     p.add_argument("--no-playout-reports", action="store_true")
+    p.add_argument("--loop-lag-file", type=Path)
     asyncio.run(serve(p.parse_args(argv)))
 
 

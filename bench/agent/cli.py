@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from bench.child import child_process
+from bench.loop_lag import LoopLag, lag_summary
 
 from . import report
 from .agent_proc import TRANSPORTS
@@ -91,11 +92,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def agent_process(args: argparse.Namespace, cadence_url: str, max_sessions: int, timeout_s: float = 300):
-    """The agent (agent_proc.py) as a child; yields its base URL once it takes connections."""
+def agent_process(args: argparse.Namespace, cadence_url: str, max_sessions: int, lag_file: Path,
+                  timeout_s: float = 300):
+    """The agent (agent_proc.py) as a child, its loop lag into `lag_file`; yields its base URL once it
+    takes connections."""
     port = _free_port()
     cmd = [sys.executable, "-m", "bench.agent.agent_proc", "--transport", args.transport, "--port", str(port),
-           "--cadence-url", cadence_url, "--max-sessions", str(max_sessions),
+           "--cadence-url", cadence_url, "--max-sessions", str(max_sessions), "--loop-lag-file", str(lag_file),
            "--first-token-ms", str(args.llm_first_token_ms), "--tokens-per-s", str(args.llm_tokens_per_s),
            *(["--config", str(args.config)] if args.config else []),
            *(["--no-playout-reports"] if args.no_playout_reports else [])]
@@ -119,8 +122,9 @@ def engine(args: argparse.Namespace):
         server.stop()
 
 
-def _callers(transport: str, url: str, script: Script, delays: list[float]) -> list:
-    """One client process's callers, started after their delays; returns their CallLogs."""
+def _callers(transport: str, url: str, script: Script, delays: list[float]) -> tuple[list, list]:
+    """One client process's callers, started after their delays; returns their CallLogs and this
+    process's loop lag (bench/loop_lag.py) while they ran."""
     texts = [*script.questions, INTERRUPTION]
 
     async def main():
@@ -135,51 +139,70 @@ def _callers(transport: str, url: str, script: Script, delays: list[float]) -> l
             await asyncio.sleep(delay)
             return await call(url, script, clips)
 
-        return await asyncio.gather(*(one(d) for d in delays))
+        watch = LoopLag()
+        watcher = watch.start()
+        logs = await asyncio.gather(*(one(d) for d in delays))
+        watcher.cancel()
+        return logs, watch.lags
 
     return asyncio.run(main())
 
 
-def run_round(args: argparse.Namespace, url: str, n: int) -> dict:
+def run_round(args: argparse.Namespace, url: str, n: int, lag_file: Path) -> dict:
     from bench.voice.turns import questions
 
     script = Script(questions=questions(args.turns), barge_in=not args.no_barge_in)
     delays = [random.uniform(0, args.ramp_s) for _ in range(n)]
     size = args.callers_per_process
     groups = [delays[i:i + size] for i in range(0, n, size)]
+    began_ms = time.monotonic() * 1e3
     if len(groups) == 1:
-        logs = _callers(args.transport, url, script, groups[0])
+        parts = [_callers(args.transport, url, script, groups[0])]
     else:  # spawned, not forked: this process runs threads
         with ProcessPoolExecutor(len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
-            logs = [log for part in pool.map(_callers, *zip(*[(args.transport, url, script, g) for g in groups]))
-                    for log in part]
+            parts = list(pool.map(_callers, *zip(*[(args.transport, url, script, g) for g in groups])))
+    logs = [log for part, _lags in parts for log in part]
     records, errors = [], []
     for log in logs:
         if log.error:
             errors.append(log.error)
         records += measure_turns(log.heard, log.turns, log.events, gap_ms=args.gap_ms, end_ms=log.ended_ms)
     row = report.summarise(n, records, errors)
+    row["callers_loop_lag_ms"] = lag_summary([lag for _part, lags in parts for lag in lags])
+    row["agent_loop_lag_ms"] = lag_summary(read_lags(lag_file), began_ms, time.monotonic() * 1e3)
     row["records"] = records
     return row
+
+
+def read_lags(path: Path) -> list[tuple[float, float]]:
+    """The agent's loop lag lines ("probe began ms, lag ms"), written once a second by agent_proc."""
+    time.sleep(1.1)  # the round's last second
+    if not path.exists():
+        return []
+    return [(float(at), float(lag)) for at, lag in (line.split() for line in path.read_text().splitlines())]
 
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     command = "cadence agent-bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == [NAME] else sys.argv[1:])
-    with engine(args) as cadence_url, agent_process(args, cadence_url, max(args.conversations)) as (url, _log):
-        rows = []
-        for n in args.conversations:
-            began = time.monotonic()
-            rows.append(run_round(args, url, n))
-            print(f"agent-bench: N={n}: {rows[-1]['turns_heard']}/{rows[-1]['turns']} turns heard in "
-                  f"{time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+    rows: list[dict] = []
     data = {"transport": args.transport, "command": command, "playout_reports": not args.no_playout_reports,
             "llm": f"PACED STAND-IN LLM (not a language model): first token after {args.llm_first_token_ms:g} ms, "
                    f"then {args.llm_tokens_per_s:g} tokens/s",
             "tts": f"cadence serve at {args.cadence_url}" if args.cadence_url else
                    f"cadence serve --model {args.model} --device {args.device} (started by the harness)",
             "gap_ms": args.gap_ms, "cpu_count": os.cpu_count(), "rows": rows}
-    paths = report.write(data, args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    lag_file = args.out / "agent-loop-lag.txt"
+    lag_file.unlink(missing_ok=True)
+    with engine(args) as cadence_url, agent_process(args, cadence_url, max(args.conversations), lag_file) as (url, _):
+        for n in args.conversations:
+            began = time.monotonic()
+            rows.append(run_round(args, url, n, lag_file))
+            print(f"agent-bench: N={n}: {rows[-1]['turns_heard']}/{rows[-1]['turns']} turns heard in "
+                  f"{time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+            paths = report.write(data, args.out)  # after every round: a sweep cut short keeps its rounds
+    lag_file.unlink(missing_ok=True)
     print(report.render(data))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0 if all(not r["caller_errors"] for r in rows) else 1

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from bench.load.percentiles import distribution
 
-LATENCIES = ("token_to_audio_ms", "speech_end_to_audio_ms", "barge_in_ms", "barge_in_from_speech_ms")
+LATENCIES = ("token_to_audio_ms", "token_to_tts_ms", "speech_end_to_audio_ms", "barge_in_ms",
+             "barge_in_from_speech_ms")
 
 
 def summarise(n: int, records: list[dict], errors: list[str]) -> dict:
@@ -29,6 +30,11 @@ def summarise(n: int, records: list[dict], errors: list[str]) -> dict:
     return row
 
 
+def _lag(r: dict, who: str) -> str:
+    lag = r.get(f"{who}_loop_lag_ms") or {}
+    return "-" if lag.get("max") is None else f"{lag['p99']:.0f}/{lag['max']:.0f}"
+
+
 def _ms(v) -> str:
     return "-" if v is None else ("never" if math.isinf(v) else f"{v:.0f}")
 
@@ -36,14 +42,17 @@ def _ms(v) -> str:
 def render(data: dict) -> str:
     lines = [f"# Agent at scale: {data['transport']}", "", f"`{data['command']}`", "",
              f"LLM: {data['llm']}. TTS: {data['tts']}. Playout reports: {'on' if data['playout_reports'] else 'OFF'}.",
-             "", "| N | turns heard | LLM first token -> audible p50/p95/p99 ms | speech end -> audible p50/p95/p99 ms "
-             "| underruns (turns) | barge-in -> silence p50/p95/p99 ms | caller errors |",
-             "|---|---|---|---|---|---|---|"]
+             "", "| N | turns heard | LLM first token -> audible p50/p95/p99 ms "
+             "| of which to engine audio at the agent | speech end -> audible p50/p95/p99 ms | underruns (turns) "
+             "| barge-in -> silence p50/p95/p99 ms "
+             "| loop lag p99/max ms: agent, callers | caller errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         trio = {k: "/".join(_ms(r[k][p]) for p in ("p50", "p95", "p99")) for k in LATENCIES}
         lines.append(f"| {r['conversations']} | {r['turns_heard']}/{r['turns']} | {trio['token_to_audio_ms']} | "
-                     f"{trio['speech_end_to_audio_ms']} | {r['underruns']} ({r['turns_with_underruns']}) | "
-                     f"{trio['barge_in_ms']} | {len(r['caller_errors'])} |")
+                     f"{trio['token_to_tts_ms']} | {trio['speech_end_to_audio_ms']} | {r['underruns']} "
+                     f"({r['turns_with_underruns']}) | {trio['barge_in_ms']} | "
+                     f"{_lag(r, 'agent')}, {_lag(r, 'callers')} | {len(r['caller_errors'])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,8 @@
 """The PACED STAND-IN LLM (not a language model): the scripted LLM with a set first-token delay and
 token rate, which also tells the caller, in-band, when its first token left and when an
-interruption reached it. The stamps go as transport messages (urgent, so no queue delays them): the
-WebRTC data channel's app messages, or a JSON text message on the media-stream WebSocket."""
+interruption reached it; and the TTS service's stamp of each reply's first engine audio. The
+stamps go as transport messages (urgent, so no queue delays them): the WebRTC data channel's app
+messages, or a JSON text message on the media-stream WebSocket."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pipecat.frames.frames import (
     LLMFullResponseStartFrame,
     LLMTextFrame,
     OutputTransportMessageUrgentFrame,
+    TTSAudioRawFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 
@@ -22,6 +24,7 @@ REPLY = ("Sure, here is a short answer read aloud by the agent, so that you can 
          "voice starts and whether it flows without a break.")
 FIRST_TOKEN = "llm_first_token"
 INTERRUPTION = "interruption"
+TTS_FIRST_AUDIO = "tts_first_audio"
 
 
 def stamp(kind: str) -> OutputTransportMessageUrgentFrame:
@@ -48,3 +51,18 @@ class PacedLLM(ScriptedLLM):
             self._stamped = True
             await super().push_frame(stamp(FIRST_TOKEN))
         await super().push_frame(frame, direction)
+
+
+def stamp_first_engine_audio(service_class) -> None:
+    """Makes `service_class` (a pipecat TTS service with audio contexts) stamp the first audio of each
+    context as the engine's answer reaches it, before pipecat's queues and the transport."""
+    original = service_class.append_to_audio_context
+
+    async def append_to_audio_context(self, context_id, frame):
+        stamped = self.__dict__.setdefault("_bench_stamped_contexts", set())
+        if isinstance(frame, TTSAudioRawFrame) and context_id not in stamped:
+            stamped.add(context_id)
+            await self.push_frame(stamp(TTS_FIRST_AUDIO))
+        return await original(self, context_id, frame)
+
+    service_class.append_to_audio_context = append_to_audio_context

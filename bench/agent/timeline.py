@@ -7,6 +7,8 @@ previous one, or on arrival if that is later: a gap), cut short by a `clear`.
 
 Per turn, from the agent's stamps (stand_in.py) and the caller's own notes:
 - token_to_audio_ms: the LLM's first token -> the first audible bot audio at the caller;
+- token_to_tts_ms: the LLM's first token -> the engine's first audio at the agent's TTS service (the
+  engine's part of token_to_audio_ms; the rest is the agent's queues, the transport and the caller);
 - speech_end_to_audio_ms: the end of the caller's speech -> the same audio;
 - underruns / underrun_ms: once the reply plays, each stretch of at least `gap_ms` with nothing to
   play (digital silence or no audio at all) before the reply's last audible piece;
@@ -90,9 +92,13 @@ def measure_turns(heard: Heard, turns: list[Turn], events: list[dict], *, gap_ms
         interrupted = next((t for kind, t in stamps if kind == "interruption"
                             and first_token is not None and t > first_token), None)
         first_audio = None if first_token is None else _audible_after(pieces, first_token, until)
-        record = {"token_to_audio_ms": None, "speech_end_to_audio_ms": None, "underruns": None,
+        tts = next((t for kind, t in stamps if kind == "tts_first_audio"
+                    and first_token is not None and t >= first_token), None)
+        record = {"token_to_audio_ms": None, "token_to_tts_ms": None, "speech_end_to_audio_ms": None, "underruns": None,
                   "underrun_ms": None, "barge_in_ms": None, "barge_in_from_speech_ms": None,
                   "heard": first_audio is not None, "interrupted": interrupted is not None}
+        if tts is not None:
+            record["token_to_tts_ms"] = tts - first_token
         if first_audio is not None:
             record["token_to_audio_ms"] = first_audio - first_token
             if turn.speech_end_ms is not None:

@@ -19,7 +19,7 @@ from bench.agent.timeline import GAP_MS, Heard, Turn, measure_turns
 from .starving_proxy import starving_proxy
 
 REPO = Path(__file__).resolve().parents[2]
-FIELDS = ("token_to_audio_ms", "speech_end_to_audio_ms", "barge_in_ms", "barge_in_from_speech_ms")
+FIELDS = ("token_to_audio_ms", "token_to_tts_ms", "speech_end_to_audio_ms", "barge_in_ms", "barge_in_from_speech_ms")
 
 
 def _heard(*spans: tuple[float, float, float]) -> Heard:
@@ -39,6 +39,16 @@ def test_a_steady_reply_is_timed_from_the_first_token_with_no_underrun():
     [r] = measure_turns(heard, [Turn(started_ms=0.0, speech_end_ms=900.0)], events)
     assert (r["token_to_audio_ms"], r["speech_end_to_audio_ms"]) == (100.0, 400.0)
     assert (r["underruns"], r["barge_in_ms"], r["interrupted"]) == (0, None, False)
+
+
+def test_the_engines_part_is_timed_from_the_first_token_to_the_agents_stamp():
+    heard = _heard((0, 1300, 0.0), (1300, 4000, 0.05))
+    events = [{"type": "tts_first_audio", "t_ms": 1100.0},  # an earlier reply's: before this turn's token
+              {"type": "llm_first_token", "t_ms": 1200.0}, {"type": "tts_first_audio", "t_ms": 1230.0}]
+    [r] = measure_turns(heard, [Turn(started_ms=1000.0)], events)
+    assert (r["token_to_tts_ms"], r["token_to_audio_ms"]) == (30.0, 100.0)
+    [none] = measure_turns(heard, [Turn(started_ms=1000.0)], events[:2])
+    assert none["token_to_tts_ms"] is None
 
 
 def test_a_gap_in_the_reply_is_an_underrun_and_a_short_one_is_not():
@@ -137,8 +147,12 @@ def test_concurrent_callers_are_measured_end_to_end_with_a_barge_in(engine_url, 
         # the reply cannot be heard before the stand-in's first token, nor before the caller stopped
         assert record["interrupted"] and record["token_to_audio_ms"] > 0, record
         assert record["speech_end_to_audio_ms"] > record["token_to_audio_ms"], record
+        assert 0 < record["token_to_tts_ms"] < record["token_to_audio_ms"], record
         assert record["barge_in_from_speech_ms"] > record["barge_in_ms"], record
     assert isinstance(row["underruns"], int) and row["underrun_ms"]["n"] == 2
+    # both processes watched their loops for the whole round (a 10 ms probe: dozens a second)
+    assert row["agent_loop_lag_ms"]["n"] > 100 and row["callers_loop_lag_ms"]["n"] > 100, row
+    assert not (tmp_path / "agent-loop-lag.txt").exists()
     assert "| 2 | 2/2 |" in (tmp_path / "agent-bench.md").read_text()
     assert (tmp_path / "agent-bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
