@@ -5,6 +5,12 @@
 #                                        PYTHONPATH and XDG_CACHE_HOME; then the benchmarks, e.g.
 #   python3 -m bench.agent --cadence-url ws://127.0.0.1:8000/v1/stream --conversations 1,10,20,50 --out DIR
 # bench/gpu/agent_rehearse.sh runs the same here first, so a missing package costs no device time.
+# The parts also carry the other GPU runs, one a call (docs/performance.md's H100 section), e.g.:
+#   [".whl", ".whl-clone", ".gpu/p3"]  source bench/gpu/setup.sh; ensure_checkpoint; make-checkpoint --variant base;
+#                                      python3 -m bench.startup ... --keep-caches /tmp/kc   (cold start: first call)
+#   [".whl", ".gpu/p1"]                CADENCE_CUDA_CACHE=/tmp/kc/cuda TRITON_CACHE_DIR=/tmp/kc/triton: bench.soak
+#                                      --minutes 9 starts warm and ends inside one 10-minute call
+#   [".whl", ".gpu/p2"]                install (the last part), `cadence serve`, then bench.agent
 case "${1:-}" in
   stage) mkdir -p /tmp/agent-parts && cp .gpu/p*/part.* /tmp/agent-parts/ && ls /tmp/agent-parts ;;
   install)
