@@ -1,6 +1,8 @@
 """`cadence phone`: the phone bot. One process serves the carrier endpoint (call webhooks for
 Twilio, Telnyx and Plivo, and the media stream WebSocket they connect to) and the SIP listener (a
-PBX or SIP trunk calls it directly), each call with its own pipeline.
+PBX or SIP trunk calls it directly), each call with its own pipeline. `--workers N` adds N - 1
+processes that serve the carrier endpoint on the same port (SO_REUSEPORT: the kernel shares the
+connections out), for more calls than one Python event loop carries; SIP stays in the first.
 
 The same settings as `cadence demo` (`--config FILE.toml`, CADENCE_* environment variables;
 agent/demo.py's load_config) and the same offline defaults: Whisper tiny.en hears, the OFFLINE
@@ -53,6 +55,8 @@ def register(subparsers) -> None:
                    help="the address written into SDP/Contact (behind NAT, or with --host 0.0.0.0)")
     p.add_argument("--rtp-ports", type=_port_range, default=(20000, 30000), help="RTP port range (default 20000-30000)")
     p.add_argument("--max-calls", type=int, default=8, help="calls at once, per listener (default 8)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes answering media streams on the one port, each with --max-calls (default 1)")
     p.add_argument("--sip-transport", action="append", choices=["udp", "tcp"], default=None,
                    help="SIP transport, repeatable (default: the config's sip_transports, else udp)")
     p.add_argument("--sip-allow", action="append", default=None, metavar="CIDR",
@@ -84,14 +88,15 @@ def _warn_if_open(host: str, settings, no_sip: bool) -> None:
 class _Ready:
     """Prints where the bot answers once everything is listening."""
 
-    def __init__(self, host: str, port: int, sip):
-        self.host, self.port, self.sip = host, port, sip
+    def __init__(self, host: str, port: int, sip, workers: int = 1):
+        self.host, self.port, self.sip, self.workers = host, port, sip, workers
 
     async def start(self) -> None:
         shown = "localhost" if self.host in ("0.0.0.0", "::") else self.host
         base = f"http://{shown}:{self.port}"
         print(f"cadence phone: call webhooks {base}/twilio, {base}/telnyx, {base}/plivo; media stream "
-              f"ws://{shown}:{self.port}/ws", file=sys.stderr)
+              f"ws://{shown}:{self.port}/ws" + (f" ({self.workers} processes)" if self.workers > 1 else ""),
+              file=sys.stderr)
         if self.sip is not None:
             at = self.sip.advertised_ip or shown
             print(f"cadence phone: SIP on {'+'.join(self.sip.transports)} {self.sip.host}:{self.sip.port} "
@@ -105,25 +110,12 @@ class _Ready:
         pass
 
 
-def run(args) -> int:
-    import uvicorn
+def _settings(args):
+    """The agent's config and the phone's own settings, checked (a bad flow fails here, not in a call)."""
+    from agent.demo import load_config
 
-    from agent.demo import _Server, load_config
-    from tts_engine.server.config import ServerConfig
-    from tts_engine.server.run import bind
-
-    from .sip.server import SipServer
-    from .telephony.endpoint import create_app
     from .telephony.settings import load_phone_settings
 
-    if args.config is not None and not args.config.is_file():
-        raise FileNotFoundError(f"config file {args.config} does not exist")
-    if args.public_url is not None and not args.public_url.startswith(("ws://", "wss://")):
-        raise ValueError(f"--public-url must be a ws:// or wss:// URL, got {args.public_url!r}")
-    if not 0 <= args.sip_port <= 65535:
-        raise ValueError(f"--sip-port must be in 0-65535, got {args.sip_port}")
-    if not args.no_sip:
-        _check_udp(args.host, args.sip_port)
     agent_file, settings = load_phone_settings(args.config, dict(os.environ))
     cfg = load_config(agent_file, cadence_url=args.cadence_url, flow=str(args.flow) if args.flow else None)
     if cfg.flow is not None:
@@ -133,6 +125,75 @@ def run(args) -> int:
     if not cfg.has_tts:
         raise ValueError("a phone bot needs a voice: configure cadence_url or speech_base_url, or keep "
                          "fallback_tts = 'piper'")
+    return cfg, settings
+
+
+def _uvicorn(app):
+    import uvicorn
+
+    from agent.demo import _Server
+
+    # The standard asyncio loop: aiosipua 0.7.1 asserts asyncio's own DatagramTransport class, which
+    # uvloop's UDP transport is not (its SIP socket would never read).
+    return _Server(uvicorn.Config(app, loop="asyncio", lifespan="on", log_level="warning",
+                                  timeout_graceful_shutdown=3))
+
+
+def _worker(args, port: int, secret: bytes, number: int) -> None:
+    """One more process on the carrier endpoint's port (spawned by `run`): its own models and calls."""
+    import socket
+
+    from .telephony.endpoint import create_app
+
+    cfg, settings = _settings(args)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((args.host, port))  # not listening yet: the server listens once its models are loaded
+    app = create_app(cfg, max_calls=args.max_calls, public_url=args.public_url, keys=settings.keys,
+                     stream_secret=secret, worker=number)
+    with contextlib.suppress(KeyboardInterrupt):
+        _uvicorn(app).run(sockets=[sock])
+
+
+def _start_workers(args, port: int, secret: bytes) -> list:
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")  # not forked: a fresh interpreter, no inherited threads
+    workers = [spawn.Process(target=_worker, args=(args, port, secret, i), daemon=True, name=f"phone-worker-{i}")
+               for i in range(1, args.workers)]
+    for w in workers:
+        w.start()
+    return workers
+
+
+def _stop_workers(workers: list) -> None:
+    for w in workers:
+        w.terminate()
+    for w in workers:
+        w.join(10)
+
+
+def run(args) -> int:
+    import secrets
+
+    from tts_engine.server.config import ServerConfig
+    from tts_engine.server.run import bind
+
+    from .sip.server import SipServer
+    from .telephony.endpoint import create_app
+
+    if args.config is not None and not args.config.is_file():
+        raise FileNotFoundError(f"config file {args.config} does not exist")
+    if args.public_url is not None and not args.public_url.startswith(("ws://", "wss://")):
+        raise ValueError(f"--public-url must be a ws:// or wss:// URL, got {args.public_url!r}")
+    if not 0 <= args.sip_port <= 65535:
+        raise ValueError(f"--sip-port must be in 0-65535, got {args.sip_port}")
+    if not 1 <= args.workers <= 64:
+        raise ValueError(f"--workers must be in 1-64, got {args.workers}")
+    if not args.no_sip:
+        _check_udp(args.host, args.sip_port)
+    cfg, settings = _settings(args)
     sip = None if args.no_sip else SipServer(
         cfg, host=args.host, port=args.sip_port, advertised_ip=args.sip_advertise, max_calls=args.max_calls,
         rtp_ports=args.rtp_ports, transports=args.sip_transport or settings.sip_transports,
@@ -140,22 +201,20 @@ def run(args) -> int:
         rtp_timeout_s=args.rtp_timeout if args.rtp_timeout is not None else settings.rtp_timeout_s,
         register=settings.register)
     _warn_if_open(args.host, settings, args.no_sip)
-    sock = bind(ServerConfig(host=args.host, port=args.port))
+    sock = bind(ServerConfig(host=args.host, port=args.port), reuse_port=args.workers > 1)
     with contextlib.ExitStack() as stack:
         stack.callback(sock.close)
         port = sock.getsockname()[1]
-        companions = [*([sip] if sip else []), _Ready(args.host, port, sip)]
+        secret = secrets.token_bytes(32)
+        stack.callback(_stop_workers, _start_workers(args, port, secret))
+        companions = [*([sip] if sip else []), _Ready(args.host, port, sip, args.workers)]
         app = create_app(cfg, max_calls=args.max_calls, public_url=args.public_url, companions=companions,
-                         keys=settings.keys)
+                         keys=settings.keys, stream_secret=secret)
         if cfg.llm_base_url is None:
             print("cadence phone: LLM is the OFFLINE SCRIPTED LLM (not a language model); "
                   "set CADENCE_LLM_BASE_URL for a real one", file=sys.stderr)
-        # The standard asyncio loop: aiosipua 0.7.1 asserts asyncio's own DatagramTransport class, which
-        # uvloop's UDP transport is not (its SIP socket would never read).
-        server = _Server(uvicorn.Config(app, loop="asyncio", lifespan="on", log_level="warning",
-                                        timeout_graceful_shutdown=3))
         with contextlib.suppress(KeyboardInterrupt):
-            server.run(sockets=[sock])
+            _uvicorn(app).run(sockets=[sock])
     print("cadence phone: stopped", file=sys.stderr)
     return 0
 

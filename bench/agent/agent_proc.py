@@ -21,10 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
+import socket
 import sys
 from pathlib import Path
 
 TRANSPORTS = ("webrtc", "twilio")
+SECRET_ENV = "CADENCE_BENCH_STREAM_SECRET"
 
 
 def _substitute(first_token_s: float, tokens_per_s: float, playout_reports: bool) -> None:
@@ -67,7 +70,8 @@ def build_app(args: argparse.Namespace, ready: asyncio.Event):
     from transports.telephony.endpoint import create_app
 
     ready.set()  # its lifespan loads the shared models before the server listens
-    return create_app(cfg, max_calls=args.max_sessions)
+    secret = os.environ.get(SECRET_ENV)  # one for every agent process: a webhook's token opens a stream on any
+    return create_app(cfg, max_calls=args.max_sessions, stream_secret=bytes.fromhex(secret) if secret else None)
 
 
 async def write_loop_lag(path: Path) -> None:
@@ -90,9 +94,13 @@ async def serve(args: argparse.Namespace) -> None:
         asyncio.get_running_loop().create_task(write_loop_lag(args.loop_lag_file))
     ready = asyncio.Event()
     app = build_app(args, ready)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, lifespan="on",
-                                           log_level="warning", timeout_graceful_shutdown=3))
-    task = asyncio.create_task(server.serve())
+    # Other agent processes may take the same port (`--agent-workers`): the kernel shares the callers out
+    # among those listening, and this one listens once its models are loaded.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", args.port))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=3))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if task.done():
             await task

@@ -12,8 +12,11 @@ import multiprocessing
 import os
 import random
 import re
+import secrets
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -22,7 +25,7 @@ from bench.child import child_process
 from bench.loop_lag import LoopLag, lag_summary
 
 from . import report
-from .agent_proc import TRANSPORTS
+from .agent_proc import SECRET_ENV, TRANSPORTS
 from .callers import INTERRUPTION, Script, line_clips, twilio_call, webrtc_call, webrtc_clips
 from .timeline import GAP_MS, measure_turns
 
@@ -59,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the engine gets no playout reports (the comparison of what the feedback buys)")
     p.add_argument("--gap-ms", type=float, default=GAP_MS, help="an underrun: nothing to play for this long")
     p.add_argument("--ramp-s", type=float, default=2.0, help="callers start at random within this many seconds")
+    p.add_argument("--agent-workers", type=int, default=1,
+                   help="agent processes sharing the calls (twilio only: a WebRTC answer and its ICE must meet "
+                        "in one process), as `cadence phone --workers`")
     p.add_argument("--callers-per-process", type=int, default=10,
                    help="callers sharing one client process (so the clients' own CPU stays off the figures)")
     p.add_argument("--out", type=Path, default=Path("agent-bench"), help="report directory")
@@ -77,6 +83,8 @@ def _validate(args: argparse.Namespace) -> None:
         raise ValueError("--llm-first-token-ms must be >= 0 and --llm-tokens-per-s > 0")
     if args.gap_ms <= 0 or args.ramp_s < 0 or args.callers_per_process < 1:
         raise ValueError("--gap-ms must be > 0, --ramp-s >= 0 and --callers-per-process >= 1")
+    if not 1 <= args.agent_workers <= 32 or (args.agent_workers > 1 and args.transport != "twilio"):
+        raise ValueError("--agent-workers must be in 1-32, and 1 with --transport webrtc")
     if args.model is not None and not args.model.is_dir():
         raise FileNotFoundError(f"no checkpoint directory at {args.model}")
     if args.config is not None and not args.config.is_file():
@@ -92,19 +100,23 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def agent_process(args: argparse.Namespace, cadence_url: str, max_sessions: int, lag_file: Path,
-                  timeout_s: float = 300):
-    """The agent (agent_proc.py) as a child, its loop lag into `lag_file`; yields its base URL once it
-    takes connections."""
+def agent_processes(args: argparse.Namespace, cadence_url: str, max_sessions: int, lag_dir: Path,
+                    timeout_s: float = 300):
+    """`--agent-workers` agents (agent_proc.py) as children on one port, each writing its loop lag into
+    `lag_dir`; yields their base URL once every one takes connections."""
     port = _free_port()
-    cmd = [sys.executable, "-m", "bench.agent.agent_proc", "--transport", args.transport, "--port", str(port),
-           "--cadence-url", cadence_url, "--max-sessions", str(max_sessions), "--loop-lag-file", str(lag_file),
-           "--first-token-ms", str(args.llm_first_token_ms), "--tokens-per-s", str(args.llm_tokens_per_s),
-           *(["--config", str(args.config)] if args.config else []),
-           *(["--no-playout-reports"] if args.no_playout_reports else [])]
-    with child_process(cmd, "agent-bench agent: ready", what="the agent process", timeout_s=timeout_s, cwd=REPO,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1"}) as (_ready, lines):
-        yield f"http://127.0.0.1:{port}", lines
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", SECRET_ENV: secrets.token_hex(32)}
+    with contextlib.ExitStack() as stack:
+        for i in range(args.agent_workers):
+            cmd = [sys.executable, "-m", "bench.agent.agent_proc", "--transport", args.transport, "--port", str(port),
+                   "--cadence-url", cadence_url, "--max-sessions", str(max_sessions),
+                   "--loop-lag-file", str(lag_dir / f"agent-loop-lag.{i}.txt"),
+                   "--first-token-ms", str(args.llm_first_token_ms), "--tokens-per-s", str(args.llm_tokens_per_s),
+                   *(["--config", str(args.config)] if args.config else []),
+                   *(["--no-playout-reports"] if args.no_playout_reports else [])]
+            stack.enter_context(child_process(cmd, "agent-bench agent: ready", what=f"agent process {i}",
+                                              timeout_s=timeout_s, cwd=REPO, env=env))
+        yield f"http://127.0.0.1:{port}"
 
 
 @contextlib.contextmanager
@@ -148,7 +160,7 @@ def _callers(transport: str, url: str, script: Script, delays: list[float]) -> t
     return asyncio.run(main())
 
 
-def run_round(args: argparse.Namespace, url: str, n: int, lag_file: Path) -> dict:
+def run_round(args: argparse.Namespace, url: str, n: int, lag_dir: Path) -> dict:
     from bench.voice.turns import questions
 
     script = Script(questions=questions(args.turns), barge_in=not args.no_barge_in)
@@ -169,17 +181,16 @@ def run_round(args: argparse.Namespace, url: str, n: int, lag_file: Path) -> dic
         records += measure_turns(log.heard, log.turns, log.events, gap_ms=args.gap_ms, end_ms=log.ended_ms)
     row = report.summarise(n, records, errors)
     row["callers_loop_lag_ms"] = lag_summary([lag for _part, lags in parts for lag in lags])
-    row["agent_loop_lag_ms"] = lag_summary(read_lags(lag_file), began_ms, time.monotonic() * 1e3)
+    row["agent_loop_lag_ms"] = lag_summary(read_lags(lag_dir), began_ms, time.monotonic() * 1e3)
     row["records"] = records
     return row
 
 
-def read_lags(path: Path) -> list[tuple[float, float]]:
-    """The agent's loop lag lines ("probe began ms, lag ms"), written once a second by agent_proc."""
+def read_lags(lag_dir: Path) -> list[tuple[float, float]]:
+    """The agents' loop lag lines ("probe began ms, lag ms"), written once a second by agent_proc."""
     time.sleep(1.1)  # the round's last second
-    if not path.exists():
-        return []
-    return [(float(at), float(lag)) for at, lag in (line.split() for line in path.read_text().splitlines())]
+    return [(float(at), float(lag)) for path in lag_dir.glob("agent-loop-lag.*.txt")
+            for at, lag in (line.split() for line in path.read_text().splitlines())]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -192,17 +203,17 @@ def run(args: argparse.Namespace) -> int:
             "tts": f"cadence serve at {args.cadence_url}" if args.cadence_url else
                    f"cadence serve --model {args.model} --device {args.device} (started by the harness)",
             "gap_ms": args.gap_ms, "cpu_count": os.cpu_count(), "rows": rows}
+    data["agent_workers"] = args.agent_workers
     args.out.mkdir(parents=True, exist_ok=True)
-    lag_file = args.out / "agent-loop-lag.txt"
-    lag_file.unlink(missing_ok=True)
-    with engine(args) as cadence_url, agent_process(args, cadence_url, max(args.conversations), lag_file) as (url, _):
+    lag_dir = Path(tempfile.mkdtemp(prefix="agent-bench-lag-"))
+    with engine(args) as cadence_url, agent_processes(args, cadence_url, max(args.conversations), lag_dir) as url:
         for n in args.conversations:
             began = time.monotonic()
-            rows.append(run_round(args, url, n, lag_file))
+            rows.append(run_round(args, url, n, lag_dir))
             print(f"agent-bench: N={n}: {rows[-1]['turns_heard']}/{rows[-1]['turns']} turns heard in "
                   f"{time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
             paths = report.write(data, args.out)  # after every round: a sweep cut short keeps its rounds
-    lag_file.unlink(missing_ok=True)
+    shutil.rmtree(lag_dir, ignore_errors=True)
     print(report.render(data))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0 if all(not r["caller_errors"] for r in rows) else 1

@@ -41,7 +41,8 @@ def _ms(v) -> str:
 
 def render(data: dict) -> str:
     lines = [f"# Agent at scale: {data['transport']}", "", f"`{data['command']}`", "",
-             f"LLM: {data['llm']}. TTS: {data['tts']}. Playout reports: {'on' if data['playout_reports'] else 'OFF'}.",
+             f"LLM: {data['llm']}. TTS: {data['tts']}. Playout reports: {'on' if data['playout_reports'] else 'OFF'}. "
+             f"Agent processes: {data.get('agent_workers', 1)}.",
              "", "| N | turns heard | LLM first token -> audible p50/p95/p99 ms "
              "| of which to engine audio at the agent | speech end -> audible p50/p95/p99 ms | underruns (turns) "
              "| barge-in -> silence p50/p95/p99 ms "

@@ -9,8 +9,8 @@
   Ed25519 signature (the account's public key) of "<telnyx-timestamp>|<raw body>", at most 5 min old.
   The algorithms are the carriers' documented ones (their SDKs would bring HTTP clients we never use).
 - Media streams: each webhook answer names a stream URL with a one-time token (`/ws/<token>`, good
-  for `TOKEN_TTL_S` and for that carrier only); a stream without one that a webhook issued is closed
-  with 1008 and the reason.
+  for `TOKEN_TTL_S` and for that carrier only, signed so that any worker process accepts it); a
+  stream without one that a webhook issued is closed with 1008 and the reason.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, urlsplit
 from fastapi import HTTPException, Request
 
 TOKEN_TTL_S = 120.0  # a carrier opens the stream within seconds of fetching the webhook
-MAX_TOKENS = 4096  # unused tokens kept at most (a webhook flood cannot grow this without bound)
+MAX_TOKENS = 4096  # used tokens remembered at most (a stream flood cannot grow this without bound)
 TELNYX_MAX_AGE_S = 300
 
 
@@ -128,24 +128,38 @@ async def verify_webhook(carrier: str, request: Request, keys: CarrierKeys, publ
 
 
 class StreamTokens:
-    """One-time tokens for the media stream URLs the webhooks hand out."""
+    """One-time tokens for the media stream URLs the webhooks hand out: "<carrier>.<expiry>.<nonce>.<HMAC>",
+    signed with `secret`, so every process of `cadence phone --workers N` (one secret) accepts the
+    tokens any of them issued. Each process remembers the nonces it has seen until they expire: a
+    token opens one stream per process."""
 
-    def __init__(self, ttl_s: float = TOKEN_TTL_S):
+    def __init__(self, secret: bytes | None = None, ttl_s: float = TOKEN_TTL_S):
+        self.secret = secret or secrets.token_bytes(32)
         self.ttl_s = ttl_s
-        self._tokens: OrderedDict[str, tuple[str, float]] = OrderedDict()  # token -> (carrier, expires at)
+        self._used: OrderedDict[str, float] = OrderedDict()  # nonce -> expires at (wall clock, shared by processes)
+
+    def _sign(self, body: str) -> str:
+        digest = hmac.new(self.secret, body.encode(), hashlib.sha256).digest()[:18]
+        return base64.urlsafe_b64encode(digest).decode()
 
     def issue(self, carrier: str) -> str:
-        now = time.monotonic()
-        while self._tokens and (next(iter(self._tokens.values()))[1] < now or len(self._tokens) >= MAX_TOKENS):
-            self._tokens.popitem(last=False)
-        token = secrets.token_urlsafe(18)
-        self._tokens[token] = (carrier, now + self.ttl_s)
-        return token
+        body = f"{carrier}.{int(time.time() + self.ttl_s)}.{secrets.token_urlsafe(12)}"
+        return f"{body}.{self._sign(body)}"
 
     def take(self, token: str | None) -> str | None:
-        """The carrier the token was issued to, once; None for an unknown, used or expired token."""
-        carrier, expires = self._tokens.pop(token or "", (None, 0.0))
-        return carrier if expires >= time.monotonic() else None
+        """The carrier the token was issued to, once; None for a forged, used or expired token."""
+        body, _, signature = (token or "").rpartition(".")
+        parts = body.split(".")
+        if len(parts) != 3 or not parts[1].isdigit() or not hmac.compare_digest(signature, self._sign(body)):
+            return None
+        carrier, expires, nonce = parts[0], int(parts[1]), parts[2]
+        now = time.time()
+        while self._used and (next(iter(self._used.values())) < now or len(self._used) >= MAX_TOKENS):
+            self._used.popitem(last=False)
+        if expires < now or nonce in self._used:
+            return None
+        self._used[nonce] = expires
+        return carrier
 
     def __len__(self) -> int:
-        return len(self._tokens)
+        return len(self._used)

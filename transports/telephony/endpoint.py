@@ -68,11 +68,12 @@ async def _close(websocket: WebSocket, code: int, reason: str) -> None:
 
 def create_app(cfg: AgentConfig, *, max_calls: int = MAX_CALLS, public_url: str | None = None,
                handshake_timeout_s: float = 10.0, companions: Sequence = (), keys: CarrierKeys | None = None,
-               require_stream_token: bool = True) -> FastAPI:
+               require_stream_token: bool = True, stream_secret: bytes | None = None, worker: int = 0) -> FastAPI:
     """`public_url`: the wss:// URL carriers reach `/ws` at (default: from each webhook's Host).
     `companions`: objects with async start()/stop() run for the app's lifetime (the SIP listener).
     `keys`: the carriers' webhook signature keys; `require_stream_token`: refuse streams that no
-    webhook announced (off only for tests that speak to `/ws` directly)."""
+    webhook announced (off only for tests that speak to `/ws` directly). `stream_secret`: signs the
+    stream tokens, the same in every worker process (`worker`: this one's number, in `/health`)."""
     from pipecat.runner.utils import parse_telephony_websocket
     from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
 
@@ -83,7 +84,7 @@ def create_app(cfg: AgentConfig, *, max_calls: int = MAX_CALLS, public_url: str 
     calls: dict[str, Call] = {}
     opening = 0
     keys = keys or CarrierKeys()
-    tokens = StreamTokens()
+    tokens = StreamTokens(stream_secret)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -112,7 +113,7 @@ def create_app(cfg: AgentConfig, *, max_calls: int = MAX_CALLS, public_url: str 
 
     @app.get("/health")
     async def health():
-        return {"calls": len(calls), "max_calls": max_calls}
+        return {"calls": len(calls), "max_calls": max_calls, "worker": worker}
 
     @app.websocket(STREAM_PATH)
     @app.websocket(STREAM_PATH + "/{token}")

@@ -85,11 +85,14 @@ def fit_descriptor_limit(cfg: ServerConfig, spare: int = 256) -> str | None:
     return None
 
 
-def bind(cfg: ServerConfig) -> socket.socket:
-    """Listen on host:port now, so that an address in use is a clear error before the model loads."""
+def bind(cfg: ServerConfig, *, reuse_port: bool = False) -> socket.socket:
+    """Listen on host:port now, so that an address in use is a clear error before the model loads.
+    `reuse_port`: other processes may listen on the same port (the kernel shares connections out)."""
     family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((cfg.host, cfg.port))
     except OSError as e:

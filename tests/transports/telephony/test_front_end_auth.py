@@ -132,3 +132,23 @@ def test_a_webhooks_token_opens_one_call_once(phone):
 
     code, reason = asyncio.run(asyncio.wait_for(call_then_again(), 60))
     assert code == 1008 and "unknown stream" in reason, (code, reason)
+
+
+def test_stream_tokens_are_signed_so_any_worker_takes_them_once_and_forgeries_never(monkeypatch):
+    from transports.telephony import auth
+
+    secret = b"one secret for every worker process"
+    first, second, stranger = auth.StreamTokens(secret), auth.StreamTokens(secret), auth.StreamTokens()
+    token = first.issue("twilio")
+    assert second.take(token) == "twilio"  # issued by one process, taken by another
+    assert second.take(token) is None  # once per process
+    assert stranger.take(first.issue("twilio")) is None  # another secret: not ours
+    carrier, expires, nonce, signature = first.issue("plivo").split(".")
+    for forged in (f"twilio.{expires}.{nonce}.{signature}", f"plivo.{int(expires) + 999}.{nonce}.{signature}",
+                   f"plivo.{expires}.{nonce}x.{signature}", f"plivo.{expires}.{nonce}", "", "a.b.c.d"):
+        assert first.take(forged) is None, forged
+    assert first.take(f"{carrier}.{expires}.{nonce}.{signature}") == "plivo"
+    late = first.issue("telnyx")
+    monkeypatch.setattr(auth.time, "time", lambda: float(expires) + auth.TOKEN_TTL_S + 1)
+    assert first.take(late) is None  # expired
+    assert len(first) == 0  # the used nonces it kept have expired too

@@ -5,12 +5,14 @@ answers a SIP OPTIONS ping, stops cleanly on SIGINT, and refuses bad options wit
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -69,7 +71,7 @@ def test_cadence_phone_serves_webhooks_and_sip_and_stops_on_sigint():
         req = urllib.request.Request(f"{base}/twilio", data=b"CallSid=CA1", method="POST")
         with urllib.request.urlopen(req, timeout=10) as r:
             body = r.read().decode()
-        assert re.search(r'<Stream url="ws://(localhost|127\.0\.0\.1):\d+/ws/[\w-]{20,}"', body), body
+        assert re.search(r'<Stream url="ws://(localhost|127\.0\.0\.1):\d+/ws/[\w.-]{20,}"', body), body
         assert _options_ping(sip_port) == 200
     finally:
         proc.send_signal(signal.SIGINT)
@@ -78,11 +80,34 @@ def test_cadence_phone_serves_webhooks_and_sip_and_stops_on_sigint():
     assert "cadence phone: stopped" in err.rest(timeout=2)
 
 
+@pytest.mark.slow
+def test_workers_share_the_port_and_all_stop_on_sigint():
+    proc = subprocess.Popen([sys.executable, "-m", "transports.phone", "--port", "0", "--no-sip", "--workers", "2"],
+                            cwd=REPO, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    err = Lines(proc.stderr)
+    try:
+        base = err.wait_for(r"call webhooks (http://\S+)/twilio.*\(2 processes\)", timeout=120).group(1)
+        err.wait_for("ready", timeout=30)
+        seen, deadline = set(), time.monotonic() + 180  # the second loads its models after the first is ready
+        while seen != {0, 1} and time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{base}/health", timeout=10) as r:  # a new connection each time
+                seen.add(json.loads(r.read())["worker"])
+        assert seen == {0, 1}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        status = proc.wait(timeout=60)
+    assert status == 0, err.rest()
+    port = int(base.rsplit(":", 1)[1])
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # no process of the bot listens any more
+
+
 @pytest.mark.parametrize("args, error, message", [
     (["--host", "0.0.0.0", "--sip-port", "0"], ValueError, "set advertised_ip"),
     (["--public-url", "http://x/ws"], ValueError, "--public-url must be a ws://"),
     (["--config", "/nonexistent.toml"], FileNotFoundError, "does not exist"),
     (["--rtp-ports", "20000"], SystemExit, ""),
+    (["--workers", "0"], ValueError, "--workers must be in 1-64"),
 ])
 def test_bad_options_are_user_errors(args, error, message):
     """What the dispatcher turns into one line and exit status 2 (argparse's own: status 2 too)."""
