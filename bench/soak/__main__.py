@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from . import clients
-from .server import StartedServer, gpu_used_mib, log_faults, rss_bytes
+from .server import StartedServer, engine_counters, gpu_used_mib, log_faults, rss_bytes
 
 # Of the arrivals: behaviour -> share (the rest, 65 %, behave well).
 MIX = {"ws_cancel": 0.15, "ws_vanish": 0.10, "http_vanish": 0.05, "ws_malformed": 0.03, "http_malformed": 0.02}
@@ -194,10 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: {args.minutes:g} min at {args.rate:g} clients/s against {url}", file=sys.stderr)
     try:
         run = asyncio.run(drive(url, args, pid))
+        engine = engine_counters(url, {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {})
     finally:
         code = started.stop() if started is not None else None
     faults = log_faults(log, offset)
     summary = verdict(run, args, faults)
+    summary["engine"] = engine
     if started is not None:
         summary["server_exit_status"] = code
         summary["checks"]["server_exits_0"] = code == 0

@@ -83,3 +83,19 @@ def log_faults(path: Path | None, offset: int = 0) -> list[str]:
         return []
     lines = path.read_text(errors="replace")[offset:].splitlines()
     return [line for line in lines if FAULT.search(line)]
+
+
+# The engine's own counters of what stops it (tts_engine/engine/gcpause.py, core.py, watchdog.py): an underrun
+# beside a long collection or iteration was the server's stall, not the client's.
+ENGINE_COUNTERS = ("gc_pauses", "gc_pause_max_s", "host_iterations", "host_iteration_max_s", "watchdog_stalls")
+
+
+def engine_counters(url: str, headers: dict) -> dict[str, float] | None:
+    """ENGINE_COUNTERS from the server's /metrics (None when it does not answer)."""
+    try:
+        r = httpx.get(url + "/metrics", headers=headers, timeout=10)
+        r.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    found = (re.fullmatch(r"cadence_engine_(\w+) (\S+)", line) for line in r.text.splitlines())
+    return {m[1]: float(m[2]) for m in found if m and m[1] in ENGINE_COUNTERS}

@@ -27,3 +27,7 @@ def test_a_short_soak_loses_no_audio_and_logs_no_server_error(tiny_checkpoint, t
     kinds = summary["by_kind"]
     assert kinds.get("slow_reader") == 2 and sum(kinds.values()) >= 12, kinds
     assert proc.returncode == (0 if summary["pass"] else 1)
+    # the engine's own counters of what stops it, read from /metrics before the server stopped
+    engine = summary["engine"]
+    assert engine["host_iterations"] > 0 and 0 < engine["host_iteration_max_s"] < 60, engine
+    assert {"gc_pauses", "gc_pause_max_s", "watchdog_stalls"} <= set(engine), engine

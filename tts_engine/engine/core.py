@@ -138,7 +138,7 @@ class StreamingEngine:
                       "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0,
                       **{f"ttfa_{part}_sum_s": 0.0 for part in (*TTFA_PARTS, "issue", *ISSUE_PARTS)},
                       **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_launch_cpu_s": 0.0, "host_cpu_s": 0.0,
-                      "host_iterations": 0}
+                      "host_iterations": 0, "host_iteration_max_s": 0.0}
         self.delivery = Delivery(self.scheduler, self._entries, self.stats)  # events out to the streams
         self.commands = Commands(self._commands, self.intake, self.tokenizer, self.scheduler, self.delivery,
                                  self._entries)  # and commands in
@@ -311,6 +311,8 @@ class StreamingEngine:
             self.stats["host_launch_cpu_s"] += c3 - c2
             self.stats["host_cpu_s"] += cpu() - c0
             self.stats["host_iterations"] += 1
+            # A stall (a collection, the GIL held elsewhere) shows here first: streams are fed once an iteration.
+            self.stats["host_iteration_max_s"] = max(self.stats["host_iteration_max_s"], clock() - t0)
         return did
 
     def _read(self, launched: LaunchedStep) -> None:
