@@ -1,13 +1,14 @@
 """The voice agent's pipeline: transport in -> STT -> user turn (Silero VAD) -> LLM -> TTS ->
 transport out -> playout feedback -> assistant context.
 
-    input ─ stt ─ user aggregator ─ llm ─ tts ─ output ─ playout reporter ─ assistant aggregator
-                  (VAD, turn start/stop,                     (Cadence only)   (only words played)
+    input ─ stt ─ user aggregator ─ llm ─ tts ─ reply hold ─ output ─ playout reporter ─ assistant aggregator
+                  (VAD, turn start/stop,                                  (Cadence only)   (only words played)
                    interruptions)
 
 Turn-taking is tuned for latency: the turn ends `user_speech_timeout_s` after Silero VAD hears
 silence for `vad_stop_s` (with a transcript in hand, which the incremental STT has drafted by then),
-instead of pipecat's smart-turn model (slower and no fewer cut-ins on a 2-core CPU: docs/agent.md).
+instead of pipecat's smart-turn model (slower and no fewer cut-ins on a 2-core CPU: docs/agent.md),
+and the reply is made at once but plays only after `reply_hold_s` of silence (agent/reply_hold.py).
 While the bot speaks, an utterance shorter than `min_interruption_s` does not interrupt it
 (agent/interruptions.py). The LLM's tokens stream into the TTS one by one (TOKEN aggregation;
 the Piper fallback voice cuts them into clauses). The assistant aggregator sits after the output
@@ -49,6 +50,7 @@ from .interruptions import MinSpeechInterruptionStrategy
 from .openai_tts import OpenAICompatibleTTSService
 from .piper_voice import BUNDLED_VOICE, make_piper_tts
 from .playout import PlayoutReporter
+from .reply_hold import ReplyHold
 from .scripted_llm import ScriptedLLM
 
 FALLBACK_TTS = ("piper", "none")
@@ -95,7 +97,10 @@ class AgentConfig:
     # Turn-taking. While the bot speaks, an utterance shorter than `min_interruption_s` does not
     # interrupt it (0: any VAD start interrupts); see agent/interruptions.py.
     vad_stop_s: float = 0.2
-    user_speech_timeout_s: float = 0.4
+    user_speech_timeout_s: float = 0.0
+    # The user's silence (vad_stop_s included) before the bot's voice may start (agent/reply_hold.py):
+    # the reply is made from the turn's end on, but a user who speaks again first interrupts it unheard.
+    reply_hold_s: float = 0.6
     min_interruption_s: float = 0.5
     # Playout feedback: a known client-side buffer, subtracted from what the transport wrote.
     output_delay_s: float = 0.0
@@ -121,6 +126,8 @@ class AgentConfig:
             raise ValueError(f"vad_stop_s must be in (0, 2], got {self.vad_stop_s}")
         if not 0 <= self.user_speech_timeout_s <= 5:
             raise ValueError(f"user_speech_timeout_s must be in [0, 5], got {self.user_speech_timeout_s}")
+        if not 0 <= self.reply_hold_s <= 5:
+            raise ValueError(f"reply_hold_s must be in [0, 5], got {self.reply_hold_s}")
         if not 0 <= self.min_interruption_s <= 5:
             raise ValueError(f"min_interruption_s must be in [0, 5], got {self.min_interruption_s}")
         if self.output_delay_s < 0:
@@ -238,8 +245,9 @@ def build_pipeline(
     leg counts the carrier's acknowledgements instead)."""
     context = context if context is not None else LLMContext()
     aggregators = LLMContextAggregatorPair(context, user_params=user_params(cfg, vad=vad))
+    hold = [ReplyHold(hold_s=cfg.reply_hold_s, vad_stop_s=cfg.vad_stop_s)] if cfg.reply_hold_s > 0 else []
     processors = [input, *([stt] if stt is not None else []), aggregators.user(), llm,
-                  *([tts] if tts is not None else []), output]
+                  *([tts] if tts is not None else []), *hold, output]
     if isinstance(tts, CadenceTTSService):
         processors.append(playout(tts) if playout is not None
                           else PlayoutReporter(tts, output_delay_s=cfg.output_delay_s))

@@ -44,8 +44,8 @@ class Conversation:
     """Runs the pipeline on `frames`: the messages of the context, when each frame was pushed, and
     the start strategy (to count the utterances it ignored)."""
 
-    def __init__(self, frames: list, *, min_interruption_s: float = 0.5):
-        cfg = AgentConfig(cadence_url=None, user_speech_timeout_s=0.2,
+    def __init__(self, frames: list, *, min_interruption_s: float = 0.5, **settings):
+        cfg = AgentConfig(cadence_url=None, **{"user_speech_timeout_s": 0.2, **settings},
                           min_interruption_s=min_interruption_s).validate()
         llm = ScriptedLLM(replies=[REPLY, "Okay."], tokens_per_s=40, first_token_s=0.05)
         self.input = IdentityFilter()
@@ -124,3 +124,33 @@ def test_the_rule_is_configured_by_min_interruption_s():
     assert (start.min_speech_s, start.vad_stop_s) == (0.8, 0.3)
     with pytest.raises(ValueError, match="min_interruption_s"):
         AgentConfig(min_interruption_s=-1).validate()
+
+
+def test_the_reply_is_made_at_the_turns_end_but_plays_after_the_hold():
+    """The defaults: the turn ends at the VAD's stop, the voice waits until 0.6 s of silence in all."""
+    c = Conversation([*utterance("Hi.", 0.3), SleepFrame(sleep=6.0)], user_speech_timeout_s=0.0)
+    stop = c.times.times(c.input, VADUserStoppedSpeakingFrame)[0]  # the user has been quiet 0.2 s by then
+    assert c.first_after(BotStartedSpeakingFrame, stop) - stop >= 0.4 - 0.02
+    assert c.users == ["Hi."] and [b.split() for b in c.bots] == [REPLY.split()]
+
+
+def paused_sentence() -> list:
+    """A sentence with 1.0 s of silence in the middle (the VAD's 0.2 s stop delay, then 0.8 s)."""
+    return [*utterance("I would like to book a table,", 1.0), SleepFrame(sleep=0.8),
+            *utterance("for two people.", 1.0), SleepFrame(sleep=6.0)]
+
+
+def test_a_pause_inside_the_sentence_drops_the_held_reply_unheard():
+    """The turn ends in the pause and a reply is made, but the user goes on before the hold is over:
+    nothing of that reply is heard, and the next reply answers both parts."""
+    c = Conversation(paused_sentence(), user_speech_timeout_s=0.0, reply_hold_s=1.2)
+    assert c.first_after(BotStartedSpeakingFrame, 0) > c.vad_start(1)  # not a sound before the user went on
+    assert c.first_after(InterruptionFrame, c.vad_start(1)) - c.vad_start(1) < 0.1
+    assert c.users == ["I would like to book a table,", "for two people."]
+    assert c.bots == ["Okay."]  # the first reply was made (the scripted LLM moved on) but never heard
+
+
+def test_without_the_hold_the_same_pause_lets_the_bot_cut_in():
+    """The control: with reply_hold_s = 0 the bot starts speaking in the same pause."""
+    c = Conversation(paused_sentence(), user_speech_timeout_s=0.0, reply_hold_s=0.0)
+    assert c.first_after(BotStartedSpeakingFrame, 0) < c.vad_start(1)  # heard in the pause
