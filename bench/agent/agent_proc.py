@@ -5,7 +5,11 @@ runs it) under uvicorn, with two substitutions made here and nowhere else:
 - the LLM is the PACED STAND-IN (`stand_in.PacedLLM`): no hosted LLM is reachable from a benchmark
   machine, and a fixed first-token delay and token rate make runs comparable;
 - `--no-playout-reports` drops the playout reports to the engine (the N = 20 comparison only:
-  the engine's deadline policy then runs without the transport's clock).
+  the engine's deadline policy then runs without the transport's clock);
+- turn-taking as before the reply hold (agent/reply_hold.py): the turn ends 0.4 s after the VAD's
+  stop and the reply plays as soon as it is heard. With the hold, the LLM's first token would come
+  inside the user's pause and the voice wait for its end: token -> audible would measure the hold,
+  not the engine and the transport.
 
 Two observations are added, which change nothing the agent does: the TTS service stamps the first
 engine audio of each reply as it arrives (`stand_in.TTS_FIRST_AUDIO`, so a turn's latency splits
@@ -55,7 +59,8 @@ def build_app(args: argparse.Namespace, ready: asyncio.Event):
 
     cfg = load_config(args.config, cadence_url=args.cadence_url)
     # The engine must answer: a silent fallback to the CPU Piper voice would measure the wrong thing.
-    cfg = dataclasses.replace(cfg, fallback_tts="none", llm_base_url=None).validate()
+    cfg = dataclasses.replace(cfg, fallback_tts="none", llm_base_url=None, user_speech_timeout_s=0.4,
+                              reply_hold_s=0.0).validate()
     _substitute(args.first_token_ms / 1e3, args.tokens_per_s, not args.no_playout_reports)
     if args.transport == "webrtc":
         from agent.server import create_app
