@@ -202,8 +202,7 @@ def run(args: argparse.Namespace) -> int:
                    f"then {args.llm_tokens_per_s:g} tokens/s",
             "tts": f"cadence serve at {args.cadence_url}" if args.cadence_url else
                    f"cadence serve --model {args.model} --device {args.device} (started by the harness)",
-            "gap_ms": args.gap_ms, "cpu_count": os.cpu_count(), "rows": rows}
-    data["agent_workers"] = args.agent_workers
+            "gap_ms": args.gap_ms, "cpu_count": os.cpu_count(), "agent_workers": args.agent_workers, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     lag_dir = Path(tempfile.mkdtemp(prefix="agent-bench-lag-"))
     with engine(args) as cadence_url, agent_processes(args, cadence_url, max(args.conversations), lag_dir) as url:
