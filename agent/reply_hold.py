@@ -11,7 +11,8 @@ turn-taking waits for anyway, instead of after it.
 
 Only the start of a reply is held: frames that come while the user has been quiet for less than
 `hold_s`, and everything behind them (order is kept). A reply that starts later passes at once.
-System frames (interruptions, the VAD's own frames) are never held.
+System frames (interruptions, the VAD's own frames) are never held, and the pipeline's end lets what
+is held go first (an end frame dropped with a reply would leave the pipeline waiting for it).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import time
 
 from pipecat.frames.frames import (
     CancelFrame,
+    EndFrame,
     Frame,
     InterruptionFrame,
+    StopFrame,
     SystemFrame,
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
@@ -65,8 +68,14 @@ class ReplyHold(FrameProcessor):
             await self.push_frame(frame, direction)
             return
         async with self._order:
-            if not self._hold(frame):
-                await self.push_frame(frame, direction)
+            if isinstance(frame, EndFrame | StopFrame):
+                self._cancel_release()
+                held, self._held = self._held, []
+                for earlier in held:
+                    await self.push_frame(earlier)
+            elif self._hold(frame):
+                return
+            await self.push_frame(frame, direction)
 
     def _hold(self, frame: Frame) -> bool:
         if not self._held:
