@@ -47,10 +47,6 @@ class ReplyHold(FrameProcessor):
         self._order = asyncio.Lock()  # a released reply goes out whole before anything behind it
         self._interruptions = 0
 
-    @property
-    def holding(self) -> bool:
-        return bool(self._held)
-
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         await super().process_frame(frame, direction)
         if isinstance(frame, VADUserStartedSpeakingFrame):

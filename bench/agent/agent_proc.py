@@ -1,6 +1,6 @@
 """The benchmark's agent process: the real agent server (`agent.server.create_app`, as `cadence demo`
 runs it, or the carrier endpoint `transports.telephony.endpoint.create_app`, as `cadence phone`
-runs it) under uvicorn, with two substitutions made here and nowhere else:
+runs it) under uvicorn, with three substitutions made here and nowhere else:
 
 - the LLM is the PACED STAND-IN (`stand_in.PacedLLM`): no hosted LLM is reachable from a benchmark
   machine, and a fixed first-token delay and token rate make runs comparable;
