@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.loop_lag import LoopLag
+
 from . import clients
 from .server import StartedServer, engine_counters, gpu_used_mib, log_faults, rss_bytes
 
@@ -47,19 +49,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def auth_headers(args) -> dict[str, str]:
+    return {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+
+
 STALL_PROBE_S = 0.05
 STALL_S = 0.2  # a hold-up of this process's event loop worth reporting
 
 
 async def drive(url: str, args, pid: int | None) -> dict:
     rng = random.Random(args.seed)
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    headers = auth_headers(args)
     ws_url = url.replace("http", "ws", 1) + "/v1/stream"
     stop = asyncio.Event()
     outcomes: list[clients.Outcome] = []
     crashed: Counter[str] = Counter()
     memory: list[tuple[float, int | None, int | None]] = []
-    stalls: list[tuple[float, float]] = []  # (when, how long) this process's event loop was held up
     start = time.monotonic()
     end = start + args.minutes * 60
 
@@ -92,17 +97,11 @@ async def drive(url: str, args, pid: int | None) -> dict:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 5.0)
 
-        async def watch_own_loop() -> None:
-            """This process's own stalls: a chunk read late here looks like an underrun that the
-            server did not cause (the clients share the machine with the server)."""
-            while not stop.is_set():
-                before = time.monotonic()
-                await asyncio.sleep(STALL_PROBE_S)
-                if (lag := time.monotonic() - before - STALL_PROBE_S) >= STALL_S:
-                    stalls.append((round(before - start, 1), round(lag, 3)))
-
         sampler = asyncio.create_task(sample_memory())
-        watcher = asyncio.create_task(watch_own_loop())
+        # This process's own stalls: a chunk read late here looks like an underrun that the server did not
+        # cause (the clients share the machine with the server).
+        own_loop = LoopLag(STALL_PROBE_S)
+        watcher = own_loop.start()
         slow = [asyncio.create_task(one("slow_reader", clients.slow_reader(ws_url, headers, stop,
                                                                              random.Random(args.seed + i))))
                 for i in range(args.slow_readers)]
@@ -119,8 +118,12 @@ async def drive(url: str, args, pid: int | None) -> dict:
             tasks.append(asyncio.create_task(one(kind, make(kind, random.Random(rng.random())))))
         await asyncio.gather(*tasks)
         stop.set()
-        await asyncio.gather(*slow, sampler, watcher)
+        await asyncio.gather(*slow, sampler)
+        watcher.cancel()
         memory.append((time.monotonic() - start, rss_bytes(pid), gpu_used_mib()))
+    # (when, how long) this process's event loop was held up, in seconds from the start
+    stalls = [(round(at_ms / 1e3 - start, 1), round(lag_ms / 1e3, 3)) for at_ms, lag_ms in own_loop.lags
+              if lag_ms >= STALL_S * 1e3]
     return {"outcomes": outcomes, "crashed": crashed, "memory": memory, "stalls": stalls,
             "seconds": time.monotonic() - start}
 
@@ -194,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: {args.minutes:g} min at {args.rate:g} clients/s against {url}", file=sys.stderr)
     try:
         run = asyncio.run(drive(url, args, pid))
-        engine = engine_counters(url, {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {})
+        engine = engine_counters(url, auth_headers(args))
     finally:
         code = started.stop() if started is not None else None
     faults = log_faults(log, offset)
