@@ -141,15 +141,14 @@ def _uvicorn(app):
 
 def _worker(args, port: int, secret: bytes, number: int) -> None:
     """One more process on the carrier endpoint's port (spawned by `run`): its own models and calls."""
-    import socket
+    from tts_engine.server.config import ServerConfig
+    from tts_engine.server.run import bind
 
     from .telephony.endpoint import create_app
 
     cfg, settings = _settings(args)
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((args.host, port))  # not listening yet: the server listens once its models are loaded
+    # not listening yet: the server listens once its models are loaded
+    sock = bind(ServerConfig(host=args.host, port=port), reuse_port=True, listen=False)
     app = create_app(cfg, max_calls=args.max_calls, public_url=args.public_url, keys=settings.keys,
                      stream_secret=secret, worker=number)
     with contextlib.suppress(KeyboardInterrupt):

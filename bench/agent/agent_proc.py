@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import dataclasses
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -95,15 +94,16 @@ async def write_loop_lag(path: Path) -> None:
 async def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from tts_engine.server.config import ServerConfig
+    from tts_engine.server.run import bind
+
     if args.loop_lag_file is not None:
         asyncio.get_running_loop().create_task(write_loop_lag(args.loop_lag_file))
     ready = asyncio.Event()
     app = build_app(args, ready)
     # Other agent processes may take the same port (`--agent-workers`): the kernel shares the callers out
     # among those listening, and this one listens once its models are loaded.
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(("127.0.0.1", args.port))
+    sock = bind(ServerConfig(host="127.0.0.1", port=args.port), reuse_port=True, listen=False)
     server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=3))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:

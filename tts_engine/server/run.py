@@ -85,9 +85,10 @@ def fit_descriptor_limit(cfg: ServerConfig, spare: int = 256) -> str | None:
     return None
 
 
-def bind(cfg: ServerConfig, *, reuse_port: bool = False) -> socket.socket:
+def bind(cfg: ServerConfig, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
     """Listen on host:port now, so that an address in use is a clear error before the model loads.
-    `reuse_port`: other processes may listen on the same port (the kernel shares connections out)."""
+    `reuse_port`: other processes may listen on the same port (the kernel shares connections out);
+    `listen=False` leaves the listening to the server, so that none is shared out to it before it is ready."""
     family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -98,7 +99,8 @@ def bind(cfg: ServerConfig, *, reuse_port: bool = False) -> socket.socket:
     except OSError as e:
         sock.close()
         raise ValueError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror}") from None
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
