@@ -55,6 +55,7 @@ class EngineContext:
     cancelled: bool = False  # `cancel` sent: drop everything until its `done`
     gone: bool = False  # the server refused or lost it: the rest of its text is dropped
     audio_s: float = 0.0  # audio received
+    resampler: object | None = None  # agent/resample.py's, where the output rate is not the engine's
 
 
 def split_words(words: list[dict]) -> list[tuple[str, float]]:

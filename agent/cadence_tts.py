@@ -54,6 +54,7 @@ from .cadence_protocol import (
 )
 from .cadence_voice import EngineUnreachable, VoiceUploadError, check_reference, upload_reference_voice
 from .implicit_turns import ImplicitTurns
+from .resample import UtteranceResampler
 from .word_order import WordsInPlaybackOrder
 
 
@@ -101,10 +102,9 @@ class CadenceTTSService(ImplicitTurns, WordsInPlaybackOrder, WebsocketTTSService
             id replaces `settings.voice`. A missing file raises VoiceUploadError here; a refusal or an unreachable
             server is an ErrorFrame that leaves the service unusable (pipecat's permanent error).
         voice_ref_text: the WAV's transcript (in-context cloning, closer to the reference), or None.
+        sample_rate: the rate of the audio pushed (default: the pipeline's output rate). The engine speaks
+            24 kHz; the service resamples each utterance as it arrives (agent/resample.py says why here).
         """
-        if "sample_rate" in kwargs and kwargs["sample_rate"] not in (None, SAMPLE_RATE):
-            raise ValueError(f"the Cadence engine speaks at {SAMPLE_RATE} Hz; the output transport resamples")
-        kwargs.pop("sample_rate", None)
         default_settings = CadenceTTSSettings(model=None, voice="ryan", language=Language.EN, instructions=None)
         if settings is not None:
             default_settings.apply_update(settings)
@@ -113,7 +113,6 @@ class CadenceTTSService(ImplicitTurns, WordsInPlaybackOrder, WebsocketTTSService
             push_text_frames=False,  # words come with timestamps, as they are played
             push_start_frame=True,
             pause_frame_processing=False,
-            sample_rate=SAMPLE_RATE,
             settings=default_settings,
             implicit_turn_idle_s=implicit_turn_idle_s,
             **kwargs,
@@ -373,8 +372,10 @@ class CadenceTTSService(ImplicitTurns, WordsInPlaybackOrder, WebsocketTTSService
                 return  # a cancelled or unknown context: stale audio is never pushed
             pcm = base64.b64decode(message["audio"])
             ctx.audio_s += len(pcm) / 2 / SAMPLE_RATE
-            await self.append_to_audio_context(
-                context_id, TTSAudioRawFrame(pcm, SAMPLE_RATE, 1, context_id=context_id))
+            if self.sample_rate != SAMPLE_RATE:
+                ctx.resampler = ctx.resampler or UtteranceResampler(SAMPLE_RATE, self.sample_rate)
+                pcm = ctx.resampler(pcm)
+            await self._push_audio(context_id, pcm)
         elif kind == "timestamps":
             if ctx is None or ctx.cancelled or ctx.gone:
                 return
@@ -383,11 +384,18 @@ class CadenceTTSService(ImplicitTurns, WordsInPlaybackOrder, WebsocketTTSService
             self._contexts.pop(context_id, None)
             if ctx is not None and not ctx.cancelled:
                 await self.stop_ttfb_metrics()
+                if ctx.resampler is not None:
+                    await self._push_audio(context_id, ctx.resampler.flush())
                 await self._finish_audio_context(context_id)
         elif kind == "error":
             await self._handle_error(message, ctx)
         elif kind != "flush_done":
             logger.warning(f"{self}: ignoring unknown message type {kind!r}")
+
+    async def _push_audio(self, context_id: str, pcm: bytes) -> None:
+        if pcm:  # a resampler's first call may give nothing
+            await self.append_to_audio_context(context_id, TTSAudioRawFrame(pcm, self.sample_rate, 1,
+                                                                            context_id=context_id))
 
     async def _handle_error(self, message: dict, ctx: EngineContext | None) -> None:
         code = str(message.get("code"))

@@ -253,3 +253,20 @@ def test_a_promoted_sentences_words_go_out_before_words_queued_behind_it():
         assert [f.text for f in pushed] == ["Here", "is", "to", "to"], "an interruption drops them"
 
     asyncio.run(scenario())
+
+
+def test_audio_comes_at_the_pipelines_output_rate_whole(cadence_server):
+    """A phone pipeline runs at 8 kHz: the service resamples (agent/resample.py) and loses nothing."""
+    from pipecat.pipeline.worker import PipelineParams
+
+    frames = [LLMFullResponseStartFrame(), *map(LLMTextFrame, tokens(SHORT)), LLMFullResponseEndFrame()]
+    seconds = {}
+    for rate in (24000, 8000):
+        down, up = run(run_test(service(cadence_server), frames_to_send=frames,
+                                pipeline_params=PipelineParams(audio_out_sample_rate=rate)))
+        assert not [f for f in up if isinstance(f, ErrorFrame)], up
+        audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+        assert audio and all(f.sample_rate == rate and f.audio for f in audio)
+        seconds[rate] = sum(len(f.audio) / 2 / rate for f in audio)
+    assert abs(seconds[8000] - seconds[24000]) < 0.002, seconds  # the seeded engine says the same both times
+    cadence_server.wait_empty()

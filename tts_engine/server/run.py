@@ -90,7 +90,9 @@ def bind(cfg: ServerConfig, *, reuse_port: bool = False, listen: bool = True) ->
     `reuse_port`: other processes may listen on the same port (the kernel shares connections out);
     `listen=False` leaves the listening to the server, so that none is shared out to it before it is ready."""
     family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not the default 0: asyncio switches Nagle off (TCP_NODELAY) only on connections whose
+    # socket says TCP, and with Nagle on, a small audio message waits for the peer's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
