@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.voice.client import RATE as WEBRTC_RATE
-from bench.voice.client import _mic_track, _until, negotiate
+from bench.voice.client import _mic_track, _until, negotiate, peer_connection
 from bench.voice.turns import speak, speech_end_s
 
 from .timeline import AUDIBLE_RMS, Heard, Turn
@@ -95,10 +95,8 @@ async def converse(log: CallLog, script: Script, say, speech_end) -> None:
 
 
 async def webrtc_call(url: str, script: Script, clips: list[np.ndarray]) -> CallLog:
-    from aiortc import RTCConfiguration, RTCPeerConnection
-
     log = CallLog()
-    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    pc = peer_connection()
     mic = _mic_track()
     pc.addTrack(mic)
     channel = pc.createDataChannel("events")

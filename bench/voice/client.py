@@ -81,6 +81,25 @@ async def _post_offer(url: str, sdp: str) -> dict:
         return await r.json()
 
 
+def peer_connection():
+    """The page's peer connection (host candidates only), whose audio receiver hands each packet to the
+    listener as soon as the next one shows it complete: a one-packet (20 ms) jitter buffer, as a browser's
+    adaptive one holds on a clean link. aiortc's own holds four packets (80 ms) first: a fixed delay of this
+    client's, not of the agent, which no browser adds."""
+    import aiortc.rtcrtpreceiver as receiver
+    from aiortc import RTCConfiguration, RTCPeerConnection
+
+    if not getattr(receiver.JitterBuffer, "one_packet", False):
+        class OnePacket(receiver.JitterBuffer):
+            one_packet = True
+
+            def __init__(self, capacity: int, prefetch: int = 0, is_video: bool = False):
+                super().__init__(capacity, prefetch if is_video else 1, is_video)
+
+        receiver.JitterBuffer = OnePacket
+    return RTCPeerConnection(RTCConfiguration(iceServers=[]))
+
+
 async def negotiate(pc, url: str, listen, listeners: list[asyncio.Task]) -> None:
     """Connect `pc` to the agent at `url` as its page does (an SDP offer POSTed to /api/offer, its answer
     applied); each audio track the agent sends is read by `listen(track)` in a task added to `listeners`
@@ -107,10 +126,8 @@ async def _until(check, timeout_s: float) -> bool:
 
 
 async def _session(url: str, texts: list[str]) -> tuple[list[dict], list[dict], dict]:
-    from aiortc import RTCConfiguration, RTCPeerConnection
-
     clips = [speak(t, RATE) for t in texts]
-    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host candidates only, as the page
+    pc = peer_connection()
     mic = _mic_track()
     pc.addTrack(mic)
     events: list[dict] = []
