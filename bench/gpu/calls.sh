@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One session's GPU measurements in three device calls, back to back on one warm machine (it keeps /tmp and the
+# processes started with setsid for 30 s idle). Each call stages one part of the agent's packages
+# (bench/gpu/agent_pack.sh; carry one of .gpu/p1..p3) and runs one step; results go under $OUT.
+#   [".whl", ".gpu/p1"]  bash bench/gpu/calls.sh servers   the server's wheels, the 1.7B random-weight checkpoint,
+#                                                           two `cadence serve` left running: :8001 with the defaults
+#                                                           (the soak's), :8000 with per-client limits lifted (the
+#                                                           agent bench's callers all come from 127.0.0.1)
+#   [".gpu/p2"]          bash bench/gpu/calls.sh soak      bench.soak, 9 minutes at 30 clients/s against :8001
+#   [".gpu/p3"]          bash bench/gpu/calls.sh agent     the agent's packages, then bench.agent and bench.voice
+#                                                           against :8000, each bounded; $OUT/agent.tgz after each
+set -u
+bash bench/gpu/agent.sh stage > /dev/null || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+ready() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$1/ready', timeout=2)" 2>/dev/null; }
+serve() {  # port, then more `cadence serve` arguments; its pid in /tmp/serve-PORT.pid, its log in /tmp/serve-PORT.log
+  local port=$1; shift
+  setsid python3 -m tts_engine.cli serve --model /tmp/ckpt --device cuda --port "$port" --log-level warning "$@" \
+    > /dev/null 2> "/tmp/serve-$port.log" < /dev/null & echo $! > "/tmp/serve-$port.pid"
+}
+case "${1:-}" in
+  servers)
+    source bench/gpu/setup.sh; ensure_checkpoint || { cat "$OUT/make.log"; exit 1; }
+    printf '[server]\nmax_streams_per_client = 100000\nmax_ws_connections_per_client = 100000\n' > /tmp/lifted.toml
+    t0=$SECONDS; serve 8001; serve 8000 --config /tmp/lifted.toml
+    until ready 8001 && ready 8000; do
+      sleep 1; [ $((SECONDS - t0)) -lt 400 ] || { tail -20 /tmp/serve-800*.log; exit 1; }
+    done
+    echo "both servers ready in $((SECONDS - t0)) s"; nvidia-smi --query-gpu=name,memory.used --format=csv ;;
+  soak)
+    ready 8001 || { echo "no server on :8001"; exit 1; }
+    timeout 590 python3 -m bench.soak --url http://127.0.0.1:8001 --pid "$(cat /tmp/serve-8001.pid)" \
+      --log /tmp/serve-8001.log --minutes 9 --rate 30 --out "$OUT/soak.json" 2>&1 | tail -40 ;;
+  agent)
+    source bench/gpu/agent.sh install || exit 1
+    ready 8000 || { echo "no server on :8000"; exit 1; }
+    kill "$(cat /tmp/serve-8001.pid)" 2>/dev/null
+    R=/tmp/res; rm -rf $R; mkdir -p $R; U=ws://127.0.0.1:8000/v1/stream
+    bounded() {  # seconds, name, command...: its output in $R/NAME.log, then everything so far into $OUT
+      local s=$1 name=$2; shift 2
+      timeout "$s" "$@" > "$R/$name.log" 2>&1; echo "$name: rc $?"; tail -4 "$R/$name.log"
+      tar -czf "$OUT/agent.tgz" -C $R .
+    }
+    bounded 150 tw8 python3 -m bench.agent --transport twilio --agent-workers 8 --cadence-url $U \
+      --conversations 1,10,20,50 --turns 3 --out $R/tw8
+    bounded 110 rtc python3 -m bench.agent --cadence-url $U --conversations 1,10,20 --out $R/rtc
+    bounded 55 tw8-nofeedback python3 -m bench.agent --transport twilio --agent-workers 8 --no-playout-reports \
+      --cadence-url $U --conversations 20 --out $R/tw8-nofeedback
+    printf 'cadence_url = "%s"\nfallback_tts = "none"\n' $U > /tmp/demo.toml
+    bounded 100 voice python3 -m bench.voice --client aiortc --turns 8 --demo-args "--config /tmp/demo.toml" \
+      --out $R/voice
+    bounded 80 tw1 python3 -m bench.agent --transport twilio --cadence-url $U --conversations 20,50 --out $R/tw1 ;;
+  *) sed -n 2,11p "$0"; exit 2 ;;
+esac
