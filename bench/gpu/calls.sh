@@ -6,7 +6,7 @@
 #                                                           two `cadence serve` left running: :8001 with the defaults
 #                                                           (the soak's), :8000 with per-client limits lifted (the
 #                                                           agent bench's callers all come from 127.0.0.1)
-#   [".gpu/p2"]          bash bench/gpu/calls.sh soak      bench.soak, 9 minutes at 30 clients/s against :8001
+#   [".gpu/p2"]          bash bench/gpu/calls.sh soak      bench.soak, 9 minutes (SOAK_MINUTES) at 30 clients/s, :8001
 #   [".gpu/p3"]          bash bench/gpu/calls.sh agent     the agent's packages, then bench.agent and bench.voice
 #                                                           against :8000, each bounded; $OUT/agent.tgz after each
 set -u
@@ -29,8 +29,9 @@ case "${1:-}" in
     echo "both servers ready in $((SECONDS - t0)) s"; nvidia-smi --query-gpu=name,memory.used --format=csv ;;
   soak)
     ready 8001 || { echo "no server on :8001"; exit 1; }
+    m=${SOAK_MINUTES:-9}  # fewer where the session's device time is short
     timeout 590 python3 -m bench.soak --url http://127.0.0.1:8001 --pid "$(cat /tmp/serve-8001.pid)" \
-      --log /tmp/serve-8001.log --minutes 9 --rate 30 --out "$OUT/soak.json" 2>&1 | tail -40 ;;
+      --log /tmp/serve-8001.log --minutes "$m" --rate 30 --out "$OUT/soak-${m}min.json" 2>&1 | tail -40 ;;
   agent)
     source bench/gpu/agent.sh install || exit 1
     ready 8000 || { echo "no server on :8000"; exit 1; }
@@ -46,9 +47,11 @@ case "${1:-}" in
     bounded 110 rtc python3 -m bench.agent --cadence-url $U --conversations 1,10,20 --out $R/rtc
     bounded 55 tw8-nofeedback python3 -m bench.agent --transport twilio --agent-workers 8 --no-playout-reports \
       --cadence-url $U --conversations 20 --out $R/tw8-nofeedback
-    printf 'cadence_url = "%s"\nfallback_tts = "none"\n' $U > /tmp/demo.toml
-    bounded 100 voice python3 -m bench.voice --client aiortc --turns 8 --demo-args "--config /tmp/demo.toml" \
-      --out $R/voice
-    bounded 80 tw1 python3 -m bench.agent --transport twilio --cadence-url $U --conversations 20,50 --out $R/tw1 ;;
+    for hold in 0.6 0.3; do  # the default reply hold, and a shorter one (the trade-off: docs/agent.md)
+      printf 'cadence_url = "%s"\nfallback_tts = "none"\nreply_hold_s = %s\n' $U $hold > /tmp/demo.toml
+      bounded 65 voice-hold$hold python3 -m bench.voice --client aiortc --turns 6 --demo-args "--config /tmp/demo.toml" \
+        --out $R/voice-hold$hold
+    done
+    bounded 70 tw1 python3 -m bench.agent --transport twilio --cadence-url $U --conversations 20,50 --out $R/tw1 ;;
   *) sed -n 2,11p "$0"; exit 2 ;;
 esac
