@@ -54,6 +54,20 @@ def test_pauses_count_each_collection_while_installed():
     assert pauses._callback not in gc.callbacks
 
 
+def test_reset_forgets_the_collections_before_it(frozen):
+    pauses = GcPauses().install()
+    try:
+        frozen()  # the engine's freeze: a full collection of the warm heap, before it serves
+        assert pauses.count >= 1
+        pauses.reset()
+        stats = pauses.stats()
+        assert stats["gc_pauses"] == 0 and stats["gc_pause_max_s"] == 0 and stats["gc_pause_sum_s"] == 0
+        gc.collect()
+        assert pauses.stats()["gc_pauses"] >= 1
+    finally:
+        pauses.remove()
+
+
 def test_stats_report_the_frozen_count_without_walking_the_frozen_heap(monkeypatch):
     """/metrics reads these on the event loop: `gc.get_freeze_count` walks every frozen object with the
     GIL held (17 ms for 183k here), so the count is the one `freeze_heap` took."""

@@ -241,6 +241,7 @@ class StreamingEngine:
             if self.freeze_gc:
                 self.gc_pauses.frozen_objects = freeze_heap()
                 log.info("gc: %d objects exempt from cyclic collection", self.gc_pauses.frozen_objects)
+            self.gc_pauses.reset()
             self._ready.set()
             while not self._stopping:
                 busy = self._step()
