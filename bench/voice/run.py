@@ -42,7 +42,10 @@ def run_voice_bench(*, client: str = "browser", turns: int = 10, url: str | None
     else:
         from .client import run_aiortc as drive
     with contextlib.ExitStack() as stack:
+        loading = time.monotonic()
         target = url or stack.enter_context(demo_process(list(demo_args)))
+        print(f"voice-bench: the agent at {target} ({time.monotonic() - loading:.1f} s to ready); {turns} turns",
+              file=sys.stderr, flush=True)  # a run cut short still says how far it got
         began = time.time()
         records, extra = drive(target, texts)
     meta = {"client": "headless Chromium" if client == "browser" else "aiortc client",
