@@ -19,6 +19,9 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=7860, help="0 picks a free port")
     p.add_argument("--device", default="cpu", help="the engine's device with --model (cpu or cuda)")
     p.add_argument("--flow", type=Path, default=None, help="a structured conversation (YAML or JSON; docs/flows.md)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes serving the page and its sessions on the one port, for more sessions than one "
+                        "Python event loop carries (default 1)")
     p.set_defaults(func=run)
 
 
@@ -30,6 +33,8 @@ def run(args) -> int:
 
     from .demo import load_access, load_config, run_demo
 
+    if not 1 <= args.workers <= 64:
+        raise ValueError(f"--workers must be in 1-64, got {args.workers}")
     if args.model is not None and args.cadence_url is not None:
         raise ValueError("give --model or --cadence-url, not both")
     if args.config is not None and not args.config.is_file():
@@ -45,7 +50,7 @@ def run(args) -> int:
         from flows.loader import load_flow
 
         load_flow(cfg.flow)  # a bad flow file fails now, with its file, line and key, not inside a session
-    return run_demo(cfg, access, model=model, device=args.device)
+    return run_demo(cfg, access, model=model, device=args.device, workers=args.workers)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -170,9 +170,61 @@ class _Server(uvicorn.Server):
                 signal.signal(s, handler)
 
 
-def run_demo(cfg: AgentConfig, access, *, model: Path | None, device: str) -> int:
-    """access: the page server's `ServerConfig` (listen address and access rules: load_access)."""
+def _uvicorn_config(app, access) -> uvicorn.Config:
     from tts_engine.server.protocol import timed_protocol
+
+    # The engine server's protocol: a request must arrive whole within 10 s of its first byte
+    # (tts_engine/server/protocol.py), so slow or idle clients cannot hold sockets for ever.
+    # X-Forwarded-For / -Proto only from the listed proxies (an https page behind a TLS proxy has
+    # an https Origin, which the Origin check compares with the scheme it believes).
+    return uvicorn.Config(
+        app, lifespan="on", log_level="warning", timeout_graceful_shutdown=3, timeout_keep_alive=30,
+        http=timed_protocol(10.0, 30.0), server_header=False, ssl_certfile=access.tls_certfile,
+        ssl_keyfile=access.tls_keyfile, proxy_headers=bool(access.trusted_proxies),
+        forwarded_allow_ips=list(access.trusted_proxies) or None)
+
+
+def _worker(cfg: AgentConfig, access, secret: bytes, number: int) -> None:
+    """One more process on the page's port (`--workers`, spawned by run_demo): its own models and sessions. It
+    listens once its models are loaded, so no browser lands on it while it loads."""
+    from tts_engine.server.run import bind
+    from tts_engine.server.security import AccessPolicy
+
+    from .server import create_app, preload
+
+    sock = bind(access, reuse_port=True, listen=False)
+    preload(cfg)
+    app = create_app(cfg, access=dataclasses.replace(AccessPolicy.for_page_server(access), secret=secret),
+                     worker=number)
+    with contextlib.suppress(KeyboardInterrupt):
+        _Server(_uvicorn_config(app, access)).run(sockets=[sock])
+
+
+def _start_workers(cfg: AgentConfig, access, secret: bytes, workers: int) -> list:
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited threads
+    procs = [spawn.Process(target=_worker, args=(cfg, access, secret, i), daemon=True, name=f"demo-worker-{i}")
+             for i in range(1, workers)]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def _stop_workers(procs: list) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.join(10)
+
+
+def run_demo(cfg: AgentConfig, access, *, model: Path | None, device: str, workers: int = 1) -> int:
+    """access: the page server's `ServerConfig` (listen address and access rules: load_access). workers: processes
+    serving the page on its port (SO_REUSEPORT: the kernel shares the connections out). A session stays with the
+    process its offer reached: the page sends its whole offer in one request, and the media go to that process's
+    own ports. Browser tokens are signed with one secret, so any process takes a token another made."""
+    import secrets
+
     from tts_engine.server.run import bind
     from tts_engine.server.security import AccessPolicy
 
@@ -181,12 +233,14 @@ def run_demo(cfg: AgentConfig, access, *, model: Path | None, device: str) -> in
     if model is not None and not model.is_dir():
         raise FileNotFoundError(f"model directory {model} does not exist")
     began = time.monotonic()
-    policy = AccessPolicy.for_page_server(access)
-    sock = bind(access)
+    policy = dataclasses.replace(AccessPolicy.for_page_server(access), secret=secrets.token_bytes(32))
+    sock = bind(access, reuse_port=workers > 1)
     with contextlib.ExitStack() as stack:
         stack.callback(sock.close)
         if model is not None:
             cfg = dataclasses.replace(cfg, cadence_url=stack.enter_context(engine_process(model, device=device)))
+        at_port = dataclasses.replace(access, port=sock.getsockname()[1])  # --port 0: the port this one got
+        stack.callback(_stop_workers, _start_workers(cfg, at_port, policy.secret, workers))
         bound_host, bound_port = sock.getsockname()[:2]
         scheme = "https" if access.tls_certfile else "http"
         url = f"{scheme}://{'localhost' if bound_host in ('0.0.0.0', '::') else bound_host}:{bound_port}/"
@@ -220,18 +274,12 @@ def run_demo(cfg: AgentConfig, access, *, model: Path | None, device: str) -> in
         if cfg.llm_base_url is None:
             print("cadence demo: LLM is the OFFLINE SCRIPTED LLM (not a language model); "
                   "set CADENCE_LLM_BASE_URL for a real one", file=sys.stderr)
-        # The engine server's protocol: a request must arrive whole within 10 s of its first byte
-        # (tts_engine/server/protocol.py), so slow or idle clients cannot hold sockets for ever.
-        # X-Forwarded-For / -Proto only from the listed proxies (an https page behind a TLS proxy has
-        # an https Origin, which the Origin check compares with the scheme it believes).
-        server = _Server(uvicorn.Config(
-            app, lifespan="on", log_level="warning", timeout_graceful_shutdown=3, timeout_keep_alive=30,
-            http=timed_protocol(10.0, 30.0), server_header=False, ssl_certfile=access.tls_certfile,
-            ssl_keyfile=access.tls_keyfile, proxy_headers=bool(access.trusted_proxies),
-            forwarded_allow_ips=list(access.trusted_proxies) or None))
+        server = _Server(_uvicorn_config(app, access))
         # The page answers at once and shows the loading state; "ready" follows when the models are in.
         keys = f"; API keys: {len(policy.api_keys)}, the page's API needs a token" if policy.needs_key else ""
-        print(f"cadence demo: open {url} (Ctrl-C to stop{keys}); loading the models...", file=sys.stderr, flush=True)
+        procs = f"; {workers} processes" if workers > 1 else ""
+        print(f"cadence demo: open {url} (Ctrl-C to stop{keys}{procs}); loading the models...", file=sys.stderr,
+              flush=True)
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
             server.run(sockets=[sock])
     print("cadence demo: stopped", file=sys.stderr)

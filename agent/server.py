@@ -4,7 +4,7 @@ agent pipeline per browser connection.
     GET  /            the page (web/index.html; static, no build step, no internet)
     GET  /static/...  the page's other files
     GET  /api/config  what this agent runs (STT, LLM, TTS), for the page to show
-    GET  /health      200 while the server runs (liveness)
+    GET  /health      200 {status, worker} while the server runs (liveness; worker: the process, see --workers)
     GET  /ready       200 {ready: true, load_s} once the shared models are loaded, else 503
                       {ready: false, loading_s} (or {ready: false, error} if loading failed)
     POST /api/offer   {sdp, type: "offer", pc_id?} -> {sdp, type: "answer", pc_id}; 422 if malformed,
@@ -292,11 +292,12 @@ def _close_fully(connection, closing: set[asyncio.Task]) -> None:
 
 def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int = MAX_SESSIONS,
                connect_timeout_s: float | None = None,
-               on_ready: Callable[[Readiness], None] | None = None, access=None) -> FastAPI:
+               on_ready: Callable[[Readiness], None] | None = None, access=None, worker: int = 0) -> FastAPI:
     """max_sessions: sessions at once (503 + Retry-After past it). connect_timeout_s: how long an
     answered offer may take to connect before it is closed (None: pipecat's 60 s). on_ready: called
     (on the event loop) once the models are loaded, or failed to load (`Readiness.error`). access: a
-    `tts_engine.server.security.AccessPolicy` (API keys, browser tokens, Origin and Host allow-lists)."""
+    `tts_engine.server.security.AccessPolicy` (API keys, browser tokens, Origin and Host allow-lists).
+    worker: this process's number among `cadence demo --workers` (in /health)."""
     from pipecat.transports.smallwebrtc.request_handler import (
         IceCandidate,
         SmallWebRTCPatchRequest,
@@ -358,7 +359,7 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int =
 
     @app.get("/health")
     async def health():
-        return {"status": "ok"}
+        return {"status": "ok", "worker": worker}
 
     @app.get("/ready")
     async def ready():

@@ -63,8 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gap-ms", type=float, default=GAP_MS, help="an underrun: nothing to play for this long")
     p.add_argument("--ramp-s", type=float, default=2.0, help="callers start at random within this many seconds")
     p.add_argument("--agent-workers", type=int, default=1,
-                   help="agent processes sharing the calls (twilio only: a WebRTC answer and its ICE must meet "
-                        "in one process), as `cadence phone --workers`")
+                   help="agent processes sharing the calls on one port, as `cadence phone --workers` and `cadence "
+                        "demo --workers` (a WebRTC caller sends its whole offer in one request, so its answer and "
+                        "its media stay with one process)")
     p.add_argument("--callers-per-process", type=int, default=10,
                    help="callers sharing one client process (so the clients' own CPU stays off the figures)")
     p.add_argument("--out", type=Path, default=Path("agent-bench"), help="report directory")
@@ -83,8 +84,8 @@ def _validate(args: argparse.Namespace) -> None:
         raise ValueError("--llm-first-token-ms must be >= 0 and --llm-tokens-per-s > 0")
     if args.gap_ms <= 0 or args.ramp_s < 0 or args.callers_per_process < 1:
         raise ValueError("--gap-ms must be > 0, --ramp-s >= 0 and --callers-per-process >= 1")
-    if not 1 <= args.agent_workers <= 32 or (args.agent_workers > 1 and args.transport != "twilio"):
-        raise ValueError("--agent-workers must be in 1-32, and 1 with --transport webrtc")
+    if not 1 <= args.agent_workers <= 32:
+        raise ValueError(f"--agent-workers must be in 1-32, got {args.agent_workers}")
     if args.model is not None and not args.model.is_dir():
         raise FileNotFoundError(f"no checkpoint directory at {args.model}")
     if args.config is not None and not args.config.is_file():

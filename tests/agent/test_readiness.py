@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -103,3 +104,54 @@ def test_cadence_demo_says_when_it_is_ready_and_how_long_loading_took():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow
+def test_cadence_demo_workers_share_the_port_and_take_each_others_tokens(tmp_path):
+    """`--workers 2`: both processes answer on the one port, a browser token one made is good at the other, and
+    Ctrl-C stops them all."""
+    import httpx
+
+    key = "demo-workers-key-0123456789"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CADENCE_")} | {"HF_HUB_OFFLINE": "1",
+                                                                                   "CADENCE_API_KEYS": key}
+    config = tmp_path / "demo.toml"
+    config.write_text('fallback_tts = "none"\n')  # no voice to load: the page's API is what is checked
+    proc = subprocess.Popen([sys.executable, "-m", "tts_engine.cli", "demo", "--port", "0", "--workers", "2",
+                             "--config", str(config)], cwd=REPO, env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+    try:
+        err = Lines(proc.stderr)
+        url = err.wait_for(r"ready at (http://\S+/)", timeout=120).group(1)
+        token = httpx.post(url + "api/token", headers={"Authorization": f"Bearer {key}"}).json()["token"]
+        seen, deadline = set(), time.monotonic() + 180  # the second listens once its own models are loaded
+        while seen != {0, 1} and time.monotonic() < deadline:
+            seen.add(httpx.get(url + "health").json()["worker"])  # a new connection each time
+        assert seen == {0, 1}
+        # Twenty connections, shared out by the kernel: with a secret of each process's own, about half would
+        # be refused.
+        statuses = [httpx.get(url + "api/config", headers={"Authorization": f"Bearer {token}"}).status_code
+                    for _ in range(20)]
+        assert statuses == [200] * 20
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert "Traceback" not in err.rest()
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # no process of the demo listens any more
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_demo_workers_must_be_a_sensible_count():
+    import argparse
+
+    from agent import cli
+
+    parser = argparse.ArgumentParser(prog="cadence")
+    cli.register(parser.add_subparsers(dest="command"))
+    parsed = parser.parse_args(["demo", "--port", "0", "--workers", "0"])
+    with pytest.raises(ValueError, match="--workers must be in 1-64"):
+        parsed.func(parsed)
