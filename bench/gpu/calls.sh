@@ -48,7 +48,7 @@ case "${1:-}" in
       --conversations 20,50 --out $R/tw8
     bounded 80 tw8-nofeedback python3 -m bench.agent --transport twilio --agent-workers 8 --no-playout-reports \
       --cadence-url $U --conversations 20 --out $R/tw8-nofeedback
-    bounded 75 rtc python3 -m bench.agent --cadence-url $U --conversations 20 --out $R/rtc
+    bounded 85 rtc8 python3 -m bench.agent --agent-workers 8 --cadence-url $U --conversations 20 --out $R/rtc8
     for hold in 0.6 0.3; do  # the default reply hold, and a shorter one (the trade-off: docs/agent.md)
       printf 'cadence_url = "%s"\nfallback_tts = "none"\nreply_hold_s = %s\n' $U $hold > /tmp/demo.toml
       bounded 120 voice-hold$hold python3 -m bench.voice --client aiortc --turns 5 \
