@@ -200,18 +200,20 @@ def _worker(cfg: AgentConfig, access, secret: bytes, number: int) -> None:
         _Server(_uvicorn_config(app, access)).run(sockets=[sock])
 
 
-def _start_workers(cfg: AgentConfig, access, secret: bytes, workers: int) -> list:
+def start_workers(target, calls: list[tuple], name: str) -> list:
+    """`target(*args)` in a process of its own for each args tuple (`cadence demo` / `cadence phone --workers`):
+    spawned, not forked, so each is a fresh interpreter with no inherited threads."""
     import multiprocessing
 
-    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited threads
-    procs = [spawn.Process(target=_worker, args=(cfg, access, secret, i), daemon=True, name=f"demo-worker-{i}")
-             for i in range(1, workers)]
+    spawn = multiprocessing.get_context("spawn")
+    procs = [spawn.Process(target=target, args=args, daemon=True, name=f"{name}-{i}")
+             for i, args in enumerate(calls, 1)]
     for p in procs:
         p.start()
     return procs
 
 
-def _stop_workers(procs: list) -> None:
+def stop_workers(procs: list) -> None:
     for p in procs:
         p.terminate()
     for p in procs:
@@ -240,7 +242,8 @@ def run_demo(cfg: AgentConfig, access, *, model: Path | None, device: str, worke
         if model is not None:
             cfg = dataclasses.replace(cfg, cadence_url=stack.enter_context(engine_process(model, device=device)))
         at_port = dataclasses.replace(access, port=sock.getsockname()[1])  # --port 0: the port this one got
-        stack.callback(_stop_workers, _start_workers(cfg, at_port, policy.secret, workers))
+        calls = [(cfg, at_port, policy.secret, i) for i in range(1, workers)]
+        stack.callback(stop_workers, start_workers(_worker, calls, "demo-worker"))
         bound_host, bound_port = sock.getsockname()[:2]
         scheme = "https" if access.tls_certfile else "http"
         url = f"{scheme}://{'localhost' if bound_host in ('0.0.0.0', '::') else bound_host}:{bound_port}/"

@@ -155,27 +155,10 @@ def _worker(args, port: int, secret: bytes, number: int) -> None:
         _uvicorn(app).run(sockets=[sock])
 
 
-def _start_workers(args, port: int, secret: bytes) -> list:
-    import multiprocessing
-
-    spawn = multiprocessing.get_context("spawn")  # not forked: a fresh interpreter, no inherited threads
-    workers = [spawn.Process(target=_worker, args=(args, port, secret, i), daemon=True, name=f"phone-worker-{i}")
-               for i in range(1, args.workers)]
-    for w in workers:
-        w.start()
-    return workers
-
-
-def _stop_workers(workers: list) -> None:
-    for w in workers:
-        w.terminate()
-    for w in workers:
-        w.join(10)
-
-
 def run(args) -> int:
     import secrets
 
+    from agent.demo import start_workers, stop_workers
     from tts_engine.server.config import ServerConfig
     from tts_engine.server.run import bind
 
@@ -205,7 +188,8 @@ def run(args) -> int:
         stack.callback(sock.close)
         port = sock.getsockname()[1]
         secret = secrets.token_bytes(32)
-        stack.callback(_stop_workers, _start_workers(args, port, secret))
+        calls = [(args, port, secret, i) for i in range(1, args.workers)]
+        stack.callback(stop_workers, start_workers(_worker, calls, "phone-worker"))
         companions = [*([sip] if sip else []), _Ready(args.host, port, sip, args.workers)]
         app = create_app(cfg, max_calls=args.max_calls, public_url=args.public_url, companions=companions,
                          keys=settings.keys, stream_secret=secret)
