@@ -9,8 +9,10 @@
 #   [".gpu/p2"]          bash bench/gpu/calls.sh soak      bench.soak, 9 minutes (SOAK_MINUTES) at 30 clients/s, :8001
 #   [".gpu/p3"]          bash bench/gpu/calls.sh agent     the agent's packages, then bench.agent and bench.voice
 #                                                           against :8000, each bounded; $OUT/agent.tgz after each
+#   []                   bash bench/gpu/calls.sh fast      after `agent`: Twilio callers with a faster stand-in LLM
+#                                                           (150 tokens/s), the engine's share without the LLM's pace
 set -u
-bash bench/gpu/agent.sh stage > /dev/null || exit 1
+[ "${1:-}" = fast ] || bash bench/gpu/agent.sh stage > /dev/null || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 ready() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$1/ready', timeout=2)" 2>/dev/null; }
 serve() {  # port, then more `cadence serve` arguments; its pid in /tmp/serve-PORT.pid, its log in /tmp/serve-PORT.log
@@ -54,5 +56,10 @@ case "${1:-}" in
       bounded 120 voice-hold$hold python3 -m bench.voice --client aiortc --turns 5 \
         --demo-args "--config /tmp/demo.toml" --out $R/voice-hold$hold
     done ;;
-  *) sed -n 2,11p "$0"; exit 2 ;;
+  fast)
+    export XDG_CACHE_HOME=/tmp/agent-pack/cache HF_HUB_OFFLINE=1
+    ready 8000 || { echo "no server on :8000"; exit 1; }
+    timeout 200 python3 -m bench.agent --transport twilio --agent-workers 8 --llm-tokens-per-s 150 \
+      --cadence-url ws://127.0.0.1:8000/v1/stream --conversations 1,20,50 --out "$OUT/tw8-150tps" 2>&1 | tail -30 ;;
+  *) sed -n 2,13p "$0"; exit 2 ;;
 esac
