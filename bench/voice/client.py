@@ -83,20 +83,13 @@ async def _post_offer(url: str, sdp: str) -> dict:
 
 def peer_connection():
     """The page's peer connection (host candidates only), whose audio receiver hands each packet to the
-    listener as soon as the next one shows it complete: a one-packet (20 ms) jitter buffer, as a browser's
-    adaptive one holds on a clean link. aiortc's own holds four packets (80 ms) first: a fixed delay of this
-    client's, not of the agent, which no browser adds."""
-    import aiortc.rtcrtpreceiver as receiver
+    listener as soon as the next one shows it complete (agent/webrtc_audio.py): a one-packet (20 ms)
+    jitter buffer, as a browser's adaptive one holds on a clean link, not aiortc's four (80 ms)."""
     from aiortc import RTCConfiguration, RTCPeerConnection
 
-    if not getattr(receiver.JitterBuffer, "one_packet", False):
-        class OnePacket(receiver.JitterBuffer):
-            one_packet = True
+    from agent.webrtc_audio import one_packet_audio_receivers
 
-            def __init__(self, capacity: int, prefetch: int = 0, is_video: bool = False):
-                super().__init__(capacity, prefetch if is_video else 1, is_video)
-
-        receiver.JitterBuffer = OnePacket
+    one_packet_audio_receivers()
     return RTCPeerConnection(RTCConfiguration(iceServers=[]))
 
 
