@@ -88,22 +88,6 @@ def transcribe_utterance(whisper, audio: np.ndarray, *, window_s: float | None =
     return tokenizer.decode([t for t in result.sequences_ids[0] if t < tokenizer.eot]).strip()
 
 
-class _Runs:
-    """Whisper runs under way in this process. Every session shares one model, and CTranslate2 runs
-    one generation at a time per worker, so a draft started while another session's run is under
-    way queues in front of finals. So a draft starts only when the model is free; a final always runs."""
-
-    active = 0
-
-    @classmethod
-    async def transcribe(cls, stt: IncrementalWhisperSTT, pcm16: bytes) -> str:
-        cls.active += 1
-        try:
-            return await asyncio.to_thread(stt._transcribe, pcm16)
-        finally:
-            cls.active -= 1
-
-
 def _rms(pcm16: bytes) -> float:
     samples = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768
     return float(np.sqrt(np.mean(samples * samples))) if samples.size else 0.0
@@ -157,7 +141,7 @@ class IncrementalWhisperSTT(WhisperSTTService):
     def _maybe_draft(self) -> None:
         """A draft of everything heard so far, when quiet has lasted PAUSE_S, none is
         running and the last one did not hear it all."""
-        idle = _Runs.active == 0 and (self._draft is None or self._draft.done())
+        idle = self._draft is None or self._draft.done()
         if (idle and self._user_speaking and self._quiet >= PAUSE_S * self.sample_rate * 2
                 and self._draft_end < self._loud_end):
             self._start_draft()
@@ -167,7 +151,7 @@ class IncrementalWhisperSTT(WhisperSTTService):
         # QUIET_RATIO of the vowels, and cut off it is misheard.
         pcm = bytes(self._audio_buffer)
         self._draft_end = self._loud_end
-        self._draft = asyncio.ensure_future(_Runs.transcribe(self, pcm))
+        self._draft = asyncio.ensure_future(asyncio.to_thread(self._transcribe, pcm))
         self._draft.add_done_callback(self._push_interim)
 
     def _push_interim(self, draft: asyncio.Future[str]) -> None:
@@ -194,7 +178,7 @@ class IncrementalWhisperSTT(WhisperSTTService):
             logger.warning(f"{self}: draft transcription failed ({e}); transcribing the utterance")
             text = None
         if text is None:
-            text = await _Runs.transcribe(self, audio)
+            text = await asyncio.to_thread(self._transcribe, audio)
         await self.stop_processing_metrics()
         if text:
             logger.debug(f"Transcription ({'draft' if draft is not None else 'at end'}): [{text}]")
