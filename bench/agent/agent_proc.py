@@ -11,10 +11,11 @@ runs it) under uvicorn, with three substitutions made here and nowhere else:
   inside the user's pause and the voice wait for its end: token -> audible would measure the hold,
   not the engine and the transport.
 
-Two observations are added, which change nothing the agent does: the TTS service stamps the first
+Three observations are added, which change nothing the agent does: the TTS service stamps the first
 engine audio of each reply as it arrives (`stand_in.TTS_FIRST_AUDIO`, so a turn's latency splits
-into the engine's part and the rest), and `--loop-lag-file` receives this process's event-loop
-lateness (bench/loop_lag.py) as "probe began ms, lag ms" lines, once a second.
+into the engine's part and the rest), the recogniser stamps each final transcript
+(`stand_in.STT_FINAL`), and `--loop-lag-file` receives this process's event-loop lateness
+(bench/loop_lag.py) as "probe began ms, lag ms" lines, once a second.
 
     python -m bench.agent.agent_proc --transport webrtc|twilio --port P --cadence-url URL [...]
 prints "agent-bench agent: ready" on stderr once it takes connections.
@@ -37,8 +38,9 @@ def _substitute(first_token_s: float, tokens_per_s: float, playout_reports: bool
     import agent.pipeline
     import transports.telephony.call
     from agent.cadence_tts import CadenceTTSService
+    from agent.stt import IncrementalWhisperSTT
 
-    from .stand_in import PacedLLM, stamp_first_engine_audio
+    from .stand_in import PacedLLM, stamp_final_transcripts, stamp_first_engine_audio
 
     def make_llm(_cfg):
         return PacedLLM(first_token_s=first_token_s, tokens_per_s=tokens_per_s)
@@ -46,6 +48,7 @@ def _substitute(first_token_s: float, tokens_per_s: float, playout_reports: bool
     agent.pipeline.make_llm = make_llm  # agent.server.run_session imports it per session
     transports.telephony.call.make_llm = make_llm
     stamp_first_engine_audio(CadenceTTSService)
+    stamp_final_transcripts(IncrementalWhisperSTT)
     if not playout_reports:
         async def no_report(self, context_id: str, played_s: float) -> None:
             return None

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from bench.load.percentiles import distribution
 
-LATENCIES = ("token_to_audio_ms", "token_to_tts_ms", "speech_end_to_audio_ms", "barge_in_ms",
-             "barge_in_from_speech_ms")
+LATENCIES = ("token_to_audio_ms", "token_to_tts_ms", "speech_end_to_audio_ms", "speech_end_to_transcript_ms",
+             "speech_end_to_token_ms", "barge_in_ms", "barge_in_from_speech_ms")
+WAITS = ("speech_end_to_transcript_ms", "speech_end_to_token_ms")  # parts of a turn's wait, where stamped
 
 
 def summarise(n: int, records: list[dict], errors: list[str]) -> dict:
@@ -23,6 +24,8 @@ def summarise(n: int, records: list[dict], errors: list[str]) -> dict:
     for key in LATENCIES:
         if key.startswith("barge"):
             values = [r[key] for r in records if r["interrupted"] and r[key] is not None]
+        elif key in WAITS:
+            values = [r[key] for r in records if r.get(key) is not None]
         else:
             values = [math.inf if r[key] is None else r[key] for r in records
                       if key == "token_to_audio_ms" or r["heard"]]
@@ -44,14 +47,16 @@ def render(data: dict) -> str:
              f"LLM: {data['llm']}. TTS: {data['tts']}. Playout reports: {'on' if data['playout_reports'] else 'OFF'}. "
              f"Agent processes: {data.get('agent_workers', 1)}.",
              "", "| N | turns heard | LLM first token -> audible p50/p95/p99 ms "
-             "| of which to engine audio at the agent | speech end -> audible p50/p95/p99 ms | underruns (turns) "
+             "| of which to engine audio at the agent | speech end -> audible p50/p95/p99 ms "
+             "| of which to transcript, to LLM first token | underruns (turns) "
              "| barge-in -> silence p50/p95/p99 ms "
              "| loop lag p99/max ms: agent, callers | caller errors |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         trio = {k: "/".join(_ms(r[k][p]) for p in ("p50", "p95", "p99")) for k in LATENCIES}
         lines.append(f"| {r['conversations']} | {r['turns_heard']}/{r['turns']} | {trio['token_to_audio_ms']} | "
-                     f"{trio['token_to_tts_ms']} | {trio['speech_end_to_audio_ms']} | {r['underruns']} "
+                     f"{trio['token_to_tts_ms']} | {trio['speech_end_to_audio_ms']} | "
+                     f"{trio['speech_end_to_transcript_ms']}, {trio['speech_end_to_token_ms']} | {r['underruns']} "
                      f"({r['turns_with_underruns']}) | {trio['barge_in_ms']} | "
                      f"{_lag(r, 'agent')}, {_lag(r, 'callers')} | {len(r['caller_errors'])} |")
     return "\n".join(lines) + "\n"

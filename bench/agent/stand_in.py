@@ -1,6 +1,7 @@
 """The PACED STAND-IN LLM (not a language model): the scripted LLM with a set first-token delay and
 token rate, which also tells the caller, in-band, when its first token left and when an
-interruption reached it; and the TTS service's stamp of each reply's first engine audio. The
+interruption reached it; the TTS service's stamp of each reply's first engine audio, and the STT's of
+each final transcript. The
 stamps go as transport messages (urgent, so no queue delays them): the WebRTC data channel's app
 messages, or a JSON text message on the media-stream WebSocket."""
 
@@ -14,6 +15,7 @@ from pipecat.frames.frames import (
     LLMFullResponseStartFrame,
     LLMTextFrame,
     OutputTransportMessageUrgentFrame,
+    TranscriptionFrame,
     TTSAudioRawFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
@@ -25,6 +27,7 @@ REPLY = ("Sure, here is a short answer read aloud by the agent, so that you can 
 FIRST_TOKEN = "llm_first_token"
 INTERRUPTION = "interruption"
 TTS_FIRST_AUDIO = "tts_first_audio"
+STT_FINAL = "stt_final"
 
 
 def stamp(kind: str) -> OutputTransportMessageUrgentFrame:
@@ -66,3 +69,17 @@ def stamp_first_engine_audio(service_class) -> None:
         return await original(self, context_id, frame)
 
     service_class.append_to_audio_context = append_to_audio_context
+
+
+def stamp_final_transcripts(service_class) -> None:
+    """Makes `service_class` (a pipecat STT service) stamp each final transcript as it leaves, so a
+    turn's wait between the end of speech and the LLM's request splits into the recogniser's part
+    and the turn-taking's."""
+    original = service_class.push_frame
+
+    async def push_frame(self, frame, direction=FrameDirection.DOWNSTREAM):
+        if isinstance(frame, TranscriptionFrame):
+            await original(self, stamp(STT_FINAL))
+        return await original(self, frame, direction)
+
+    service_class.push_frame = push_frame

@@ -9,7 +9,9 @@ Per turn, from the agent's stamps (stand_in.py) and the caller's own notes:
 - token_to_audio_ms: the LLM's first token -> the first audible bot audio at the caller;
 - token_to_tts_ms: the LLM's first token -> the engine's first audio at the agent's TTS service (the
   engine's part of token_to_audio_ms; the rest is the agent's queues, the transport and the caller);
-- speech_end_to_audio_ms: the end of the caller's speech -> the same audio;
+- speech_end_to_audio_ms: the end of the caller's speech -> the same audio; of it,
+  speech_end_to_transcript_ms to the recogniser's final transcript and speech_end_to_token_ms to
+  the LLM's first token (the turn-taking's wait, the transcript's and the LLM's first-token delay);
 - underruns / underrun_ms: once the reply plays, each stretch of at least `gap_ms` with nothing to
   play (digital silence or no audio at all) before the reply's last audible piece;
 - barge_in_ms: the interruption reaching the agent -> the end of the last audible bot audio at the
@@ -94,11 +96,19 @@ def measure_turns(heard: Heard, turns: list[Turn], events: list[dict], *, gap_ms
         first_audio = None if first_token is None else _audible_after(pieces, first_token, until)
         tts = next((t for kind, t in stamps if kind == "tts_first_audio"
                     and first_token is not None and t >= first_token), None)
-        record = {"token_to_audio_ms": None, "token_to_tts_ms": None, "speech_end_to_audio_ms": None, "underruns": None,
+        record = {"token_to_audio_ms": None, "token_to_tts_ms": None, "speech_end_to_audio_ms": None,
+                  "speech_end_to_transcript_ms": None, "speech_end_to_token_ms": None, "underruns": None,
                   "underrun_ms": None, "barge_in_ms": None, "barge_in_from_speech_ms": None,
                   "heard": first_audio is not None, "interrupted": interrupted is not None}
         if tts is not None:
             record["token_to_tts_ms"] = tts - first_token
+        if turn.speech_end_ms is not None:
+            end = turn.speech_end_ms
+            final = next((t for kind, t in stamps if kind == "stt_final" and t >= end), None)
+            if final is not None and (first_token is None or final <= first_token):
+                record["speech_end_to_transcript_ms"] = final - end
+            if first_token is not None and first_token >= end:
+                record["speech_end_to_token_ms"] = first_token - end
         if first_audio is not None:
             record["token_to_audio_ms"] = first_audio - first_token
             if turn.speech_end_ms is not None:

@@ -19,7 +19,8 @@ from bench.agent.timeline import GAP_MS, Heard, Turn, measure_turns
 from .starving_proxy import starving_proxy
 
 REPO = Path(__file__).resolve().parents[2]
-FIELDS = ("token_to_audio_ms", "token_to_tts_ms", "speech_end_to_audio_ms", "barge_in_ms", "barge_in_from_speech_ms")
+FIELDS = ("token_to_audio_ms", "token_to_tts_ms", "speech_end_to_audio_ms", "speech_end_to_transcript_ms",
+          "speech_end_to_token_ms", "barge_in_ms", "barge_in_from_speech_ms")
 
 
 def _heard(*spans: tuple[float, float, float]) -> Heard:
@@ -49,6 +50,18 @@ def test_the_engines_part_is_timed_from_the_first_token_to_the_agents_stamp():
     assert (r["token_to_tts_ms"], r["token_to_audio_ms"]) == (30.0, 100.0)
     [none] = measure_turns(heard, [Turn(started_ms=1000.0)], events[:2])
     assert none["token_to_tts_ms"] is None
+
+
+def test_the_wait_after_speech_splits_at_the_transcript_and_the_first_token():
+    heard = _heard((0, 1300, 0.0), (1300, 4000, 0.05))
+    events = [{"type": "stt_final", "t_ms": 300.0},  # a draft's final before the speech ended: not this one
+              {"type": "stt_final", "t_ms": 1000.0}, {"type": "llm_first_token", "t_ms": 1200.0},
+              {"type": "stt_final", "t_ms": 3000.0}]  # the barge-in's, after the reply began
+    [r] = measure_turns(heard, [Turn(started_ms=0.0, speech_end_ms=900.0)], events)
+    assert (r["speech_end_to_transcript_ms"], r["speech_end_to_token_ms"], r["speech_end_to_audio_ms"]) == (
+        100.0, 300.0, 400.0)
+    [none] = measure_turns(heard, [Turn(started_ms=0.0, speech_end_ms=900.0)], events[2:])
+    assert none["speech_end_to_transcript_ms"] is None and none["speech_end_to_token_ms"] == 300.0
 
 
 def test_a_gap_in_the_reply_is_an_underrun_and_a_short_one_is_not():
@@ -149,6 +162,9 @@ def test_concurrent_callers_are_measured_end_to_end_with_a_barge_in(engine_url, 
         # the reply cannot be heard before the stand-in's first token, nor before the caller stopped
         assert record["interrupted"] and record["token_to_audio_ms"] > 0, record
         assert record["speech_end_to_audio_ms"] > record["token_to_audio_ms"], record
+        # the recogniser's transcript, then the LLM's first token, then the audio
+        assert 0 < record["speech_end_to_transcript_ms"] < record["speech_end_to_token_ms"], record
+        assert record["speech_end_to_token_ms"] < record["speech_end_to_audio_ms"], record
         assert 0 < record["token_to_tts_ms"] < record["token_to_audio_ms"], record
         assert record["barge_in_from_speech_ms"] > record["barge_in_ms"], record
     assert isinstance(row["underruns"], int) and row["underrun_ms"]["n"] == 2
