@@ -88,6 +88,7 @@ class AgentConfig:
     llm_api_key: str | None = None
     llm_model: str = "gpt-4.1-mini"
     system_prompt: str = SYSTEM_PROMPT
+    scripted_first_token_s: float = 0.3
     scripted_tokens_per_s: float = 25.0
     # The fallback voice when no Cadence engine is configured or reachable (and no OpenAI-compatible
     # speech server is configured): "piper" (CPU; `piper_model` = a Piper .onnx file, None = the
@@ -122,6 +123,9 @@ class AgentConfig:
             raise ValueError(f"fallback_tts must be one of {', '.join(FALLBACK_TTS)}, got {self.fallback_tts!r}")
         if require_tts and not self.has_tts:
             raise ValueError("configure a TTS: cadence_url, speech_base_url or fallback_tts = 'piper'")
+        if not (self.scripted_first_token_s >= 0 and self.scripted_tokens_per_s > 0):
+            raise ValueError("scripted_first_token_s must be >= 0 and scripted_tokens_per_s > 0, got "
+                             f"{self.scripted_first_token_s} and {self.scripted_tokens_per_s}")
         if not 0 < self.vad_stop_s <= 2:
             raise ValueError(f"vad_stop_s must be in (0, 2], got {self.vad_stop_s}")
         if not 0 <= self.user_speech_timeout_s <= 5:
@@ -140,7 +144,7 @@ class AgentConfig:
 def make_llm(cfg: AgentConfig) -> FrameProcessor:
     if cfg.llm_base_url is None:
         logger.warning("no LLM configured: answering with the OFFLINE SCRIPTED LLM (not a language model)")
-        return ScriptedLLM(tokens_per_s=cfg.scripted_tokens_per_s)
+        return ScriptedLLM(first_token_s=cfg.scripted_first_token_s, tokens_per_s=cfg.scripted_tokens_per_s)
     from pipecat.services.openai.llm import OpenAILLMService
 
     return OpenAILLMService(api_key=cfg.llm_api_key or "none", base_url=cfg.llm_base_url,

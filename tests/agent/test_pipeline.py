@@ -83,11 +83,13 @@ def test_config_picks_the_offline_defaults_and_refuses_bad_values():
 
     cfg = AgentConfig().validate()
     assert isinstance(make_llm(cfg), ScriptedLLM)
+    paced = make_llm(AgentConfig(scripted_first_token_s=0.2, scripted_tokens_per_s=60).validate())
+    assert (paced._first_token_s, paced._tokens_per_s) == (0.2, 60)  # the GPU voice bench's stand-in pace
     assert isinstance(make_tts(cfg), CadenceTTSService)
     http = AgentConfig(cadence_url=None, speech_base_url="http://127.0.0.1:9/v1").validate()
     assert isinstance(make_tts(http), OpenAICompatibleTTSService)
     assert isinstance(user_params(cfg).vad_analyzer, SileroVADAnalyzer)  # the bundled model loads
     for bad in ({"cadence_url": None, "fallback_tts": "none"}, {"vad_stop_s": 0}, {"user_speech_timeout_s": -1},
-                {"output_delay_s": -0.1}):
+                {"output_delay_s": -0.1}, {"scripted_first_token_s": -1}, {"scripted_tokens_per_s": 0}):
         with pytest.raises(ValueError):
             AgentConfig(**bad).validate()
