@@ -22,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from bench.child import child_process
+from bench.cpu_busy import CpuBusy
 from bench.loop_lag import LoopLag, lag_summary
 
 from . import report
@@ -169,11 +170,12 @@ def run_round(args: argparse.Namespace, url: str, n: int, lag_dir: Path) -> dict
     size = args.callers_per_process
     groups = [delays[i:i + size] for i in range(0, n, size)]
     began_ms = time.monotonic() * 1e3
-    if len(groups) == 1:
-        parts = [_callers(args.transport, url, script, groups[0])]
-    else:  # spawned, not forked: this process runs threads
-        with ProcessPoolExecutor(len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
-            parts = list(pool.map(_callers, *zip(*[(args.transport, url, script, g) for g in groups])))
+    with CpuBusy() as cpu:
+        if len(groups) == 1:
+            parts = [_callers(args.transport, url, script, groups[0])]
+        else:  # spawned, not forked: this process runs threads
+            with ProcessPoolExecutor(len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
+                parts = list(pool.map(_callers, *zip(*[(args.transport, url, script, g) for g in groups])))
     logs = [log for part, _lags in parts for log in part]
     records, errors = [], []
     for log in logs:
@@ -183,6 +185,7 @@ def run_round(args: argparse.Namespace, url: str, n: int, lag_dir: Path) -> dict
     row = report.summarise(n, records, errors)
     row["callers_loop_lag_ms"] = lag_summary([lag for _part, lags in parts for lag in lags])
     row["agent_loop_lag_ms"] = lag_summary(read_lags(lag_dir), began_ms, time.monotonic() * 1e3)
+    row["machine_cpu_busy"] = cpu.summary()  # callers, agents and engine share the machine's cores
     row["records"] = records
     return row
 

@@ -38,6 +38,11 @@ def _lag(r: dict, who: str) -> str:
     return "-" if lag.get("max") is None else f"{lag['p99']:.0f}/{lag['max']:.0f}"
 
 
+def _cpu(r: dict) -> str:
+    cpu = r.get("machine_cpu_busy")
+    return "-" if not cpu else f"{cpu['mean']:.0%}, {cpu['peak']:.0%} of {cpu['cores']} cores"
+
+
 def _ms(v) -> str:
     return "-" if v is None else ("never" if math.isinf(v) else f"{v:.0f}")
 
@@ -50,15 +55,15 @@ def render(data: dict) -> str:
              "| of which to engine audio at the agent | speech end -> audible p50/p95/p99 ms "
              "| of which to transcript, to LLM first token | underruns (turns) "
              "| barge-in -> silence p50/p95/p99 ms "
-             "| loop lag p99/max ms: agent, callers | caller errors |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| loop lag p99/max ms: agent, callers | machine CPU busy: mean, busiest second (peak) | caller errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         trio = {k: "/".join(_ms(r[k][p]) for p in ("p50", "p95", "p99")) for k in LATENCIES}
         lines.append(f"| {r['conversations']} | {r['turns_heard']}/{r['turns']} | {trio['token_to_audio_ms']} | "
                      f"{trio['token_to_tts_ms']} | {trio['speech_end_to_audio_ms']} | "
                      f"{trio['speech_end_to_transcript_ms']}, {trio['speech_end_to_token_ms']} | {r['underruns']} "
                      f"({r['turns_with_underruns']}) | {trio['barge_in_ms']} | "
-                     f"{_lag(r, 'agent')}, {_lag(r, 'callers')} | {len(r['caller_errors'])} |")
+                     f"{_lag(r, 'agent')}, {_lag(r, 'callers')} | {_cpu(r)} | {len(r['caller_errors'])} |")
     return "\n".join(lines) + "\n"
 
 

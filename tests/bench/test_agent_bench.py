@@ -170,6 +170,8 @@ def test_concurrent_callers_are_measured_end_to_end_with_a_barge_in(engine_url, 
     assert isinstance(row["underruns"], int) and row["underrun_ms"]["n"] == 2
     # both processes watched their loops for the whole round (a 10 ms probe: dozens a second)
     assert row["agent_loop_lag_ms"]["n"] > 100 and row["callers_loop_lag_ms"]["n"] > 100, row
+    # the machine's cores were watched too: callers, agents and the engine kept some of them busy
+    assert 0 < row["machine_cpu_busy"]["mean"] <= row["machine_cpu_busy"]["peak"] <= 1, row["machine_cpu_busy"]
     assert "| 2 | 2/2 |" in (tmp_path / "agent-bench.md").read_text()
     assert (tmp_path / "agent-bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
