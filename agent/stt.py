@@ -40,6 +40,9 @@ PAUSE_S = 0.12  # a quiet stretch this long starts a draft (longer than most gap
 QUIET_RATIO = 0.1  # quiet: a frame's RMS under this fraction of the utterance's loudest frame (-20 dB)
 QUIET_FLOOR = 0.003  # ... or under -50 dBFS in any case
 NO_SPEECH_PROB = 0.6  # above it, a run heard no speech (pipecat's service drops segments likewise)
+# Whisper runs at once in one process (sessions share the model): one, with every thread, is the
+# quickest single run; `bench.agent --stt-workers` compares more when many calls share a process.
+STT_WORKERS = 1
 
 
 def bundled_whisper_model() -> str:
@@ -55,7 +58,10 @@ def load_whisper(model: str, device: str, compute_type: str):
 
     logger.info(f"STT: loading faster-whisper {model} on {device} ({compute_type})")
     # CTranslate2's default is 4 threads: more than a small machine's cores only adds contention.
-    whisper = WhisperModel(model, device=device, compute_type=compute_type, cpu_threads=min(4, os.cpu_count() or 4))
+    # The process's runs share them: one run at a time on all of them, or STT_WORKERS at once.
+    threads = min(4, os.cpu_count() or 4)
+    whisper = WhisperModel(model, device=device, compute_type=compute_type,
+                           cpu_threads=max(1, threads // STT_WORKERS), num_workers=STT_WORKERS)
     transcribe_utterance(whisper, np.zeros(SAMPLE_RATE, dtype=np.float32))  # warm-up: the first call is slow
     return whisper
 

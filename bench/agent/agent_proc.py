@@ -5,7 +5,8 @@ runs it) under uvicorn, with three substitutions made here and nowhere else:
 - the LLM is the PACED STAND-IN (`stand_in.PacedLLM`): no hosted LLM is reachable from a benchmark
   machine, and a fixed first-token delay and token rate make runs comparable;
 - `--no-playout-reports` drops the playout reports to the engine (the N = 20 comparison only:
-  the engine's deadline policy then runs without the transport's clock);
+  the engine's deadline policy then runs without the transport's clock); `--stt-workers` sets how
+  many Whisper runs one process makes at once (agent/stt.py's STT_WORKERS; a comparison only);
 - turn-taking as before the reply hold (agent/reply_hold.py): the turn ends 0.4 s after the VAD's
   stop and the reply plays as soon as it is heard. With the hold, the LLM's first token would come
   inside the user's pause and the voice wait for its end: token -> audible would measure the hold,
@@ -64,6 +65,10 @@ def build_app(args: argparse.Namespace, ready: asyncio.Event):
     cfg = dataclasses.replace(cfg, fallback_tts="none", llm_base_url=None, user_speech_timeout_s=0.4,
                               reply_hold_s=0.0).validate()
     _substitute(args.first_token_ms / 1e3, args.tokens_per_s, not args.no_playout_reports)
+    if args.stt_workers is not None:  # the comparison's setting, before the model loads
+        import agent.stt
+
+        agent.stt.STT_WORKERS = args.stt_workers
     if args.transport == "webrtc":
         from agent.server import create_app
 
@@ -130,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens-per-s", type=float, default=60.0)
     p.add_argument("--no-playout-reports", action="store_true")
     p.add_argument("--loop-lag-file", type=Path)
+    p.add_argument("--stt-workers", type=int, default=None)
     asyncio.run(serve(p.parse_args(argv)))
 
 

@@ -61,6 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llm-tokens-per-s", type=float, default=60.0, help="the paced stand-in LLM's token rate")
     p.add_argument("--no-playout-reports", action="store_true",
                    help="the engine gets no playout reports (the comparison of what the feedback buys)")
+    p.add_argument("--stt-workers", type=int, default=None,
+                   help="Whisper runs at once in each agent process (a comparison; default: agent/stt.py's)")
     p.add_argument("--gap-ms", type=float, default=GAP_MS, help="an underrun: nothing to play for this long")
     p.add_argument("--ramp-s", type=float, default=2.0, help="callers start at random within this many seconds")
     p.add_argument("--agent-workers", type=int, default=1,
@@ -87,6 +89,8 @@ def _validate(args: argparse.Namespace) -> None:
         raise ValueError("--gap-ms must be > 0, --ramp-s >= 0 and --callers-per-process >= 1")
     if not 1 <= args.agent_workers <= 32:
         raise ValueError(f"--agent-workers must be in 1-32, got {args.agent_workers}")
+    if args.stt_workers is not None and not 1 <= args.stt_workers <= 16:
+        raise ValueError(f"--stt-workers must be in 1-16, got {args.stt_workers}")
     if args.model is not None and not args.model.is_dir():
         raise FileNotFoundError(f"no checkpoint directory at {args.model}")
     if args.config is not None and not args.config.is_file():
@@ -115,7 +119,8 @@ def agent_processes(args: argparse.Namespace, cadence_url: str, max_sessions: in
                    "--loop-lag-file", str(lag_dir / f"agent-loop-lag.{i}.txt"),
                    "--first-token-ms", str(args.llm_first_token_ms), "--tokens-per-s", str(args.llm_tokens_per_s),
                    *(["--config", str(args.config)] if args.config else []),
-                   *(["--no-playout-reports"] if args.no_playout_reports else [])]
+                   *(["--no-playout-reports"] if args.no_playout_reports else []),
+                   *(["--stt-workers", str(args.stt_workers)] if args.stt_workers else [])]
             stack.enter_context(child_process(cmd, "agent-bench agent: ready", what=f"agent process {i}",
                                               timeout_s=timeout_s, cwd=REPO, env=env))
         yield f"http://127.0.0.1:{port}"
@@ -206,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
                    f"then {args.llm_tokens_per_s:g} tokens/s",
             "tts": f"cadence serve at {args.cadence_url}" if args.cadence_url else
                    f"cadence serve --model {args.model} --device {args.device} (started by the harness)",
-            "gap_ms": args.gap_ms, "cpu_count": os.cpu_count(), "agent_workers": args.agent_workers, "rows": rows}
+            "gap_ms": args.gap_ms, "cpu_count": os.cpu_count(), "agent_workers": args.agent_workers,
+            "stt_workers": args.stt_workers, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     lag_dir = Path(tempfile.mkdtemp(prefix="agent-bench-lag-"))
     with engine(args) as cadence_url, agent_processes(args, cadence_url, max(args.conversations), lag_dir) as url:

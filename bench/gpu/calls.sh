@@ -52,9 +52,12 @@ case "${1:-}" in
       printf 'cadence_url = "%s"\nfallback_tts = "none"\nreply_hold_s = %s\n' $U $hold > /tmp/demo.toml
       # the scripted LLM at the agent bench's stand-in pace: 200 ms, then 60 tokens/s
       printf 'scripted_first_token_s = 0.2\nscripted_tokens_per_s = 60\n' >> /tmp/demo.toml
-      bounded 120 voice-hold$hold python3 -m bench.voice --client aiortc --turns 5 \
+      bounded 125 voice-hold$hold python3 -m bench.voice --client aiortc --turns 5 \
         --demo-args "--config /tmp/demo.toml" --out $R/voice-hold$hold
-    done ;;
+    done
+    # Whisper runs in parallel within each agent process (same threads) against tw8's one at a time
+    bounded 100 tw8-stt4 python3 -m bench.agent --transport twilio --agent-workers 8 --stt-workers 4 \
+      --cadence-url $U --conversations 50 --out $R/tw8-stt4 ;;
   fast)
     export XDG_CACHE_HOME=/tmp/agent-pack/cache HF_HUB_OFFLINE=1
     ready 8000 || { echo "no server on :8000"; exit 1; }

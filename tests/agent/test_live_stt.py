@@ -5,6 +5,7 @@ with no second Whisper run; speech after the draft gets a run of its own at the 
 from __future__ import annotations
 
 import subprocess
+import sys
 import wave
 
 import numpy as np
@@ -78,6 +79,18 @@ def test_the_short_window_recogniser_hears_a_question(question):
     assert {"capital", "france"} <= words(transcribe_utterance(whisper, audio, window_s=None)), "30 s window"
     # Silence is no speech: the window's padding is not filled with words.
     assert transcribe_utterance(whisper, np.zeros(RATE, dtype=np.float32)) == ""
+
+
+def test_whisper_runs_at_once_follow_the_setting_and_share_the_threads():
+    code = ("import faster_whisper, agent.stt as s\n"
+            "seen, real = {}, faster_whisper.WhisperModel\n"
+            "faster_whisper.WhisperModel = lambda *a, **k: seen.update(k) or real(*a, **k)\n"
+            "s.STT_WORKERS = 2; s.os.cpu_count = lambda: 8\n"
+            "w = s.load_whisper(s.bundled_whisper_model(), 'cpu', 'int8')\n"
+            "print(w.model.num_workers, seen['cpu_threads'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split()[-2:] == ["2", "2"]  # two runs at once, four threads shared out
+    assert load_whisper(bundled_whisper_model(), "cpu", "int8").model.num_workers == 1  # the default
 
 
 def test_the_local_stt_is_the_incremental_one():

@@ -117,6 +117,8 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         cli.run(_args("--cadence-url", "ws://127.0.0.1:1/v1/stream", "--turns", "0"))
     with pytest.raises(ValueError, match="--agent-workers must be in 1-32"):
         cli.run(_args("--cadence-url", "ws://127.0.0.1:1/v1/stream", "--agent-workers", "0"))
+    with pytest.raises(ValueError, match="--stt-workers must be in 1-16"):
+        cli.run(_args("--cadence-url", "ws://127.0.0.1:1/v1/stream", "--stt-workers", "0"))
 
 
 def test_register_adds_the_agent_bench_command():
