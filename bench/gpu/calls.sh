@@ -10,7 +10,8 @@
 #   [".gpu/p3"]          bash bench/gpu/calls.sh agent     the agent's packages, then bench.agent and bench.voice
 #                                                           against :8000, each bounded; $OUT/agent.tgz after each
 #   []                   bash bench/gpu/calls.sh fast      after `agent`: Twilio callers with a faster stand-in LLM
-#                                                           (150 tokens/s), the engine's share without the LLM's pace
+#                                                           (150 tokens/s), the engine's share without the LLM's pace;
+#                                                           then N = 50 with Whisper on the GPU
 set -u
 [ "${1:-}" = fast ] || bash bench/gpu/agent.sh stage > /dev/null || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -62,6 +63,10 @@ case "${1:-}" in
     export XDG_CACHE_HOME=/tmp/agent-pack/cache HF_HUB_OFFLINE=1
     ready 8000 || { echo "no server on :8000"; exit 1; }
     timeout 190 python3 -m bench.agent --transport twilio --agent-workers 8 --llm-tokens-per-s 150 \
-      --cadence-url ws://127.0.0.1:8000/v1/stream --conversations 20,30,40 --out "$OUT/tw8-150tps" 2>&1 | tail -30 ;;
-  *) sed -n 2,13p "$0"; exit 2 ;;
+      --cadence-url ws://127.0.0.1:8000/v1/stream --conversations 20,30,40 --out "$OUT/tw8-150tps" 2>&1 | tail -12
+    # Whisper on the GPU (CTranslate2's CUDA build): the agents' recogniser off the machine's cores at N = 50
+    printf 'whisper_device = "cuda"\n' > /tmp/stt-cuda.toml
+    timeout 100 python3 -m bench.agent --transport twilio --agent-workers 8 --config /tmp/stt-cuda.toml \
+      --cadence-url ws://127.0.0.1:8000/v1/stream --conversations 50 --out "$OUT/tw8-stt-cuda" 2>&1 | tail -12 ;;
+  *) sed -n 2,14p "$0"; exit 2 ;;
 esac
