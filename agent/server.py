@@ -57,6 +57,7 @@ from starlette.requests import ClientDisconnect
 
 from web import WEB_DIR
 
+from . import pipeline
 from .pipeline import AgentConfig, describe_tts
 from .piper_voice import load_voice, piper_model_path
 from .stt import bundled_whisper_model, load_whisper, whisper_setup
@@ -202,6 +203,9 @@ class Readiness:
 def preload(cfg: AgentConfig) -> None:
     """Load the local models every session shares (Whisper; the Piper voice when no engine is
     configured) before the server takes connections, so the first one is as quick as the rest."""
+    # The first LLM service a process makes imports its client library (openai: ~0.5 s), which
+    # inside a call's set-up would stall the event loop, and every other call's audio, that long.
+    pipeline.make_llm(cfg)
     if cfg.stt_base_url is None:
         load_whisper(*whisper_setup(cfg))
     if not cfg.has_engine and cfg.fallback_tts == "piper":

@@ -155,3 +155,19 @@ def test_demo_workers_must_be_a_sensible_count():
     parsed = parser.parse_args(["demo", "--port", "0", "--workers", "0"])
     with pytest.raises(ValueError, match="--workers must be in 1-64"):
         parsed.func(parsed)
+
+
+@pytest.mark.parametrize("llm", ["scripted", "openai"])
+def test_the_preload_makes_the_first_llm_service_before_any_call(llm):
+    """The first LLM service a process makes imports its client library (openai, ~0.5 s): the preload
+    pays that before the server listens, not the first call's set-up on the event loop."""
+    setting = "" if llm == "scripted" else "llm_base_url='http://127.0.0.1:9/v1', "
+    code = ("import sys\n"
+            "from agent.pipeline import AgentConfig\n"
+            "from agent.server import preload\n"
+            "before = 'openai' in sys.modules\n"
+            f"preload(AgentConfig({setting}stt_base_url='http://127.0.0.1:9/v1', fallback_tts='none'))\n"
+            "print(before, 'openai' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert out.stdout.split()[-2:] == ["False", "True"], out.stderr[-2000:]
