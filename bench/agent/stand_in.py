@@ -1,9 +1,8 @@
 """The PACED STAND-IN LLM (not a language model): the scripted LLM with a set first-token delay and
 token rate, which also tells the caller, in-band, when its first token left and when an
-interruption reached it; the TTS service's stamp of each reply's first engine audio, and the STT's of
-each final transcript. The
-stamps go as transport messages (urgent, so no queue delays them): the WebRTC data channel's app
-messages, or a JSON text message on the media-stream WebSocket."""
+interruption reached it; the TTS service's stamp of each reply's first engine audio, and the STT's
+of each final transcript. The stamps go as transport messages (urgent, so no queue delays them): the
+WebRTC data channel's app messages, or a JSON text message on the media-stream WebSocket."""
 
 from __future__ import annotations
 
