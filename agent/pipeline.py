@@ -54,6 +54,7 @@ from .reply_hold import ReplyHold
 from .scripted_llm import ScriptedLLM
 
 FALLBACK_TTS = ("piper", "none")
+WHISPER_DEVICES = ("auto", "cpu", "cuda")
 SYSTEM_PROMPT = ("You are a helpful voice assistant. Answer in one to three short spoken sentences, "
                  "with no lists, markdown or emoji.")
 
@@ -82,7 +83,7 @@ class AgentConfig:
     stt_api_key: str | None = None
     stt_model: str = "whisper-1"
     whisper_model: str | None = None
-    whisper_device: str = "cpu"
+    whisper_device: str = "auto"  # "cpu", "cuda", or "auto": the GPU when Whisper runs there
     # LLM: any OpenAI-compatible chat endpoint, else the offline scripted LLM.
     llm_base_url: str | None = None
     llm_api_key: str | None = None
@@ -126,6 +127,8 @@ class AgentConfig:
         if not (self.scripted_first_token_s >= 0 and self.scripted_tokens_per_s > 0):
             raise ValueError("scripted_first_token_s must be >= 0 and scripted_tokens_per_s > 0, got "
                              f"{self.scripted_first_token_s} and {self.scripted_tokens_per_s}")
+        if self.whisper_device not in WHISPER_DEVICES:
+            raise ValueError(f"whisper_device must be one of {', '.join(WHISPER_DEVICES)}, got {self.whisper_device!r}")
         if not 0 < self.vad_stop_s <= 2:
             raise ValueError(f"vad_stop_s must be in (0, 2], got {self.vad_stop_s}")
         if not 0 <= self.user_speech_timeout_s <= 5:

@@ -43,6 +43,7 @@ NO_SPEECH_PROB = 0.6  # above it, a run heard no speech (pipecat's service drops
 # Whisper runs at once in one process (sessions share the model): one, with every thread, is the
 # quickest single run; `bench.agent --stt-workers` compares more when many calls share a process.
 STT_WORKERS = 1
+CPU_THREADS = 4  # CTranslate2's default; more than a small machine's cores only adds contention
 
 
 def bundled_whisper_model() -> str:
@@ -57,9 +58,8 @@ def load_whisper(model: str, device: str, compute_type: str):
     from faster_whisper import WhisperModel
 
     logger.info(f"STT: loading faster-whisper {model} on {device} ({compute_type})")
-    # CTranslate2's default is 4 threads: more than a small machine's cores only adds contention.
-    # The process's runs share them: one run at a time on all of them, or STT_WORKERS at once.
-    threads = min(4, os.cpu_count() or 4)
+    # The process's runs share the threads: one run at a time on all of them, or STT_WORKERS at once.
+    threads = min(CPU_THREADS, os.cpu_count() or CPU_THREADS)
     whisper = WhisperModel(model, device=device, compute_type=compute_type,
                            cpu_threads=max(1, threads // STT_WORKERS), num_workers=STT_WORKERS)
     transcribe_utterance(whisper, np.zeros(SAMPLE_RATE, dtype=np.float32))  # warm-up: the first call is slow
@@ -192,9 +192,29 @@ class IncrementalWhisperSTT(WhisperSTTService):
 
 
 def whisper_setup(cfg) -> tuple[str, str, str]:
-    """(model, device, compute type) of the local Whisper: int8 on a CPU."""
-    return (cfg.whisper_model or bundled_whisper_model(), cfg.whisper_device,
-            "int8" if cfg.whisper_device == "cpu" else "default")
+    """(model, device, compute type) of the local Whisper: int8 on a CPU, float16 on a GPU.
+    `whisper_device = "auto"` takes the GPU when the model runs there (CTranslate2's wheels need
+    CUDA 12's cuBLAS), else the CPU."""
+    model = cfg.whisper_model or bundled_whisper_model()
+    device = cfg.whisper_device
+    if device == "auto":
+        device = "cuda" if runs_on_gpu(model) else "cpu"
+    return model, device, "int8" if device == "cpu" else "float16"
+
+
+@functools.lru_cache(maxsize=2)
+def runs_on_gpu(model: str) -> bool:
+    """Whether `model` loads and transcribes on a CUDA device (loading it there, once a process)."""
+    import ctranslate2
+
+    if ctranslate2.get_cuda_device_count() == 0:
+        return False
+    try:
+        load_whisper(model, "cuda", "float16")
+    except Exception as e:  # a GPU the wheel cannot use (no cuBLAS 12, out of memory): the CPU will do
+        logger.warning(f"STT: Whisper cannot run on the GPU ({e}); it runs on the CPU")
+        return False
+    return True
 
 
 def make_stt(cfg) -> FrameProcessor:

@@ -2,7 +2,7 @@
 # bench/gpu/agent.sh rehearsed here, before device time is spent on it: a Python 3.12 virtualenv holding the GPU
 # image's packages that the agent stack may import (the versions /work/.library/device/KINDS.md gives, else the
 # newest), the parts bench/gpu/agent_pack.sh made installed into it exactly as agent.sh installs them there, its
-# import check, then the agent benchmark (WebRTC and Twilio callers, one conversation) and the voice benchmark's
+# import check, Whisper's timing on the cached questions, then the agent benchmark (WebRTC and Twilio callers, one conversation) and the voice benchmark's
 # aiortc client (two turns) against a CPU `cadence serve` on a tiny checkpoint, as the card runs them.
 # A package the parts lack fails here, not on the card. No torch in the virtualenv: the agent side needs none.
 #   bash bench/gpu/agent_pack.sh && bash bench/gpu/agent_rehearse.sh
@@ -30,6 +30,7 @@ trap 'kill $SERVER 2>/dev/null; rm -rf "$W"' EXIT
   until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8765/ready', timeout=2)" 2>/dev/null; do
     sleep 1
   done
+  python3 -m bench.voice.stt_compare --questions --only "10 s" --cpu-threads 2 --out "$W/stt.json"
   python3 -m bench.agent --cadence-url ws://127.0.0.1:8765/v1/stream --conversations 1 --out "$W/agent"
   python3 -m bench.agent --cadence-url ws://127.0.0.1:8765/v1/stream --conversations 1 --transport twilio \
     --out "$W/phone"

