@@ -21,7 +21,8 @@ case "${1:-}" in
       /tmp/agent-pack/*.whl || return 1
     for x in /tmp/agent-pack/xz/*.tar.xz; do tar -xJf "$x" -C /tmp/site; done
     source bench/gpu/agent.sh env
-    python3 -c "import agent.demo, bench.agent.agent_proc, faster_whisper, aiortc, openai" && echo "agent stack ready" ;;
+    python3 -c "import agent.demo, bench.agent.agent_proc, faster_whisper, aiortc, openai" &&
+      echo "agent stack ready" ;;
   env)
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 XDG_CACHE_HOME=/tmp/agent-pack/cache HF_HUB_OFFLINE=1
     # CTranslate2's wheels (Whisper) open CUDA 12's libcublas.so.12; the image has CUDA 13's cuBLAS, whose calls

@@ -2,8 +2,9 @@
 # bench/gpu/agent.sh rehearsed here, before device time is spent on it: a Python 3.12 virtualenv holding the GPU
 # image's packages that the agent stack may import (the versions /work/.library/device/KINDS.md gives, else the
 # newest), the parts bench/gpu/agent_pack.sh made installed into it exactly as agent.sh installs them there, its
-# import check, Whisper's timing on the cached questions, then the agent benchmark (WebRTC and Twilio callers, one conversation) and the voice benchmark's
-# aiortc client (two turns) against a CPU `cadence serve` on a tiny checkpoint, as the card runs them.
+# import check, Whisper's timing on the cached questions, then the agent benchmark (WebRTC and Twilio callers, one
+# conversation) and the voice benchmark's aiortc client (two turns) against a CPU `cadence serve` on a tiny
+# checkpoint, as the card runs them.
 # A package the parts lack fails here, not on the card. No torch in the virtualenv: the agent side needs none.
 #   bash bench/gpu/agent_pack.sh && bash bench/gpu/agent_rehearse.sh
 set -euo pipefail

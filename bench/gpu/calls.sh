@@ -4,17 +4,16 @@
 # carry .gpu/p1..p3, one a call); results go under $OUT.
 #   [".whl", ".gpu/p1"]         bash bench/gpu/calls.sh sweep main .
 #   [".whl", ".gpu/p2", ".ab"]  bash bench/gpu/calls.sh sweep branch .ab/tree && bash bench/gpu/calls.sh servers
-#                                   sweep NAME TREE: the engine in TREE (e.g. .ab/tree from `git archive BRANCH
-#                                   tts_engine | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench`
-#                                   (AB_RATES, AB_DURATION: one A/B side a call), the 1.7B random-weight checkpoint
-#                                   made first; servers: `cadence serve` left running on :8000 with per-client limits
-#                                   lifted (the agent bench's callers all come from 127.0.0.1)
+#     sweep NAME TREE [NAME TREE ...]: for each, the engine in TREE (e.g. .ab/tree from `git archive BRANCH tts_engine
+#     | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES, AB_DURATION), the 1.7B
+#     random-weight checkpoint made first; servers: `cadence serve` left running on :8000 for the agent's benchmarks
 #   [".gpu/p3"]                  bash bench/gpu/calls.sh agent   the agent's packages; Whisper's speed on the CPU and
 #                                                                the GPU; bench.agent and bench.voice against :8000,
 #                                                                each bounded; $OUT/agent.tgz after each
 #   []                           bash bench/gpu/calls.sh voice   after `agent`: bench.voice in the settings VOICE names
+#   [".whl"]                     bash bench/gpu/calls.sh soak    bench.soak (SOAK_MINUTES, 9) on a warm machine
 set -u
-case "${1:-}" in agent|servers|sweep) bash bench/gpu/agent.sh stage > /dev/null || exit 1 ;; esac
+[ -d .gpu ] && { bash bench/gpu/agent.sh stage > /dev/null || exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 ready() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$1/ready', timeout=2)" 2>/dev/null; }
 serve() {  # port, engine tree, then more `cadence serve` arguments; pid in /tmp/serve-PORT.pid, log /tmp/serve-PORT.log
@@ -31,9 +30,11 @@ wait_ready() {  # port, seconds
   done
   echo "server :$1 ready in $((SECONDS - t0)) s"
 }
+# One client address opens every stream of the benchmarks: per-client limits lifted (the engine's own caps stay).
+printf '[server]\nmax_streams_per_client = 100000\nmax_ws_connections_per_client = 100000\n' > /tmp/lifted.toml
 sweep() {  # name, engine tree: its server on :8002, this tree's `cadence bench` against it, its /metrics after
-  serve 8002 "$2"; wait_ready 8002 200 || return 1
-  (cd "$2" && PYTHONPATH=/tmp/site:$PWD python3 -c "import tts_engine.engine.core as c; print('$1 engine:', c.__file__)")
+  serve 8002 "$2" --config /tmp/lifted.toml; wait_ready 8002 200 || return 1
+  (cd "$2" && PYTHONPATH=/tmp/site:$PWD python3 -c "import tts_engine.engine.core as c; print('$1:', c.__file__)")
   timeout 280 python3 -c 'import argparse, sys
 from bench.load.cli import register
 p = argparse.ArgumentParser(prog="cadence"); register(p.add_subparsers())
@@ -49,12 +50,18 @@ args = p.parse_args(["bench", *sys.argv[1:]]); sys.exit(args.func(args))' --url 
 case "${1:-}" in
   sweep)
     source bench/gpu/setup.sh; t0=$SECONDS; ensure_checkpoint || { cat "$OUT/make.log"; exit 1; }
-    echo "checkpoint in $((SECONDS - t0)) s"; sweep "$2" "$3" ;;
+    echo "checkpoint in $((SECONDS - t0)) s"; shift
+    while [ $# -ge 2 ]; do sweep "$1" "$2"; shift 2; done ;;
   servers)
     source bench/gpu/setup.sh; ensure_checkpoint || { cat "$OUT/make.log"; exit 1; }
-    printf '[server]\nmax_streams_per_client = 100000\nmax_ws_connections_per_client = 100000\n' > /tmp/lifted.toml
     serve 8000 . --config /tmp/lifted.toml; wait_ready 8000 400 || exit 1
     nvidia-smi --query-gpu=name,memory.used --format=csv ;;
+  soak)  # bench.soak against `cadence serve` with the defaults, SOAK_MINUTES (9) at 30 clients/s
+    source bench/gpu/setup.sh; ensure_checkpoint || { cat "$OUT/make.log"; exit 1; }
+    serve 8001 .; wait_ready 8001 400 || exit 1
+    m=${SOAK_MINUTES:-9}
+    timeout 590 python3 -m bench.soak --url http://127.0.0.1:8001 --pid "$(cat /tmp/serve-8001.pid)" \
+      --log /tmp/serve-8001.log --minutes "$m" --rate 30 --out "$OUT/soak-${m}min.json" 2>&1 | tail -40 ;;
   agent)
     source bench/gpu/agent.sh install || exit 1
     ready 8000 || { echo "no server on :8000"; exit 1; }
@@ -88,5 +95,5 @@ case "${1:-}" in
         --out "$R/$name" > "$R/$name.log" 2>&1
       echo "$name: rc $?"; tail -4 "$R/$name.log"; tar -czf "$OUT/voice.tgz" -C $R .
     done ;;
-  *) sed -n 2,16p "$0"; exit 2 ;;
+  *) sed -n 2,15p "$0"; exit 2 ;;
 esac
