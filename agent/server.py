@@ -60,7 +60,7 @@ from web import WEB_DIR
 from . import pipeline
 from .pipeline import AgentConfig, describe_tts
 from .piper_voice import load_voice, piper_model_path
-from .stt import bundled_whisper_model, load_whisper, whisper_setup
+from .stt import bundled_whisper_model, load_whisper, whisper_device_label, whisper_setup
 from .webrtc_audio import one_packet_audio_receivers
 
 MAX_BODY_BYTES = 64 * 1024  # an SDP offer is a few KB
@@ -73,7 +73,7 @@ def describe(cfg: AgentConfig) -> dict[str, str]:
     if cfg.stt_base_url:
         stt = f"OpenAI-compatible STT at {cfg.stt_base_url} ({cfg.stt_model})"
     else:
-        stt = f"local Whisper, incremental ({cfg.whisper_model or 'bundled tiny.en'}, {cfg.whisper_device})"
+        stt = f"local Whisper, incremental ({cfg.whisper_model or 'bundled tiny.en'}, {whisper_device_label(cfg)})"
     llm = (f"OpenAI-compatible LLM at {cfg.llm_base_url} ({cfg.llm_model})" if cfg.llm_base_url
            else "OFFLINE SCRIPTED LLM (not a language model)")
     return {"stt": stt, "llm": llm, "tts": describe_tts(cfg)}

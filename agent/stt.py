@@ -202,12 +202,22 @@ def whisper_setup(cfg) -> tuple[str, str, str]:
     return model, device, "int8" if device == "cpu" else "float16"
 
 
+def whisper_device_label(cfg) -> str:
+    """The local Whisper's device in words, without loading it: "auto" stays "auto" only where a
+    GPU is visible (whether the model runs there is known once it has loaded)."""
+    return "cpu" if cfg.whisper_device == "auto" and not cuda_visible() else cfg.whisper_device
+
+
+def cuda_visible() -> bool:
+    import ctranslate2
+
+    return ctranslate2.get_cuda_device_count() > 0
+
+
 @functools.lru_cache(maxsize=2)
 def runs_on_gpu(model: str) -> bool:
     """Whether `model` loads and transcribes on a CUDA device (loading it there, once a process)."""
-    import ctranslate2
-
-    if ctranslate2.get_cuda_device_count() == 0:
+    if not cuda_visible():
         return False
     try:
         load_whisper(model, "cuda", "float16")

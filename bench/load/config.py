@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .corpus import Prompt, harvard_sentences, paragraph_for, prompt_for
+
 
 @dataclass(frozen=True)
 class BenchConfig:
@@ -24,6 +26,7 @@ class BenchConfig:
     warmup_s: float = 30.0
     duration_s: float = 300.0
     max_join: int = 3
+    text_chars: tuple[int, int] | None = None  # the long-form mix: paragraphs of MIN..MAX characters
     voice: str | None = "ryan"
     language: str | None = "english"
     request_model: str | None = None
@@ -44,19 +47,23 @@ class BenchConfig:
             out=a.out, url=a.url, model=a.model, device=a.device, serve_args=tuple(a.serve_arg), target=a.target,
             ws_mode=a.ws_mode, word_interval_s=a.word_interval_ms / 1000.0,
             ws_contexts_per_connection=a.ws_contexts_per_connection, rates=tuple(a.rates), seeds=tuple(a.seeds),
-            warmup_s=a.warmup, duration_s=a.duration, max_join=a.max_join, voice=a.voice or None,
+            warmup_s=a.warmup, duration_s=a.duration, max_join=a.max_join, text_chars=a.text_chars,
+            voice=a.voice or None,
             language=a.language or None, request_model=a.request_model, extra=a.extra, sample_rate=a.sample_rate,
             request_timeout_s=a.request_timeout, slo_s=a.slo_ms / 1000.0, gpu_price=a.gpu_price,
             wer_requests=a.wer, wer_model=a.wer_model, wer_device=a.wer_device, label=a.label,
             plots=not a.no_plots).validate()
 
     def validate(self) -> BenchConfig:
+        longest = max(map(len, harvard_sentences()))  # a paragraph's length range must be wider
         checks = [
             (self.warmup_s >= 0, "--warmup must be >= 0"),
             (self.duration_s > 0, "--duration must be > 0"),
             (self.word_interval_s >= 0, "--word-interval-ms must be >= 0"),
             (self.ws_contexts_per_connection >= 1, "--ws-contexts-per-connection must be >= 1"),
             (self.max_join >= 1, "--max-join must be >= 1"),
+            (self.text_chars is None or (self.text_chars[0] > 0 and self.text_chars[1] - self.text_chars[0] > longest),
+             f"--text-chars MIN,MAX needs 0 < MIN and MAX - MIN > {longest} (the longest sentence)"),
             (self.sample_rate > 0, "--sample-rate must be > 0"),
             (self.request_timeout_s > 0, "--request-timeout must be > 0"),
             (self.slo_s > 0, "--slo-ms must be > 0"),
@@ -69,6 +76,12 @@ class BenchConfig:
             if not ok:
                 raise ValueError(message)
         return self
+
+    def prompt(self, seed: int, index: int) -> Prompt:
+        """Request `index`'s text in the run's mix."""
+        if self.text_chars is not None:
+            return paragraph_for(seed, index, *self.text_chars)
+        return prompt_for(seed, index, self.max_join)
 
     @property
     def target_label(self) -> str:

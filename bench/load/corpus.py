@@ -1,6 +1,7 @@
 """Request texts: the Harvard sentences shipped with tts_engine (package data), one sentence or a
-join of up to `max_join` consecutive ones (agent-like lengths), chosen from (seed, index) alone so
-request i has the same text at every rate and in every run with that seed."""
+join of up to `max_join` consecutive ones (agent-like lengths), or a paragraph of consecutive ones
+between two lengths (the long-form mix: audiobooks, long answers), chosen from (seed, index) alone
+so request i has the same text at every rate and in every run with that seed."""
 
 from __future__ import annotations
 
@@ -32,6 +33,27 @@ def prompt_for(seed: int, index: int, max_join: int = 3) -> Prompt:
     count = 1 + int(hash_unit(seed, index, "join") * max_join)
     start = int(hash_unit(seed, index, "text") * len(pool))
     return Prompt(" ".join(pool[(start + k) % len(pool)] for k in range(count)), count)
+
+
+def paragraph_for(seed: int, index: int, min_chars: int, max_chars: int) -> Prompt:
+    """Consecutive sentences, starting anywhere, up to a length drawn uniformly from
+    [min_chars, max_chars]: the text ends in that range (the range must be wider than a sentence)."""
+    pool = harvard_sentences()
+    longest = max(map(len, pool))
+    if not (min_chars > 0 and max_chars - min_chars > longest):
+        raise ValueError(f"need 0 < min_chars and max_chars - min_chars > {longest} (the longest sentence), "
+                         f"got {min_chars}, {max_chars}")
+    goal = min_chars + hash_unit(seed, index, "length") * (max_chars - min_chars)
+    start = int(hash_unit(seed, index, "text") * len(pool))
+    parts: list[str] = []
+    length = -1  # no space before the first sentence
+    while length < goal:
+        sentence = pool[(start + len(parts)) % len(pool)]
+        if length + 1 + len(sentence) > max_chars:
+            break
+        parts.append(sentence)
+        length += 1 + len(sentence)
+    return Prompt(" ".join(parts), len(parts))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from .output import read_run, write_json
 from .rerender import render_outputs
 from .summary import cost_per_million_chars
 
-SAME = ("target", "ws_mode", "word_interval_s", "warmup_s", "max_join", "voice", "language",
+SAME = ("target", "ws_mode", "word_interval_s", "warmup_s", "max_join", "text_chars", "voice", "language",
         "extra", "slo_s", "gpu_price", "label", "seeds")
 
 
@@ -28,8 +28,8 @@ def merge(runs: list[dict], label: str | None = None) -> dict:
     first = runs[0]
     for run in runs[1:]:
         for key in SAME if label is None else [k for k in SAME if k != "label"]:
-            if run["config"][key] != first["config"][key]:
-                raise ValueError(f"runs differ in {key}: {first['config'][key]!r} vs {run['config'][key]!r}")
+            if run["config"].get(key) != first["config"].get(key):  # .get: older runs lack newer keys
+                raise ValueError(f"runs differ in {key}: {first['config'].get(key)!r} vs {run['config'].get(key)!r}")
     rates = sorted((r for run in runs for r in run["rates"]), key=lambda r: r["rate"])
     if len({r["rate"] for r in rates}) != len(rates):
         raise ValueError(f"a rate appears in more than one run: {[r['rate'] for r in rates]}")

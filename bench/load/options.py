@@ -28,6 +28,13 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def char_range(text: str) -> tuple[int, int]:
+    values = int_list(text)
+    if len(values) != 2 or not 0 < values[0] < values[1]:
+        raise argparse.ArgumentTypeError(f"expected MIN,MAX with 0 < MIN < MAX, got {text!r}")
+    return values[0], values[1]
+
+
 def json_object(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -59,6 +66,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=float, default=30.0, help="warm-up seconds per trial (sent, not counted)")
     p.add_argument("--duration", type=float, default=300.0, help="measured seconds per trial")
     p.add_argument("--max-join", type=int, default=3, help="texts are 1..N joined Harvard sentences")
+    p.add_argument("--text-chars", type=char_range, default=None, metavar="MIN,MAX",
+                   help="the long-form mix instead: paragraphs of MIN..MAX characters, e.g. 500,1500")
     p.add_argument("--voice", default="ryan")
     p.add_argument("--language", default="english", help="'' leaves the field out")
     p.add_argument("--request-model", default=None, help="the request's `model` field (other servers need it)")

@@ -39,7 +39,8 @@ def _char_mix(data: dict) -> str:
     by: Counter = Counter()
     for m in mixes:
         by.update({int(k): v for k, v in m["by_sentences"].items()})
-    parts = ", ".join(f"{k} sentence{'s' * (k > 1)}: {v}" for k, v in sorted(by.items()))
+    parts = ", ".join(f"{k} sentence{'s' * (k > 1)}: {v}" for k, v in sorted(by.items())) if len(by) <= 5 else (
+        f"{min(by)}-{max(by)} sentences")  # paragraphs (the long-form mix)
     return (f"{n} measured requests, {mean:.1f} characters on average (min {min(m['chars_min'] for m in mixes)}, "
             f"max {max(m['chars_max'] for m in mixes)}); {parts}")
 
@@ -70,8 +71,8 @@ def render(data: dict, plots: list[str]) -> str:
         "Latencies in ms from the request's first byte, p50 / p95 / p99. `inf`: that percentile falls on a request "
         "that failed or was never audible.", "",
         "| req/s | requests | ok | audible TTFA | TTFB | first playable | E2E | RTF p50 / p95 | underrun requests "
-        "(events) | stall total / max ms | peak in flight | chars/s | holds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "(events) | stall total / max ms | peak in flight | listeners mean / peak | chars/s | holds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in data["rates"]:
         rtf = s["rtf"]
@@ -80,7 +81,8 @@ def render(data: dict, plots: list[str]) -> str:
             f"| {s['rate']:g} | {s['requests']} | {s['ok']} | {_trio(s['audible_ttfa_s'])} | {_trio(s['ttfb_s'])} | "
             f"{_trio(s['first_playable_s'])} | {_trio(s['e2e_s'])} | {rtf_text} | {s['underrun_requests']} "
             f"({s['underrun_events']}) | {s['stall_total_s'] * 1e3:.0f} / {s['stall_max_s'] * 1e3:.0f} | "
-            f"{s['peak_in_flight']} | {s['chars_per_s']:.0f} | {'yes' if s['sustained'] else 'no'} |")
+            f"{s['peak_in_flight']} | {s.get('listeners_mean', 0):.1f} / {s.get('listeners_peak', 0)} | "
+            f"{s['chars_per_s']:.0f} | {'yes' if s['sustained'] else 'no'} |")
     errors = [(s["rate"], s["errors"], s["silent"]) for s in data["rates"] if s["errors"] or s["silent"]]
     if errors:
         lines += ["", "Failures: " + "; ".join(

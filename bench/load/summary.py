@@ -54,6 +54,10 @@ class RateSummary:
     # The engine's own counters during the measured trials (server_metrics.during, pooled over seeds):
     # host time by part, garbage-collection pauses, steps. None for a target without them (a peer).
     server: dict[str, float] | None = None
+    # Streams being listened to at once in the measured phase (`listeners`), mean over the pooled
+    # trials and their largest: with long texts, many more than are in flight at the server.
+    listeners_mean: float = 0.0
+    listeners_peak: int = 0
 
     def sustained(self, slo_s: float) -> bool:
         """The rate holds: every request succeeded and became audible, p95 audible TTFA within slo_s,
@@ -106,10 +110,12 @@ def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measu
               peak_in_flight: int, client_stalls: list[list[tuple[float, float]]] | None = None,
               underruns_in_client_stalls: int = 0,
               server_silences: list[tuple[float, float | None]] | None = None,
-              server: list[dict[str, float]] | None = None) -> RateSummary:
+              server: list[dict[str, float]] | None = None,
+              listening: list[tuple[float, int]] | None = None) -> RateSummary:
     """client_stalls: the client's loop pauses, per trial; underruns_in_client_stalls: their count
     from `underruns_in_stalls`, per trial and summed; server_silences: `server_silence` per trial;
-    server: the engine's counters per trial (`server_metrics.during`)."""
+    server: the engine's counters per trial (`server_metrics.during`); listening: `listeners` per
+    trial."""
     silence = max(server_silences or [(0.0, None)], key=lambda s: s[0])
     rs = [r for r in records if r.measured]
     ok = [r for r in rs if r.ok]
@@ -131,7 +137,9 @@ def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measu
         audio_s_per_s=sum(r.audio_s for r in ok) / measured_s if measured_s > 0 else 0.0,
         client_stall_max_s=max((n for t in client_stalls or [] for _, n in t), default=0.0),
         underruns_in_client_stalls=underruns_in_client_stalls,
-        server_silence_max_s=silence[0], server_silence_at_s=silence[1], server=pooled(server or []))
+        server_silence_max_s=silence[0], server_silence_at_s=silence[1], server=pooled(server or []),
+        listeners_mean=sum(m for m, _ in listening) / len(listening) if listening else 0.0,
+        listeners_peak=max((p for _, p in listening or []), default=0))
 
 
 def peak_in_flight(series: list[tuple[float, int]], start_s: float, end_s: float) -> int:
@@ -145,6 +153,27 @@ def peak_in_flight(series: list[tuple[float, int]], start_s: float, end_s: float
             break
         peak = max(peak, n)
     return max(peak, level)
+
+
+def listeners(records: list[RequestRecord], start_s: float, end_s: float) -> tuple[float, int]:
+    """Streams being played at once in [start_s, end_s] (seconds from the trial's start): the
+    time-weighted mean and the peak. A served request plays from its first playable audio for its
+    audio's length plus its stalls (the zero-buffer listener of `playout`)."""
+    events = sorted((t, d) for r in records if r.ok and r.sent_at_s is not None and r.first_playable_s is not None
+                    for t, d in ((r.sent_at_s + r.first_playable_s, 1),
+                                 (r.sent_at_s + r.first_playable_s + r.audio_s + r.stall_total_s, -1)))
+    level = peak = sum(d for t, d in events if t <= start_s)  # the level carried into the window
+    area, cursor = 0.0, start_s
+    for t, d in events:
+        if t <= start_s:
+            continue
+        if t > end_s:
+            break
+        area += level * (t - cursor)
+        cursor, level = t, level + d
+        peak = max(peak, level)
+    area += level * (end_s - cursor)
+    return (area / (end_s - start_s) if end_s > start_s else 0.0), peak
 
 
 def capacity(summaries: list[RateSummary], slo_s: float) -> RateSummary | None:

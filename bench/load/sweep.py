@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .arrivals import poisson_schedule
 from .config import BenchConfig
-from .corpus import CharMix, prompt_for
+from .corpus import CharMix
 from .driver import TrialOutcome, run_trial
 from .http_target import HttpTarget
 from .recognizer import Recognizer, WerResult
@@ -20,6 +20,7 @@ from .summary import (
     RateSummary,
     capacity,
     cost_per_million_chars,
+    listeners,
     peak_in_flight,
     server_silence,
     summarize,
@@ -81,7 +82,7 @@ def _event_loop_runner() -> asyncio.Runner:
 
 def run_one(cfg: BenchConfig, base_url: str, rate: float, seed: int) -> TrialOutcome:
     schedule = poisson_schedule(rate, cfg.warmup_s, cfg.duration_s, seed)
-    prompts = {a.index: prompt_for(seed, a.index, cfg.max_join) for a in schedule}
+    prompts = {a.index: cfg.prompt(seed, a.index) for a in schedule}
     wer_indices = {a.index for a in schedule if a.measured}
     wer_indices = set(sorted(wer_indices)[: cfg.wer_requests])
 
@@ -114,11 +115,11 @@ def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr), aft
             measured = [r for r in outcome.records if r.measured]
             trial = Trial(rate, seed, outcome,
                           peak_in_flight(outcome.in_flight, cfg.warmup_s, cfg.warmup_s + cfg.duration_s),
-                          CharMix.of([prompt_for(seed, r.index, cfg.max_join) for r in measured]), server=engine)
+                          CharMix.of([cfg.prompt(seed, r.index) for r in measured]), server=engine)
             if cfg.wer_requests and outcome.kept_pcm:
                 # After the trial (and its server) so transcription never competes with the measurement.
                 recognizer = recognizer or Recognizer(cfg.wer_model, cfg.wer_device)
-                items = [(i, prompt_for(seed, i, cfg.max_join).text, recognizer.transcribe(pcm, sr))
+                items = [(i, cfg.prompt(seed, i).text, recognizer.transcribe(pcm, sr))
                          for i, (pcm, sr) in sorted(outcome.kept_pcm.items())]
                 trial.wer = WerResult.score(recognizer.model_dir, items)
                 outcome.kept_pcm.clear()
@@ -129,7 +130,9 @@ def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr), aft
                             [t.outcome.client_stalls for t in trials],
                             sum(underruns_in_stalls(t.outcome.records, t.outcome.client_stalls) for t in trials),
                             [server_silence(t.outcome.records) for t in trials],
-                            [t.server for t in trials if t.server is not None])
+                            [t.server for t in trials if t.server is not None],
+                            [listeners(t.outcome.records, cfg.warmup_s, cfg.warmup_s + cfg.duration_s)
+                             for t in trials])
         result.trials += trials
         result.rates.append(summary)
         log(_one_line(summary, cfg.slo_s))
@@ -149,4 +152,5 @@ def _one_line(s: RateSummary, slo_s: float) -> str:
     t = s.audible_ttfa_s
     return (f"cadence bench: {s.rate:g} req/s: {s.ok}/{s.requests} ok, audible TTFA p50/p95/p99 "
             f"{_ms(t.p50)}/{_ms(t.p95)}/{_ms(t.p99)} ms, {s.underrun_requests} underrun requests, "
-            f"peak in flight {s.peak_in_flight}: {'holds' if s.sustained(slo_s) else 'does not hold'}")
+            f"peak in flight {s.peak_in_flight}, listeners {s.listeners_mean:.0f} (peak {s.listeners_peak}): "
+            f"{'holds' if s.sustained(slo_s) else 'does not hold'}")

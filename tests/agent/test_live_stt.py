@@ -105,10 +105,12 @@ def test_whisper_takes_the_gpu_only_where_it_runs_there(monkeypatch):
     model = bundled_whisper_model()
     stt.runs_on_gpu.cache_clear()
     assert stt.whisper_setup(AgentConfig()) == (model, "cpu", "int8")  # no CUDA device here
+    assert stt.whisper_device_label(AgentConfig()) == "cpu"
     # A device CTranslate2 sees but cannot run on (here: no driver; on a CUDA 13 box: no cuBLAS 12):
     # the load fails and the CPU takes over rather than the agent failing its first call.
     monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
     stt.runs_on_gpu.cache_clear()
+    assert stt.whisper_device_label(AgentConfig()) == "auto"  # known once the model has loaded
     assert stt.whisper_setup(AgentConfig()) == (model, "cpu", "int8")
     assert stt.whisper_setup(AgentConfig(whisper_device="cuda")) == (model, "cuda", "float16")  # asked for
     stt.runs_on_gpu.cache_clear()

@@ -30,6 +30,8 @@ def bench_error(capsys, *args: str) -> str:
     (["--model", "/nonexistent/ckpt", "--out", "x"], "model directory /nonexistent/ckpt does not exist"),
     (["--url", "http://h:1", "--out", "x", "--duration", "0"], "--duration must be > 0"),
     (["--url", "http://h:1", "--out", "/nonexistent/dir/out"], "parent /nonexistent/dir does not exist"),
+    (["--url", "http://h:1", "--out", "x", "--text-chars", "500"], "expected MIN,MAX with 0 < MIN < MAX"),
+    (["--url", "http://h:1", "--out", "x", "--text-chars", "500,520"], "--text-chars MIN,MAX needs 0 < MIN and MAX"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(capsys, args, message):
     assert message in bench_error(capsys, *args)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.load.corpus import CharMix, harvard_sentences, prompt_for
+import pytest
+
+from bench.load.corpus import CharMix, harvard_sentences, paragraph_for, prompt_for
 
 
 def test_the_sentences_ship_as_package_data():
@@ -34,3 +36,16 @@ def test_char_mix():
     assert mix.chars_min == min(len(p.text) for p in prompts)
     assert mix.chars_max == max(len(p.text) for p in prompts)
     assert 30 < mix.chars_mean < 130  # ~39 characters a sentence, 2 on average
+
+
+def test_the_long_form_mix_is_paragraphs_of_consecutive_sentences_within_the_range():
+    pool = harvard_sentences()
+    paragraphs = [paragraph_for(2, i, 500, 1500) for i in range(300)]
+    assert paragraphs == [paragraph_for(2, i, 500, 1500) for i in range(300)]
+    lengths = [len(p.text) for p in paragraphs]
+    assert 500 <= min(lengths) < 600 and 1400 < max(lengths) <= 1500  # spread over the whole range
+    for p in paragraphs:
+        first = next(i for i, s in enumerate(pool) if p.text.startswith(s))
+        assert p.text == " ".join(pool[(first + k) % len(pool)] for k in range(p.sentences))
+    with pytest.raises(ValueError, match="longest sentence"):
+        paragraph_for(0, 0, 500, 540)  # narrower than a sentence: no length in range is sure to exist

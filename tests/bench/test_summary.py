@@ -7,7 +7,7 @@ import math
 import pytest
 
 from bench.load.records import RequestRecord
-from bench.load.summary import capacity, cost_per_million_chars, peak_in_flight, summarize
+from bench.load.summary import capacity, cost_per_million_chars, listeners, peak_in_flight, summarize
 
 
 def rec(i: int, ttfa: float | None = 0.05, *, ok: bool = True, underruns: int = 0, measured: bool = True,
@@ -65,6 +65,21 @@ def test_peak_in_flight_within_a_window():
     assert peak_in_flight(series, 1.0, 3.0) == 5
     assert peak_in_flight(series, 1.0, 1.1) == 2  # the level carried into the window
     assert peak_in_flight(series, 0.0, 10) == 9
+
+
+def test_listeners_count_the_streams_playing_at_once_in_the_window():
+    # rec(i): sent at i + 0.001 s, playable 0.04 s later, 3 s of audio (+ 0.02 s a stall): i = 0..3
+    # play over [0.041, 3.041), [1.041, 4.041), [2.041, 5.041), [3.041, 6.041 + 0.04).
+    records = [rec(0), rec(1), rec(2), rec(3, underruns=2), rec(4, None, ok=False)]
+    mean, peak = listeners(records, 2.5, 3.5)
+    assert peak == 3  # three carried in at 2.5; at 3.041 one ends as another starts
+    assert mean == pytest.approx(3.0)
+    mean, peak = listeners(records, 4.5, 6.5)
+    assert peak == 2  # [2.041, 5.041) and [3.041, 6.081)
+    assert mean == pytest.approx((2 * 0.541 + 1 * (6.081 - 5.041)) / 2.0)
+    assert listeners([], 0.0, 1.0) == (0.0, 0)
+    s = summarize(1, [0, 1], records, 2.0, 4, listening=[(2.0, 3), (4.0, 5)])
+    assert (s.listeners_mean, s.listeners_peak) == (3.0, 5)
 
 
 def test_server_silence_finds_a_pause_of_every_stream_but_not_an_idle_server():
