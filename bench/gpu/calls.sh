@@ -5,7 +5,8 @@
 #   [".whl", ".gpu/p1"]         bash bench/gpu/calls.sh sweep main .
 #   [".whl", ".gpu/p2", ".ab"]  bash bench/gpu/calls.sh sweep branch .ab/tree && bash bench/gpu/calls.sh servers
 #     sweep NAME TREE [NAME TREE ...]: for each, the engine in TREE (e.g. .ab/tree from `git archive BRANCH tts_engine
-#     | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES, AB_DURATION), the 1.7B
+#     | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES, AB_DURATION; BENCH_ARGS: more of
+#     its arguments, e.g. "--text-chars 500,1500 --warmup 60" for the long-form mix), the 1.7B
 #     random-weight checkpoint made first; servers: `cadence serve` left running on :8000 for the agent's benchmarks
 #   [".gpu/p3"]                  bash bench/gpu/calls.sh agent   the agent's packages; Whisper's speed on the CPU and
 #                                                                the GPU; bench.agent and bench.voice against :8000,
@@ -41,7 +42,7 @@ p = argparse.ArgumentParser(prog="cadence"); register(p.add_subparsers())
 args = p.parse_args(["bench", *sys.argv[1:]]); sys.exit(args.func(args))' --url http://127.0.0.1:8002 \
     --rates "${AB_RATES:-20,50,75,100,150}" --warmup 5 --duration "${AB_DURATION:-25}" --gpu-price 4.29 --no-plots \
     --label "$(nvidia-smi --query-gpu=name --format=csv,noheader), Qwen3-TTS 1.7B random weights, $1" \
-    --out "$OUT/$1" > "/tmp/bench-$1.log" 2>&1
+    --out "$OUT/$1" ${BENCH_ARGS:-} > "/tmp/bench-$1.log" 2>&1
   echo "$1: bench rc $?"; grep "req/s" "/tmp/bench-$1.log" | cut -c1-200
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8002/metrics').read().decode())" \
     > "$OUT/$1/metrics.txt" 2>&1
