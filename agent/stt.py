@@ -199,7 +199,11 @@ def whisper_setup(cfg) -> tuple[str, str, str]:
     device = cfg.whisper_device
     if device == "auto":
         device = "cuda" if runs_on_gpu(model) else "cpu"
-    return model, device, "int8" if device == "cpu" else "float16"
+    return model, device, compute_type(device)
+
+
+def compute_type(device: str) -> str:
+    return "int8" if device == "cpu" else "float16"
 
 
 def whisper_device_label(cfg) -> str:
@@ -220,7 +224,7 @@ def runs_on_gpu(model: str) -> bool:
     if not cuda_visible():
         return False
     try:
-        load_whisper(model, "cuda", "float16")
+        load_whisper(model, "cuda", compute_type("cuda"))
     except Exception as e:  # a GPU the wheel cannot use (no cuBLAS 12, out of memory): the CPU will do
         logger.warning(f"STT: Whisper cannot run on the GPU ({e}); it runs on the CPU")
         return False

@@ -48,11 +48,10 @@ class BenchConfig:
             ws_mode=a.ws_mode, word_interval_s=a.word_interval_ms / 1000.0,
             ws_contexts_per_connection=a.ws_contexts_per_connection, rates=tuple(a.rates), seeds=tuple(a.seeds),
             warmup_s=a.warmup, duration_s=a.duration, max_join=a.max_join, text_chars=a.text_chars,
-            voice=a.voice or None,
-            language=a.language or None, request_model=a.request_model, extra=a.extra, sample_rate=a.sample_rate,
-            request_timeout_s=a.request_timeout, slo_s=a.slo_ms / 1000.0, gpu_price=a.gpu_price,
-            wer_requests=a.wer, wer_model=a.wer_model, wer_device=a.wer_device, label=a.label,
-            plots=not a.no_plots).validate()
+            voice=a.voice or None, language=a.language or None, request_model=a.request_model, extra=a.extra,
+            sample_rate=a.sample_rate, request_timeout_s=a.request_timeout, slo_s=a.slo_ms / 1000.0,
+            gpu_price=a.gpu_price, wer_requests=a.wer, wer_model=a.wer_model, wer_device=a.wer_device,
+            label=a.label, plots=not a.no_plots).validate()
 
     def validate(self) -> BenchConfig:
         longest = max(map(len, harvard_sentences()))  # a paragraph's length range must be wider

@@ -59,7 +59,7 @@ def candidates(whisper) -> dict:
 def compare(sentences: list[str], *, device: str = "cpu", only: str = "", cached: bool = False) -> dict:
     from agent import stt
 
-    compute = "int8" if device == "cpu" else "float16"
+    compute = stt.compute_type(device)
     whisper = stt.load_whisper(stt.bundled_whisper_model(), device, compute)
     if cached:
         from bench.voice.turns import speak
