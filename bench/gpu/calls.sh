@@ -12,6 +12,7 @@
 #                                                                the GPU; bench.agent and bench.voice against :8000,
 #                                                                each bounded; $OUT/agent.tgz after each
 #   []                           bash bench/gpu/calls.sh voice   after `agent`: bench.voice in the settings VOICE names
+#   []                           bash bench/gpu/calls.sh more    after `agent`: WebRTC at N = 20, 150 tokens/s at 50
 #   [".whl"]                     bash bench/gpu/calls.sh soak    bench.soak (SOAK_MINUTES, 9) on a warm machine
 set -u
 [ -d .gpu ] && { bash bench/gpu/agent.sh stage > /dev/null || exit 1; }
@@ -83,6 +84,14 @@ case "${1:-}" in
     bounded 170 tw8 python3 -m bench.agent --transport twilio --agent-workers 8 --cadence-url $U \
       --conversations 20,50 --out $R/tw8
     VOICE=${VOICE:-"0.2/0.6 0.12/0.4"} bash bench/gpu/calls.sh voice ;;
+  more)  # after `agent`: WebRTC callers at N = 20, and Twilio ones at N = 50 with a faster stand-in LLM (150 tokens/s)
+    [ -n "${XDG_CACHE_HOME:-}" ] || source bench/gpu/agent.sh env
+    ready 8000 || { echo "no server on :8000"; exit 1; }
+    U=ws://127.0.0.1:8000/v1/stream
+    timeout 150 python3 -m bench.agent --transport webrtc --agent-workers 8 --cadence-url $U --conversations 20 \
+      --out "$OUT/rtc8" 2>&1 | tail -4
+    timeout 150 python3 -m bench.agent --transport twilio --agent-workers 8 --llm-tokens-per-s 150 --cadence-url $U \
+      --conversations 50 --out "$OUT/tw8-150tps" 2>&1 | tail -4 ;;
   voice)  # VOICE: "VAD_STOP/HOLD ..." settings; the scripted LLM at the agent bench's pace (200 ms, then 60 tokens/s)
     [ -n "${XDG_CACHE_HOME:-}" ] || source bench/gpu/agent.sh env
     ready 8000 || { echo "no server on :8000"; exit 1; }
@@ -96,5 +105,5 @@ case "${1:-}" in
         --out "$R/$name" > "$R/$name.log" 2>&1
       echo "$name: rc $?"; tail -4 "$R/$name.log"; tar -czf "$OUT/voice.tgz" -C $R .
     done ;;
-  *) sed -n 2,15p "$0"; exit 2 ;;
+  *) sed -n 2,16p "$0"; exit 2 ;;
 esac
