@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One session's GPU measurements in four device calls, back to back on one warm machine (it keeps /tmp and the
+# One session's GPU measurements in a few device calls, back to back on one warm machine (it keeps /tmp and the
 # processes started with setsid for 30 s idle). The agent's packages travel in three parts (bench/gpu/agent_pack.sh;
 # carry .gpu/p1..p3, one a call); results go under $OUT.
 #   [".whl", ".gpu/p1"]         bash bench/gpu/calls.sh sweep main .
@@ -13,7 +13,7 @@
 #                                                                each bounded; $OUT/agent.tgz after each
 #   []                           bash bench/gpu/calls.sh voice   after `agent`: bench.voice in the settings VOICE names
 #   []                           bash bench/gpu/calls.sh more    after `agent`: WebRTC at N = 20, 150 tokens/s at 50
-#   [".whl"]                     bash bench/gpu/calls.sh soak    bench.soak (SOAK_MINUTES, 9) on a warm machine
+#   [".whl"]                     bash bench/gpu/calls.sh soak    bench.soak (SOAK_MINUTES, 9), its own server
 set -u
 [ -d .gpu ] && { bash bench/gpu/agent.sh stage > /dev/null || exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -96,7 +96,7 @@ case "${1:-}" in
     [ -n "${XDG_CACHE_HOME:-}" ] || source bench/gpu/agent.sh env
     ready 8000 || { echo "no server on :8000"; exit 1; }
     R=/tmp/res; mkdir -p $R
-    for setting in ${VOICE:-0.12/0.3}; do
+    for setting in ${VOICE:-0.08/0.3}; do
       stop=${setting%/*} hold=${setting#*/} name=voice-stop${setting%/*}-hold${setting#*/}
       printf 'cadence_url = "ws://127.0.0.1:8000/v1/stream"\nfallback_tts = "none"\nvad_stop_s = %s\n' "$stop" \
         > /tmp/demo.toml
