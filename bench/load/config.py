@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .corpus import Prompt, harvard_sentences, paragraph_for, prompt_for
+from .corpus import Prompt, longest_sentence, paragraph_for, prompt_for
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class BenchConfig:
             label=a.label, plots=not a.no_plots).validate()
 
     def validate(self) -> BenchConfig:
-        longest = max(map(len, harvard_sentences()))  # a paragraph's length range must be wider
+        longest = longest_sentence()
         checks = [
             (self.warmup_s >= 0, "--warmup must be >= 0"),
             (self.duration_s > 0, "--duration must be > 0"),

@@ -19,6 +19,12 @@ def harvard_sentences() -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip())
 
 
+@cache
+def longest_sentence() -> int:
+    """Characters of the longest sentence: a paragraph's length range must be wider than this."""
+    return max(map(len, harvard_sentences()))
+
+
 @dataclass(frozen=True)
 class Prompt:
     text: str
@@ -38,8 +44,7 @@ def prompt_for(seed: int, index: int, max_join: int = 3) -> Prompt:
 def paragraph_for(seed: int, index: int, min_chars: int, max_chars: int) -> Prompt:
     """Consecutive sentences, starting anywhere, up to a length drawn uniformly from
     [min_chars, max_chars]: the text ends in that range (the range must be wider than a sentence)."""
-    pool = harvard_sentences()
-    longest = max(map(len, pool))
+    pool, longest = harvard_sentences(), longest_sentence()
     if not (min_chars > 0 and max_chars - min_chars > longest):
         raise ValueError(f"need 0 < min_chars and max_chars - min_chars > {longest} (the longest sentence), "
                          f"got {min_chars}, {max_chars}")
