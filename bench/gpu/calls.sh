@@ -5,14 +5,16 @@
 #   [".whl", ".gpu/p1"]         bash bench/gpu/calls.sh sweep main .
 #   [".whl", ".gpu/p2", ".ab"]  bash bench/gpu/calls.sh sweep branch .ab/tree && bash bench/gpu/calls.sh servers
 #     sweep NAME TREE [NAME TREE ...]: for each, the engine in TREE (e.g. .ab/tree from `git archive BRANCH tts_engine
-#     | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES, AB_DURATION; BENCH_ARGS: more of
-#     its arguments, e.g. "--text-chars 500,1500 --warmup 60" for the long-form mix), the 1.7B
-#     random-weight checkpoint made first; servers: `cadence serve` left running on :8000 for the agent's benchmarks
+#     | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES, AB_WARMUP, AB_DURATION;
+#     BENCH_ARGS: more of its arguments, e.g. "--text-chars 500,1500" for the long-form mix), the 1.7B random-weight
+#     checkpoint made first; servers: `cadence serve` left running on :8000 for the agent's benchmarks
 #   [".gpu/p3"]                  bash bench/gpu/calls.sh agent   the agent's packages; Whisper's speed on the CPU and
 #                                                                the GPU; bench.agent and bench.voice against :8000,
 #                                                                each bounded; $OUT/agent.tgz after each
 #   []                           bash bench/gpu/calls.sh voice   after `agent`: bench.voice in the settings VOICE names
 #   []                           bash bench/gpu/calls.sh more    after `agent`: WebRTC at N = 20, 150 tokens/s at 50
+#   []                           bash bench/gpu/calls.sh tail    after `servers`: N = 50 with the server on cores of
+#                                                                its own against shared ones (TAIL_N, ENGINE_CORES)
 #   [".whl"]                     bash bench/gpu/calls.sh soak    bench.soak (SOAK_MINUTES, 9), its own server
 set -u
 [ -d .gpu ] && { bash bench/gpu/agent.sh stage > /dev/null || exit 1; }
@@ -37,11 +39,12 @@ printf '[server]\nmax_streams_per_client = 100000\nmax_ws_connections_per_client
 sweep() {  # name, engine tree: its server on :8002, this tree's `cadence bench` against it, its /metrics after
   serve 8002 "$2" --config /tmp/lifted.toml; wait_ready 8002 200 || return 1
   (cd "$2" && PYTHONPATH=/tmp/site:$PWD python3 -c "import tts_engine.engine.core as c; print('$1:', c.__file__)")
-  timeout 280 python3 -c 'import argparse, sys
+  local n=$(echo "${AB_RATES:-20,50,75,100,150}" | tr ',' ' ' | wc -w) w=${AB_WARMUP:-5} d=${AB_DURATION:-25}
+  timeout $((n * (w + d + 25) + 30)) python3 -c 'import argparse, sys
 from bench.load.cli import register
 p = argparse.ArgumentParser(prog="cadence"); register(p.add_subparsers())
 args = p.parse_args(["bench", *sys.argv[1:]]); sys.exit(args.func(args))' --url http://127.0.0.1:8002 \
-    --rates "${AB_RATES:-20,50,75,100,150}" --warmup 5 --duration "${AB_DURATION:-25}" --gpu-price 4.29 --no-plots \
+    --rates "${AB_RATES:-20,50,75,100,150}" --warmup "$w" --duration "$d" --gpu-price 4.29 --no-plots \
     --label "$(nvidia-smi --query-gpu=name --format=csv,noheader), Qwen3-TTS 1.7B random weights, $1" \
     --out "$OUT/$1" ${BENCH_ARGS:-} > "/tmp/bench-$1.log" 2>&1
   echo "$1: bench rc $?"; grep "req/s" "/tmp/bench-$1.log" | cut -c1-200
@@ -92,6 +95,22 @@ case "${1:-}" in
       --out "$OUT/rtc8" 2>&1 | tail -4
     timeout 150 python3 -m bench.agent --transport twilio --agent-workers 8 --llm-tokens-per-s 150 --cadence-url $U \
       --conversations 50 --out "$OUT/tw8-150tps" 2>&1 | tail -4 ;;
+  tail)  # after `servers` (the agent installed here, or .gpu/p3 carried): where N = 50's tail goes. Twilio callers
+    # against :8000 as it is, then with the server on 4 cores of its own (the agents and callers on the other 12);
+    # the server's /metrics after each
+    if PYTHONPATH=/tmp/site python3 -c "import faster_whisper" 2>/dev/null; then source bench/gpu/agent.sh env
+    else source bench/gpu/agent.sh install || exit 1; fi
+    ready 8000 || { echo "no server on :8000"; exit 1; }
+    U=ws://127.0.0.1:8000/v1/stream pid=$(cat /tmp/serve-8000.pid) last=$(($(nproc) - 1)) e=${ENGINE_CORES:-4}
+    for run in shared own-cores; do
+      pin=()
+      [ $run = own-cores ] && { taskset -a -p -c "0-$((e - 1))" "$pid" > /dev/null; pin=(taskset -c "$e-$last"); }
+      timeout 150 "${pin[@]}" python3 -m bench.agent --transport twilio --agent-workers 8 --cadence-url $U \
+        --conversations "${TAIL_N:-50}" --out "$OUT/tail-$run" 2>&1 | tail -3
+      python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/metrics').read().decode())" \
+        > "$OUT/tail-$run/metrics.txt"
+    done
+    taskset -a -p -c "0-$last" "$pid" > /dev/null ;;
   voice)  # VOICE: "VAD_STOP/HOLD ..." settings; the scripted LLM at the agent bench's pace (200 ms, then 60 tokens/s)
     [ -n "${XDG_CACHE_HOME:-}" ] || source bench/gpu/agent.sh env
     ready 8000 || { echo "no server on :8000"; exit 1; }
@@ -105,5 +124,5 @@ case "${1:-}" in
         --out "$R/$name" > "$R/$name.log" 2>&1
       echo "$name: rc $?"; tail -4 "$R/$name.log"; tar -czf "$OUT/voice.tgz" -C $R .
     done ;;
-  *) sed -n 2,16p "$0"; exit 2 ;;
+  *) sed -n 2,18p "$0"; exit 2 ;;
 esac
