@@ -14,7 +14,7 @@
 #   []                           bash bench/gpu/calls.sh voice   after `agent`: bench.voice in the settings VOICE names
 #   []                           bash bench/gpu/calls.sh more    after `agent`: WebRTC at N = 20, 150 tokens/s at 50
 #   []                           bash bench/gpu/calls.sh tail    after `servers`: N = 50 with the server on cores of
-#                                                                its own against shared ones (TAIL_N, ENGINE_CORES)
+#                                                                its own against shared ones (TAIL_RUNS)
 #   [".whl"]                     bash bench/gpu/calls.sh soak    bench.soak (SOAK_MINUTES, 9), its own server
 set -u
 [ -d .gpu ] && { bash bench/gpu/agent.sh stage > /dev/null || exit 1; }
@@ -96,17 +96,20 @@ case "${1:-}" in
     timeout 150 python3 -m bench.agent --transport twilio --agent-workers 8 --llm-tokens-per-s 150 --cadence-url $U \
       --conversations 50 --out "$OUT/tw8-150tps" 2>&1 | tail -4 ;;
   tail)  # after `servers` (the agent installed here, or .gpu/p3 carried): where N = 50's tail goes. Twilio callers
-    # against :8000 as it is, then with the server on 4 cores of its own (the agents and callers on the other 12);
-    # the server's /metrics after each
+    # against :8000 in each of TAIL_RUNS: shared (as it is), own-cores (the server on ENGINE_CORES of its own, the
+    # agents and callers on the rest), own-cores-stt-cpu (Whisper on the agents' cores, not the GPU); /metrics after
     if PYTHONPATH=/tmp/site python3 -c "import faster_whisper" 2>/dev/null; then source bench/gpu/agent.sh env
     else source bench/gpu/agent.sh install || exit 1; fi
     ready 8000 || { echo "no server on :8000"; exit 1; }
     U=ws://127.0.0.1:8000/v1/stream pid=$(cat /tmp/serve-8000.pid) last=$(($(nproc) - 1)) e=${ENGINE_CORES:-4}
-    for run in shared own-cores; do
-      pin=()
-      [ $run = own-cores ] && { taskset -a -p -c "0-$((e - 1))" "$pid" > /dev/null; pin=(taskset -c "$e-$last"); }
-      timeout 150 "${pin[@]}" python3 -m bench.agent --transport twilio --agent-workers 8 --cadence-url $U \
-        --conversations "${TAIL_N:-50}" --out "$OUT/tail-$run" 2>&1 | tail -3
+    printf 'whisper_device = "cpu"\n' > /tmp/stt-cpu.toml
+    for run in ${TAIL_RUNS:-shared own-cores own-cores-stt-cpu}; do
+      pin=() more=()
+      taskset -a -p -c "0-$last" "$pid" > /dev/null
+      case $run in own-cores*) taskset -a -p -c "0-$((e - 1))" "$pid" > /dev/null; pin=(taskset -c "$e-$last") ;; esac
+      case $run in *stt-cpu) more=(--config /tmp/stt-cpu.toml) ;; esac
+      timeout "${TAIL_S:-130}" "${pin[@]}" python3 -m bench.agent --transport twilio --agent-workers 8 \
+        --cadence-url $U --conversations "${TAIL_N:-50}" "${more[@]}" --out "$OUT/tail-$run" 2>&1 | tail -3
       python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/metrics').read().decode())" \
         > "$OUT/tail-$run/metrics.txt"
     done
