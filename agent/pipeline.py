@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from loguru import logger
 from pipecat.audio.vad.silero import SileroVADAnalyzer
-from pipecat.audio.vad.vad_analyzer import VADParams
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams
 from pipecat.observers.user_bot_latency_observer import UserBotLatencyObserver
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
@@ -219,11 +219,19 @@ def choose_tts(cfg: AgentConfig) -> tuple[TTSService | None, str]:
     return make_tts(cfg), describe_tts(cfg)
 
 
-def user_params(cfg: AgentConfig, *, vad: bool = True) -> LLMUserAggregatorParams:
+def make_vad(cfg: AgentConfig) -> VADAnalyzer:
+    """The caller's voice activity detector: Silero's ONNX model, one per call (its recurrent state is
+    the call's). Loading it takes 30-50 ms of CPU, so a server makes it in a thread: on the event
+    loop it would stall every other call's audio in the process for that long."""
+    return SileroVADAnalyzer(params=VADParams(stop_secs=cfg.vad_stop_s))
+
+
+def user_params(cfg: AgentConfig, *, vad: VADAnalyzer | bool = True) -> LLMUserAggregatorParams:
     """VAD in the user aggregator (pipecat 1.x), the interruption rule (a short utterance over the
-    bot's speech does not interrupt it) and the fast speech-timeout turn end."""
+    bot's speech does not interrupt it) and the fast speech-timeout turn end. `vad`: the analyzer,
+    True to make one here (`make_vad`), False for none."""
     return LLMUserAggregatorParams(
-        vad_analyzer=SileroVADAnalyzer(params=VADParams(stop_secs=cfg.vad_stop_s)) if vad else None,
+        vad_analyzer=make_vad(cfg) if vad is True else None if vad is False else vad,
         user_turn_strategies=UserTurnStrategies(
             start=[MinSpeechInterruptionStrategy(min_speech_s=cfg.min_interruption_s, vad_stop_s=cfg.vad_stop_s)],
             stop=[SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=cfg.user_speech_timeout_s)]),
@@ -239,14 +247,15 @@ def build_pipeline(
     llm: FrameProcessor,
     tts: TTSService | None,
     context: LLMContext | None = None,
-    vad: bool = True,
+    vad: VADAnalyzer | bool = True,
     playout: Callable[[CadenceTTSService], FrameProcessor] | None = None,
 ) -> tuple[Pipeline, LLMContext]:
     """Wire the processors; returns the pipeline and the conversation context it updates.
 
     `input`/`output` are a transport's processors (`transport.input()`, `transport.output()`);
     `stt` may be None when the input already yields transcriptions; `tts` None makes a text-only
-    agent (the reply reaches the context as the LLM writes it); `vad=False` leaves voice
+    agent (the reply reaches the context as the LLM writes it); `vad` is the caller's voice activity
+    detector (servers pass one made in a thread by `make_vad`; True makes it here), False leaves voice
     activity to frames the input sends itself (tests); `playout` makes the processor that reports
     the played position to a Cadence TTS (default: PlayoutReporter, from written audio; the phone
     leg counts the carrier's acknowledgements instead)."""

@@ -143,17 +143,18 @@ async def run_session(cfg: AgentConfig, connection) -> None:
 
     from flows.session import attach as attach_flow
 
-    from .pipeline import build_pipeline, choose_tts, latency_observer, make_llm
+    from .pipeline import build_pipeline, choose_tts, latency_observer, make_llm, make_vad
     from .stt import make_stt
 
     transport = SmallWebRTCTransport(webrtc_connection=connection,
                                      params=TransportParams(audio_in_enabled=True, audio_out_enabled=True))
-    # Model loads and the engine's health check block: keep the event loop free.
+    # Model loads (Whisper, Silero) and the engine's health check block: keep the event loop free.
     stt = await asyncio.to_thread(make_stt, cfg)
     tts, tts_in_use = await asyncio.to_thread(choose_tts, cfg)
+    vad = await asyncio.to_thread(make_vad, cfg)
     llm = make_llm(cfg)
     output = transport.output()
-    pipeline, _ = build_pipeline(cfg, input=transport.input(), output=output, stt=stt, llm=llm, tts=tts)
+    pipeline, _ = build_pipeline(cfg, input=transport.input(), output=output, stt=stt, llm=llm, tts=tts, vad=vad)
     ui = UiEvents(connection.send_app_message, stt=stt, llm=llm, output=output, text_only=tts is None,
                   user_aggregator=next(p for p in pipeline.processors if isinstance(p, LLMUserAggregator)))
     latency = latency_observer()

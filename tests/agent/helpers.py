@@ -91,3 +91,23 @@ class Lines:
         with contextlib.suppress(AssertionError):
             self.wait_for(r"(?!)", timeout)
         return "".join(self.lines)
+
+
+def vads_made_on_the_loop(monkeypatch) -> list[bool]:
+    """Records, for each Silero VAD the agent makes from now on, whether it was made on a running
+    event loop (a server's calls must load it in a thread: agent.pipeline.make_vad)."""
+    import agent.pipeline
+
+    made: list[bool] = []
+
+    class Recording(agent.pipeline.SileroVADAnalyzer):
+        def __init__(self, **kwargs):
+            try:
+                asyncio.get_running_loop()
+                made.append(True)
+            except RuntimeError:
+                made.append(False)
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(agent.pipeline, "SileroVADAnalyzer", Recording)
+    return made

@@ -263,17 +263,22 @@ async def _browser_like_session(url: str) -> tuple[list[dict], float]:
 def test_a_browser_like_webrtc_session_gets_its_pipeline_events_and_audio(cadence_server, monkeypatch):
     """A real SmallWebRTC session against the app: the answer, the `config` event on the page's
     data channel (sent once the pipeline is up), and the bot's audio track playing (silence until
-    someone speaks); hanging up and stopping the server end the session."""
+    someone speaks); hanging up and stopping the server end the session. The session's VAD model
+    loads in a thread, not on the event loop the other sessions share."""
     import asyncio
 
     from agent.server import create_app
 
+    from .helpers import vads_made_on_the_loop
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    on_loop = vads_made_on_the_loop(monkeypatch)
     cfg = AgentConfig(cadence_url=cadence_server.ws_url)
     with _AppThread(create_app(cfg)) as app:
         events, seconds = asyncio.run(asyncio.wait_for(_browser_like_session(app.url), timeout=60))
     assert events == [{"type": "config", **describe(cfg)}]
     assert seconds >= 1.0
+    assert on_loop == [False]
 
 
 def _turn(cfg: AgentConfig, tts, reply: str) -> tuple[list[dict], object]:

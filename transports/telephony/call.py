@@ -18,7 +18,7 @@ from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.workers.runner import WorkerRunner
 
-from agent.pipeline import AgentConfig, build_pipeline, choose_tts, latency_observer, make_llm
+from agent.pipeline import AgentConfig, build_pipeline, choose_tts, latency_observer, make_llm, make_vad
 from agent.stt import make_stt
 from flows.session import attach as attach_flow
 
@@ -33,14 +33,15 @@ async def run_call(cfg: AgentConfig, transport: BaseTransport, hangup: asyncio.E
 
     `playout` makes the processor that reports heard audio to a Cadence TTS (default: the written
     audio); `on_tts` is told which TTS service the call got (the tests count its engine contexts)."""
-    # Model loads and the engine's health check block: keep the event loop free.
+    # Model loads (Whisper, Silero) and the engine's health check block: keep the event loop free.
     stt = await asyncio.to_thread(make_stt, cfg)
     tts, tts_in_use = await asyncio.to_thread(choose_tts, cfg)
     if on_tts is not None:
         on_tts(tts)
+    vad = await asyncio.to_thread(make_vad, cfg)
     llm = make_llm(cfg)
     pipeline, _ = build_pipeline(cfg, input=transport.input(), output=transport.output(), stt=stt,
-                                 llm=llm, tts=tts, playout=playout)
+                                 llm=llm, tts=tts, vad=vad, playout=playout)
     worker = PipelineWorker(
         pipeline,
         params=PipelineParams(audio_in_sample_rate=PIPELINE_IN_RATE, audio_out_sample_rate=LINE_RATE,
