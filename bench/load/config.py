@@ -35,6 +35,7 @@ class BenchConfig:
     request_timeout_s: float = 120.0
     slo_s: float = 0.100
     gpu_price: float | None = None
+    client_processes: int = 1  # processes sharing each trial's arrivals (processes.py)
     wer_requests: int = 0
     wer_model: str | None = None
     wer_device: str = "cpu"
@@ -50,8 +51,8 @@ class BenchConfig:
             warmup_s=a.warmup, duration_s=a.duration, max_join=a.max_join, text_chars=a.text_chars,
             voice=a.voice or None, language=a.language or None, request_model=a.request_model, extra=a.extra,
             sample_rate=a.sample_rate, request_timeout_s=a.request_timeout, slo_s=a.slo_ms / 1000.0,
-            gpu_price=a.gpu_price, wer_requests=a.wer, wer_model=a.wer_model, wer_device=a.wer_device,
-            label=a.label, plots=not a.no_plots).validate()
+            gpu_price=a.gpu_price, client_processes=a.client_processes, wer_requests=a.wer, wer_model=a.wer_model,
+            wer_device=a.wer_device, label=a.label, plots=not a.no_plots).validate()
 
     def validate(self) -> BenchConfig:
         longest = longest_sentence()
@@ -68,6 +69,7 @@ class BenchConfig:
             (self.slo_s > 0, "--slo-ms must be > 0"),
             (self.gpu_price is None or self.gpu_price > 0, "--gpu-price must be > 0"),
             (self.wer_requests >= 0, "--wer must be >= 0"),
+            (1 <= self.client_processes <= 64, "--client-processes must be in 1-64"),
             (self.url is None or self.url.startswith(("http://", "https://")), "--url must start with http(s)://"),
             (self.model is None or self.model.is_dir(), f"model directory {self.model} does not exist"),
         ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ class TrialOutcome:
     wall_s: float = 0.0
     # (seconds from trial start, length): pauses of the client's event loop past LOOP_STALL_S
     client_stalls: list[tuple[float, float]] = field(default_factory=list)
+    client_pids: list[int] = field(default_factory=lambda: [os.getpid()])  # the processes that sent it
 
 
 async def _watch_loop(start: float, stalls: list[tuple[float, float]]) -> None:
@@ -80,17 +82,21 @@ def _collector_held() -> Iterator[None]:
 
 
 async def run_trial(target: Target, schedule: list[Arrival], prompts: dict[int, Prompt], *, timeout_s: float,
-                    keep_pcm: Callable[[int], bool] = lambda i: False, desc: str = "") -> TrialOutcome:
+                    keep_pcm: Callable[[int], bool] = lambda i: False, desc: str = "",
+                    start_at: float | None = None) -> TrialOutcome:
+    """start_at: the perf_counter() instant the schedule counts from (default: now); processes
+    sharing a trial's arrivals pass one shared instant (processes.py)."""
     with _collector_held():  # entered first: its collection must not delay the schedule
-        return await _run_trial(target, schedule, prompts, timeout_s=timeout_s, keep_pcm=keep_pcm, desc=desc)
+        return await _run_trial(target, schedule, prompts, timeout_s=timeout_s, keep_pcm=keep_pcm, desc=desc,
+                                start_at=start_at)
 
 
 async def _run_trial(target: Target, schedule: list[Arrival], prompts: dict[int, Prompt], *, timeout_s: float,
-                     keep_pcm: Callable[[int], bool], desc: str) -> TrialOutcome:
+                     keep_pcm: Callable[[int], bool], desc: str, start_at: float | None) -> TrialOutcome:
     outcome = TrialOutcome(records=[], in_flight=[(0.0, 0)])
     in_flight = 0
     bar = tqdm(total=len(schedule), desc=desc, unit="req", disable=None, leave=False)
-    start = time.perf_counter()
+    start = time.perf_counter() if start_at is None else start_at
 
     def change(delta: int) -> None:
         nonlocal in_flight

@@ -78,6 +78,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-timeout", type=float, default=120.0, help="seconds before a request counts as failed")
     p.add_argument("--slo-ms", type=float, default=100.0, help="p95 audible TTFA that a sustained rate must meet")
     p.add_argument("--gpu-price", type=float, default=None, help="GPU price per hour (USD): report cost per 1M chars")
+    p.add_argument("--client-processes", type=int, default=1, metavar="N",
+                   help="client processes sharing the arrivals (one Python process falls behind its schedule "
+                        "past ~100-150 req/s of streaming audio: see send lag in the report)")
     p.add_argument("--wer", type=int, default=0, metavar="N",
                    help="transcribe the first N measured requests of each trial and report WER (real weights)")
     p.add_argument("--wer-model", default=None, help="faster-whisper model dir (default: bundled tiny.en)")

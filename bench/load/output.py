@@ -76,7 +76,7 @@ def to_json(result: SweepResult, argv: list[str]) -> dict:
         "rates": [{**s.as_dict(), "sustained": s.sustained(cfg.slo_s)} for s in result.rates],
         "wer": asdict(wer) if wer else None,
         "trials": [{
-            "rate": t.rate, "seed": t.seed, "wall_s": t.outcome.wall_s,
+            "rate": t.rate, "seed": t.seed, "wall_s": t.outcome.wall_s, "client_pids": t.outcome.client_pids,
             "peak_in_flight_measured": t.peak_in_flight_measured,
             "peak_in_flight_all": max(n for _, n in t.outcome.in_flight),
             "char_mix": asdict(t.char_mix), "wer": asdict(t.wer) if t.wer else None,

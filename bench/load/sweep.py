@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from dataclasses import dataclass, field
 
 from .arrivals import poisson_schedule
@@ -13,6 +14,7 @@ from .config import BenchConfig
 from .corpus import CharMix
 from .driver import TrialOutcome, run_trial
 from .http_target import HttpTarget
+from .processes import run_shared
 from .recognizer import Recognizer, WerResult
 from .server_metrics import during, scrape
 from .server_proc import ServerProcess
@@ -80,17 +82,24 @@ def _event_loop_runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
-def run_one(cfg: BenchConfig, base_url: str, rate: float, seed: int) -> TrialOutcome:
+def run_one(cfg: BenchConfig, base_url: str, rate: float, seed: int, *, share: tuple[int, int] | None = None,
+            start_wall: float | None = None) -> TrialOutcome:
+    """The trial of (rate, seed) from this process; share=(i, n): only requests i mod n, on the
+    schedule that counts from the time.time() instant start_wall (processes.py)."""
     schedule = poisson_schedule(rate, cfg.warmup_s, cfg.duration_s, seed)
-    prompts = {a.index: cfg.prompt(seed, a.index) for a in schedule}
     wer_indices = {a.index for a in schedule if a.measured}
     wer_indices = set(sorted(wer_indices)[: cfg.wer_requests])
+    if share is not None:
+        schedule = [a for a in schedule if a.index % share[1] == share[0]]
+    prompts = {a.index: cfg.prompt(seed, a.index) for a in schedule}
 
     async def trial() -> TrialOutcome:
         target = make_target(cfg, base_url)
+        start_at = None if start_wall is None else time.perf_counter() + (start_wall - time.time())
         try:
             return await run_trial(target, schedule, prompts, timeout_s=cfg.request_timeout_s,
-                                   keep_pcm=wer_indices.__contains__, desc=f"{rate:g} req/s seed {seed}")
+                                   keep_pcm=wer_indices.__contains__, desc=f"{rate:g} req/s seed {seed}",
+                                   start_at=start_at)
         finally:
             await target.close()
 
@@ -110,7 +119,8 @@ def run_sweep(cfg: BenchConfig, log=lambda msg: print(msg, file=sys.stderr), aft
             with server or contextlib.nullcontext():
                 url = server.url if server else cfg.url
                 before = scrape(url)
-                outcome = run_one(cfg, url, rate, seed)
+                outcome = (run_one(cfg, url, rate, seed) if cfg.client_processes == 1
+                           else run_shared(cfg, url, rate, seed))
                 engine = during(before, scrape(url)) if before is not None else None
             measured = [r for r in outcome.records if r.measured]
             trial = Trial(rate, seed, outcome,

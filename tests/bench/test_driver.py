@@ -135,3 +135,17 @@ def test_the_client_records_its_own_loop_pauses_and_holds_off_the_collector():
     late = [r for r in out.records if r.underruns]
     assert late and underruns_in_stalls(out.records, out.client_stalls) >= 1
     assert underruns_in_stalls(out.records, []) == 0
+
+
+def test_outcomes_of_processes_that_shared_a_trial_merge_into_one():
+    from bench.load.driver import TrialOutcome
+    from bench.load.processes import merge_outcomes
+
+    a = TrialOutcome(records=[], in_flight=[(0.0, 0), (0.1, 1), (0.5, 2), (0.9, 1), (1.0, 0)],
+                     client_stalls=[(0.7, 0.03)], client_pids=[11], wall_s=1.0)
+    b = TrialOutcome(records=[], in_flight=[(0.0, 0), (0.3, 1), (0.6, 0)], client_stalls=[(0.2, 0.05)],
+                     client_pids=[12], wall_s=1.2)
+    merged = merge_outcomes([a, b])
+    assert merged.in_flight == [(0.0, 0), (0.1, 1), (0.3, 2), (0.5, 3), (0.6, 2), (0.9, 1), (1.0, 0)]
+    assert merged.client_stalls == [(0.2, 0.05), (0.7, 0.03)]
+    assert merged.client_pids == [11, 12] and merged.wall_s == 1.2

@@ -108,6 +108,20 @@ def test_websocket_word_by_word_against_a_real_server(server_url, tmp_path):
 
 
 @pytest.mark.slow
+def test_client_processes_share_the_arrivals_of_one_schedule(server_url, tmp_path):
+    """--client-processes 2: the same open-loop schedule goes out from two other processes on one
+    clock (every request once, on time), and the trial merges what they measured."""
+    import os
+
+    data = bench(tmp_path, server_url, "--rates", "3", "--client-processes", "2", "--wer", "1")
+    check_sane(data, [3.0])
+    trial = data["trials"][0]
+    assert len(set(trial["client_pids"])) == 2 and os.getpid() not in trial["client_pids"]
+    assert max(r["sent_at_s"] - r["scheduled_at_s"] for r in trial["records"]) < 0.25  # one shared start
+    assert data["config"]["client_processes"] == 2 and data["wer"]["utterances"] == 1
+
+
+@pytest.mark.slow
 def test_latency_socket_part_against_a_running_server(server_url, tmp_path):
     from bench.socket_latency import corpus, socket_requests
 
