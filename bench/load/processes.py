@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
 import time
 import traceback
 
@@ -34,28 +35,47 @@ def run_shared(cfg: BenchConfig, base_url: str, rate: float, seed: int) -> Trial
     for p in procs:
         p.start()
     try:
-        for _ in range(n):
-            ready.get(timeout=READY_TIMEOUT_S)
+        _gather(ready, n, READY_TIMEOUT_S, procs, results)
         start_wall.value = time.time() + LEAD_S
         go.set()
         limit = LEAD_S + cfg.warmup_s + cfg.duration_s + cfg.request_timeout_s + READY_TIMEOUT_S
-        parts = [results.get(timeout=limit) for _ in range(n)]
+        parts = _gather(results, n, limit, procs)
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    failed = [out for _i, out in parts if isinstance(out, str)]
-    if failed:
-        raise RuntimeError(f"a client process failed:\n{failed[0]}")
     return merge_outcomes([out for _i, out in sorted(parts, key=lambda p: p[0])])
+
+
+def _gather(q, n: int, timeout_s: float, procs, errors=None) -> list:
+    """n items from q; a part's failure (a traceback string, on `errors` if given) or a process gone
+    without its item raises at once, not after the timeout."""
+    items, deadline = [], time.monotonic() + timeout_s
+    while len(items) < n:
+        try:
+            item = q.get(timeout=0.2)
+        except queue.Empty:
+            item = None
+        if errors is not None and not errors.empty():
+            item = errors.get()
+        if item is not None and isinstance(item[1], str):
+            raise RuntimeError(f"a client process failed:\n{item[1]}")
+        if item is not None:
+            items.append(item)
+        elif any(not p.is_alive() and p.exitcode != 0 for p in procs):
+            codes = [p.exitcode for p in procs]
+            raise RuntimeError(f"a client process exited without its results (exit codes {codes})")
+        elif time.monotonic() > deadline:
+            raise TimeoutError(f"client processes: {len(items)} of {n} answered within {timeout_s:.0f} s")
+    return items
 
 
 def _part(cfg: BenchConfig, base_url: str, rate: float, seed: int, i: int, ready, go, start_wall, results) -> None:
     try:
         from .sweep import run_one  # httpx, websockets, numpy: imported before the shared start
 
-        ready.put(i)
+        ready.put((i, None))
         go.wait()
         results.put((i, run_one(cfg, base_url, rate, seed, share=(i, cfg.client_processes),
                                 start_wall=start_wall.value)))

@@ -149,3 +149,24 @@ def test_outcomes_of_processes_that_shared_a_trial_merge_into_one():
     assert merged.in_flight == [(0.0, 0), (0.1, 1), (0.3, 2), (0.5, 3), (0.6, 2), (0.9, 1), (1.0, 0)]
     assert merged.client_stalls == [(0.2, 0.05), (0.7, 0.03)]
     assert merged.client_pids == [11, 12] and merged.wall_s == 1.2
+
+
+def test_a_failed_or_vanished_client_process_stops_the_trial_at_once():
+    import queue
+    import time
+    from types import SimpleNamespace
+
+    from bench.load.processes import _gather
+
+    q = queue.Queue()
+    q.put((0, None))
+    q.put((1, "client process 1 (pid 7):\nTraceback ... ImportError: no module named httpx"))
+    t0 = time.monotonic()
+    alive = [SimpleNamespace(is_alive=lambda: True, exitcode=None)] * 2
+    with pytest.raises(RuntimeError, match="ImportError"):
+        _gather(q, 2, 60, alive)
+    q.put((0, None))
+    gone = [SimpleNamespace(is_alive=lambda: True, exitcode=None), SimpleNamespace(is_alive=lambda: False, exitcode=-9)]
+    with pytest.raises(RuntimeError, match=r"exit codes \[None, -9\]"):
+        _gather(q, 2, 60, gone)
+    assert time.monotonic() - t0 < 5  # neither waited for the timeout
