@@ -7,7 +7,8 @@
 #     sweep NAME TREE [NAME TREE ...]: for each, the engine in TREE (e.g. .ab/tree from `git archive BRANCH tts_engine
 #     | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES, AB_WARMUP, AB_DURATION;
 #     BENCH_ARGS: more of its arguments, e.g. "--text-chars 500,1500" for the long-form mix, "--client-processes 4"
-#     past ~100 req/s), the 1.7B random-weight checkpoint made first; servers: `cadence serve` left running on :8000 for the agent's benchmarks
+#     past ~100 req/s), the 1.7B random-weight checkpoint made first; servers: `cadence serve` left running on :8000
+#     for the agent's benchmarks
 #   [".gpu/p3"]                  bash bench/gpu/calls.sh agent   the agent's packages; Whisper's speed on the CPU and
 #                                                                the GPU; bench.agent and bench.voice against :8000,
 #                                                                each bounded; $OUT/agent.tgz after each
