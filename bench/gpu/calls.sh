@@ -128,5 +128,5 @@ case "${1:-}" in
         --out "$R/$name" > "$R/$name.log" 2>&1
       echo "$name: rc $?"; tail -4 "$R/$name.log"; tar -czf "$OUT/voice.tgz" -C $R .
     done ;;
-  *) sed -n 2,18p "$0"; exit 2 ;;
+  *) sed -n 2,19p "$0"; exit 2 ;;
 esac
