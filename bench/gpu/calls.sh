@@ -21,6 +21,9 @@ set -u
 [ -d .gpu ] && { bash bench/gpu/agent.sh stage > /dev/null || exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 ready() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$1/ready', timeout=2)" 2>/dev/null; }
+metrics() {  # port, file: the server's /metrics
+  python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$1/metrics').read().decode())" > "$2" 2>&1
+}
 serve() {  # port, engine tree, then more `cadence serve` arguments; pid in /tmp/serve-PORT.pid, log /tmp/serve-PORT.log
   local port=$1 tree=$2 root=$PWD; shift 2  # the tree's tts_engine first, the rest (bench) from this one
   (cd "$tree" && PYTHONPATH=/tmp/site:$PWD:$root exec setsid python3 -m tts_engine.cli serve --model /tmp/ckpt \
@@ -49,8 +52,7 @@ args = p.parse_args(["bench", *sys.argv[1:]]); sys.exit(args.func(args))' --url 
     --label "$(nvidia-smi --query-gpu=name --format=csv,noheader), Qwen3-TTS 1.7B random weights, $1" \
     --out "$OUT/$1" ${BENCH_ARGS:-} > "/tmp/bench-$1.log" 2>&1
   echo "$1: bench rc $?"; grep "req/s" "/tmp/bench-$1.log" | cut -c1-200
-  python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8002/metrics').read().decode())" \
-    > "$OUT/$1/metrics.txt" 2>&1
+  metrics 8002 "$OUT/$1/metrics.txt"
   cp /tmp/serve-8002.log "$OUT/$1/serve.log"; kill "$(cat /tmp/serve-8002.pid)"; sleep 3
 }
 case "${1:-}" in
@@ -111,8 +113,7 @@ case "${1:-}" in
       case $run in *stt-cpu) more=(--config /tmp/stt-cpu.toml) ;; esac
       timeout "${TAIL_S:-130}" "${pin[@]}" python3 -m bench.agent --transport twilio --agent-workers 8 \
         --cadence-url $U --conversations "${TAIL_N:-50}" "${more[@]}" --out "$OUT/tail-$run" 2>&1 | tail -3
-      python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/metrics').read().decode())" \
-        > "$OUT/tail-$run/metrics.txt"
+      metrics 8000 "$OUT/tail-$run/metrics.txt"
     done
     taskset -a -p -c "0-$last" "$pid" > /dev/null ;;
   voice)  # VOICE: "VAD_STOP/HOLD ..." settings; the scripted LLM at the agent bench's pace (200 ms, then 60 tokens/s)

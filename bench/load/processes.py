@@ -28,18 +28,18 @@ def run_shared(cfg: BenchConfig, base_url: str, rate: float, seed: int) -> Trial
     """The trial of (rate, seed) from cfg.client_processes processes, merged."""
     n = cfg.client_processes
     ctx = mp.get_context("spawn")  # no copy of this process's event loop, threads or GPU state
-    ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    start_wall = ctx.Value("d", 0.0)
-    procs = [ctx.Process(target=_part, args=(cfg, base_url, rate, seed, i, ready, go, start_wall, results),
+    # One queue: each part posts (i, None) once ready, then (i, its outcome), or (i, a traceback) instead.
+    posts, go, start_wall = ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
+    procs = [ctx.Process(target=_part, args=(cfg, base_url, rate, seed, i, posts, go, start_wall),
                          name=f"bench-client-{i}", daemon=True) for i in range(n)]
     for p in procs:
         p.start()
     try:
-        _gather(ready, n, READY_TIMEOUT_S, procs, results)
+        _gather(posts, n, READY_TIMEOUT_S, procs)
         start_wall.value = time.time() + LEAD_S
         go.set()
         limit = LEAD_S + cfg.warmup_s + cfg.duration_s + cfg.request_timeout_s + READY_TIMEOUT_S
-        parts = _gather(results, n, limit, procs)
+        parts = _gather(posts, n, limit, procs)
     finally:
         for p in procs:
             p.join(timeout=10)
@@ -48,17 +48,15 @@ def run_shared(cfg: BenchConfig, base_url: str, rate: float, seed: int) -> Trial
     return merge_outcomes([out for _i, out in sorted(parts, key=lambda p: p[0])])
 
 
-def _gather(q, n: int, timeout_s: float, procs, errors=None) -> list:
-    """n items from q; a part's failure (a traceback string, on `errors` if given) or a process gone
-    without its item raises at once, not after the timeout."""
+def _gather(q, n: int, timeout_s: float, procs) -> list:
+    """n items from q; a part's failure (a traceback string) or a process gone without its item
+    raises at once, not after the timeout."""
     items, deadline = [], time.monotonic() + timeout_s
     while len(items) < n:
         try:
             item = q.get(timeout=0.2)
         except queue.Empty:
             item = None
-        if errors is not None and not errors.empty():
-            item = errors.get()
         if item is not None and isinstance(item[1], str):
             raise RuntimeError(f"a client process failed:\n{item[1]}")
         if item is not None:
@@ -71,16 +69,16 @@ def _gather(q, n: int, timeout_s: float, procs, errors=None) -> list:
     return items
 
 
-def _part(cfg: BenchConfig, base_url: str, rate: float, seed: int, i: int, ready, go, start_wall, results) -> None:
+def _part(cfg: BenchConfig, base_url: str, rate: float, seed: int, i: int, posts, go, start_wall) -> None:
     try:
         from .sweep import run_one  # httpx, websockets, numpy: imported before the shared start
 
-        ready.put((i, None))
+        posts.put((i, None))
         go.wait()
-        results.put((i, run_one(cfg, base_url, rate, seed, share=(i, cfg.client_processes),
-                                start_wall=start_wall.value)))
+        posts.put((i, run_one(cfg, base_url, rate, seed, share=(i, cfg.client_processes),
+                              start_wall=start_wall.value)))
     except BaseException:
-        results.put((i, f"client process {i} (pid {os.getpid()}):\n{traceback.format_exc()}"))
+        posts.put((i, f"client process {i} (pid {os.getpid()}):\n{traceback.format_exc()}"))
 
 
 def merge_outcomes(parts: list[TrialOutcome]) -> TrialOutcome:
