@@ -78,7 +78,7 @@ def test_caps_admit_exactly_running_plus_queued():
         decisions = [adm.try_admit(0.0) for _ in range(10)]
     assert [d.admitted for d in decisions] == [True, True] + [False] * 8
     assert all(d.retry_after_s >= 1.0 and "capacity" in d.reason for d in decisions[2:])
-    assert adm.counts == {"admitted": 2, "rejected": 8, "rejected_caps": 8, "rejected_underrun": 0}
+    assert adm.counts == {"admitted": 2, "rejected": 8, "rejected_caps": 8, "rejected_underrun": 0, "rejected_slo": 0}
     adm.release(1.0)
     with adm.lock:
         assert adm.try_admit(1.0).admitted  # capacity is back

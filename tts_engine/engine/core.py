@@ -34,7 +34,7 @@ from ..prompt import resolve_voice
 from ..runtime.codec_runner import CodecRunner, served_codec
 from ..runtime.options import CODEC_PRECISIONS, FastPathOptions
 from ..runtime.runner import ModelRunner
-from ..scheduler.config import CODEC_TICK_CUDA, SchedulerConfig
+from ..scheduler.config import CODEC_TICK_CUDA, FIRST_AUDIO_SLO_CUDA_S, SchedulerConfig
 from ..scheduler.request import Phase
 from ..scheduler.scheduler import Scheduler
 from .api import (
@@ -98,6 +98,8 @@ class StreamingEngine:
         on_cuda = self.device.type == "cuda"
         if cfg.codec_tick_steps is None:
             cfg = replace(cfg, codec_tick_steps=CODEC_TICK_CUDA if on_cuda else 0)
+        if cfg.first_audio_slo_s is None:
+            cfg = replace(cfg, first_audio_slo_s=FIRST_AUDIO_SLO_CUDA_S if on_cuda else 0.0)
         if dtype is None:
             dtype = torch.bfloat16 if on_cuda else torch.float32
         ckpt = load_checkpoint(model_dir, device=self.device, dtype=dtype)

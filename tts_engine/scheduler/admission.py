@@ -7,10 +7,18 @@ real time holds while the predicted cycle for the decoding streams stays under F
 The engine thread turns its cost model into `sustainable` (the most decoding streams that meet
 that) after each measurement; admission compares the decoding count the new stream would make
 against it. Retry-After: the streams that must leave first, divided by the recent finish rate.
+
+First-audio SLO: a stream that finds every slot taken waits for a finish per stream ahead of it
+(admitted streams less those waiting for their text, which need no slot yet).
+Its first audio is predicted as that wait (at the recent finish rate) plus the time streams take
+from a slot to first audio now (an average the engine thread keeps). When that is over the SLO it
+is refused at once with Retry-After instead of queued: past capacity the queue stays as short as
+the SLO allows, and the admitted streams keep their first-audio time.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -18,6 +26,10 @@ from dataclasses import dataclass
 
 RATE_WINDOW_S = 10.0
 MIN_RETRY_S, MAX_RETRY_S = 1.0, 30.0
+# The finish rate the SLO uses spans at least this long: a few finishes close together after an
+# idle spell would otherwise read as a burst rate the slots cannot keep.
+MIN_RATE_SPAN_S = 1.0
+SLOT_TO_AUDIO_ALPHA = 0.2
 
 
 @dataclass(frozen=True)
@@ -47,15 +59,28 @@ class _Rate:
             return 0.0
         return len(self._times) / RATE_WINDOW_S
 
+    def recent_per_s(self, now: float) -> float:
+        """Per second over the window, or over the span since the oldest event in it when that is
+        shorter (at least MIN_RATE_SPAN_S): the rate as it is now, also in the window's first seconds."""
+        self._trim(now)
+        if not self._times:
+            return 0.0
+        return len(self._times) / min(RATE_WINDOW_S, max(MIN_RATE_SPAN_S, now - self._times[0]))
+
 
 class Admission:
-    def __init__(self, max_active: int, max_queued: int, reject_predicted_underrun: bool):
+    def __init__(self, max_active: int, max_queued: int, reject_predicted_underrun: bool,
+                 first_audio_slo_s: float = 0.0):
         self.lock = threading.Lock()  # hold it around try_admit and handing the stream to the engine
         self.max_active, self.max_queued = max_active, max_queued
         self.reject_predicted_underrun = reject_predicted_underrun
+        self.first_audio_slo_s = first_audio_slo_s  # 0: off
         self.admitted = 0  # admitted and not yet finished
         self.sustainable = max_active  # decoding streams the cost model says stay real time
-        self.counts = {"admitted": 0, "rejected": 0, "rejected_caps": 0, "rejected_underrun": 0}
+        self.slot_to_audio_s = 0.0  # recent average, slot -> first audio sent
+        self.waiting_text = 0  # admitted streams whose text has not come (the engine thread counts them)
+        self.counts = {"admitted": 0, "rejected": 0, "rejected_caps": 0, "rejected_underrun": 0,
+                       "rejected_slo": 0}
         self._arrivals = _Rate()
         self._finishes = _Rate()
 
@@ -66,6 +91,16 @@ class Admission:
         if self.admitted >= cap:
             return self._reject("caps", f"server is at capacity ({self.admitted} streams)",
                                 self.admitted - cap + 1, now)
+        must_leave = self.admitted - self.waiting_text - self.max_active + 1
+        if self.first_audio_slo_s and must_leave > 0:
+            rate = self._finishes.recent_per_s(now)
+            first_audio_s = (must_leave / rate if rate > 0 else math.inf) + self.slot_to_audio_s
+            if first_audio_s > self.first_audio_slo_s:
+                predicted = "unknown (no stream finished lately)" if math.isinf(first_audio_s) \
+                    else f"~{first_audio_s * 1e3:.0f} ms"
+                return self._reject("slo", f"every slot is taken and {must_leave} streams must finish first: "
+                                    f"first audio {predicted}, over the server's first-audio SLO of "
+                                    f"{self.first_audio_slo_s * 1e3:.0f} ms", must_leave, now)
         decoding = min(self.admitted + 1, self.max_active)
         # An empty engine always takes one stream: the prediction is refreshed only by the steps
         # streams make, so refusing the first would keep a pessimistic estimate forever.
@@ -96,6 +131,16 @@ class Admission:
                 raise RuntimeError("admission released more streams than it admitted")
             self.admitted -= 1
             self._finishes.add(time.monotonic() if now is None else now)
+
+    def text_waits(self, change: int) -> None:
+        """Engine thread: a stream began (+1) or ended (-1) waiting for its text."""
+        with self.lock:
+            self.waiting_text += change
+
+    def observe_first_audio(self, after_slot_s: float) -> None:
+        """Engine thread: a stream's first audio went out this long after it got its slot."""
+        with self.lock:
+            self.slot_to_audio_s += SLOT_TO_AUDIO_ALPHA * (after_slot_s - self.slot_to_audio_s)
 
     def publish_capacity(self, sustainable: int) -> None:
         with self.lock:

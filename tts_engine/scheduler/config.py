@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CODEC_TICK_CUDA = 2
+FIRST_AUDIO_SLO_CUDA_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ class SchedulerConfig:
     # Refuse a stream whose admission would make the predicted cycle miss real time. None: on when
     # the engine runs on CUDA (a CPU engine is for tests and development and is never real time).
     reject_predicted_underrun: bool | None = None
+    # Refuse a stream at once (503 + Retry-After) when every slot is taken and its predicted wait
+    # for one puts its first audio past this many seconds (admission.py); the queue then stays
+    # as short as the SLO allows. None: 0.1 on CUDA, off on CPU (a CPU engine is never real
+    # time); 0: off, a stream queues while max_queued_streams allows.
+    first_audio_slo_s: float | None = None
     cost_ema_alpha: float = 0.2
     # Lookahead (a second step launched before the first is read, at pipeline depth 2) only while a
     # stream needs audio soon: one not yet audible, one with less than this much audio ahead of its
@@ -67,6 +73,8 @@ class SchedulerConfig:
             raise ValueError(f"yield_buffer_s must be > 0, got {self.yield_buffer_s}")
         if not self.realtime_margin >= 1.0:
             raise ValueError(f"realtime_margin must be >= 1, got {self.realtime_margin}")
+        if self.first_audio_slo_s is not None and not self.first_audio_slo_s >= 0:
+            raise ValueError(f"first_audio_slo_s must be >= 0, got {self.first_audio_slo_s}")
         if not 0.0 < self.cost_ema_alpha <= 1.0:
             raise ValueError(f"cost_ema_alpha must be in (0, 1], got {self.cost_ema_alpha}")
         if self.pipeline_depth is not None and self.pipeline_depth not in (1, 2):

@@ -46,6 +46,7 @@ class StreamState:
     arrival: float = field(default_factory=time.monotonic)
     phase: Phase = Phase.WAITING_TEXT
     slot: int | None = None
+    slot_at: float | None = None  # when it got its slot
     content_ids: list[int] = field(default_factory=list)  # committed text tokens t1..tN
     input_ended: bool = False
     prompt_len: int = 0

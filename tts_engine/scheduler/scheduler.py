@@ -55,7 +55,8 @@ class Scheduler:
         self.eos_id, self.pad_id = eos_id, pad_id
         self.slots = SlotPool(config.max_active_streams)
         self.cost = cost or CostModel(self.buckets, alpha=config.cost_ema_alpha)
-        self.admission = Admission(config.max_active_streams, config.max_queued_streams, reject_predicted_underrun)
+        self.admission = Admission(config.max_active_streams, config.max_queued_streams, reject_predicted_underrun,
+                                   config.first_audio_slo_s or 0.0)
         self.streams: dict[str, StreamState] = {}
         self.in_flight: dict[int, StepPlan] = {}  # launched, results not yet processed; launch order
         self._next_step = 0  # step ids
@@ -73,6 +74,7 @@ class Scheduler:
             raise ValueError(f"stream {state.id} exists")
         state.phase = Phase.WAITING_TEXT
         self.streams[state.id] = state
+        self.admission.text_waits(+1)
 
     def enqueue(self, stream_id: str, prompt_len: int) -> None:
         """Its prompt is built (`prompt_len` rows): ready for a slot and a prefill."""
@@ -81,6 +83,7 @@ class Scheduler:
             raise ValueError(f"stream {stream_id} is {s.phase.value}, not waiting for text")
         s.prompt_len = prompt_len
         s.phase = Phase.QUEUED
+        self.admission.text_waits(-1)
 
     def flush(self, stream_id: str) -> None:
         """Frame k needs text token k + 2, so the text so far yields frames 0 .. n - 2: a flush
@@ -98,6 +101,8 @@ class Scheduler:
         """The engine sent `seconds` of the stream's audio (also after its Finished output)."""
         if s.first_audio_at is None:
             s.first_audio_at = now
+            if s.slot_at is not None:
+                self.admission.observe_first_audio(now - s.slot_at)
         s.audio_sent_s += seconds
 
     def abort(self, stream_id: str, cancelled: bool = True) -> StreamState | None:
@@ -111,6 +116,8 @@ class Scheduler:
         return s
 
     def _remove(self, s: StreamState) -> None:
+        if s.phase is Phase.WAITING_TEXT:
+            self.admission.text_waits(-1)
         s.phase = Phase.FINISHED
         if s.slot is not None:
             self.slots.release(s.slot)
@@ -171,7 +178,7 @@ class Scheduler:
                                  cost_of=lambda s: self.cost.prefill_s(s.prompt_len))
         out = []
         for s in chosen:
-            s.slot = self.slots.allocate()
+            s.slot, s.slot_at = self.slots.allocate(), now
             s.phase = Phase.DECODING
             out.append(Prefill(s.id, s.slot, s.prompt_len))
         return out
@@ -404,6 +411,9 @@ class Scheduler:
                 out.append(f"stream {s.id}: {s.frames_launched - s.frames_done} frames launched and never read")
         if set(held) != self.slots.used:
             out.append(f"slots in use {sorted(self.slots.used)} != slots of live streams {sorted(held)}")
+        waiting = sum(1 for s in self.streams.values() if s.phase is Phase.WAITING_TEXT)
+        if waiting != self.admission.waiting_text:
+            out.append(f"admission counts {self.admission.waiting_text} streams waiting for text, not {waiting}")
         if idle and self.in_flight:
             out.append(f"idle with steps in flight: {sorted(self.in_flight)}")
         return out
@@ -418,6 +428,7 @@ class Scheduler:
             "steps_in_flight": len(self.in_flight),
             "predicted_cycle_ms": self.cycle_s(decoding) * 1e3,
             "sustainable_streams": self.admission.sustainable,
+            "slot_to_first_audio_ms": self.admission.slot_to_audio_s * 1e3,
             "cost_frame_step_ms": self.cost.frame_step_s(self.cost.bucket_for(max(1, decoding))) * 1e3,
             **{f"scheduler_{k}": float(v) for k, v in dict(self.stats).items()},
         }
