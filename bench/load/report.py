@@ -88,6 +88,11 @@ def render(data: dict, plots: list[str]) -> str:
         lines += ["", "Failures: " + "; ".join(
             f"{r:g} req/s: " + ", ".join([f"{k} x{v}" for k, v in e.items()] + [f"no audible onset x{n}"] * bool(n))
             for r, e, n in errors)]
+    refused = [s for s in data["rates"] if s["ok"] < s["requests"] and s.get("served_audible_ttfa_s")]
+    if refused:
+        lines += ["", "Past capacity, the served requests alone (the refused and failed left out): audible TTFA "
+                  + ", ".join(f"{s['rate']:g} req/s {_trio(s['served_audible_ttfa_s'])} ms ({s['ok']} served)"
+                              for s in refused) + "."]
     cap = data["capacity_rate"]
     lines += ["", "## Capacity", "",
               f"Highest rate with p95 audible TTFA <= {data['slo_ms']:g} ms, zero underruns and every request "

@@ -58,6 +58,9 @@ class RateSummary:
     # trials and their largest: with long texts, many more than are in flight at the server.
     listeners_mean: float = 0.0
     listeners_peak: int = 0
+    # Audible TTFA of the served requests alone (refused and failed ones left out): past capacity,
+    # what the streams a server admits get, which `audible_ttfa_s` hides behind the refusals' +inf.
+    served_audible_ttfa_s: Distribution | None = None
 
     def sustained(self, slo_s: float) -> bool:
         """The rate holds: every request succeeded and became audible, p95 audible TTFA within slo_s,
@@ -139,7 +142,8 @@ def summarize(rate: float, seeds: list[int], records: list[RequestRecord], measu
         underruns_in_client_stalls=underruns_in_client_stalls,
         server_silence_max_s=silence[0], server_silence_at_s=silence[1], server=pooled(server or []),
         listeners_mean=sum(m for m, _ in listening) / len(listening) if listening else 0.0,
-        listeners_peak=max((p for _, p in listening or []), default=0))
+        listeners_peak=max((p for _, p in listening or []), default=0),
+        served_audible_ttfa_s=distribution([r.audible_ttfa_s if r.audible_ttfa_s is not None else INF for r in ok]))
 
 
 def peak_in_flight(series: list[tuple[float, int]], start_s: float, end_s: float) -> int:

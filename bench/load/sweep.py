@@ -159,8 +159,10 @@ def _ms(v: float | None) -> str:
 
 
 def _one_line(s: RateSummary, slo_s: float) -> str:
-    t = s.audible_ttfa_s
+    t, served = s.audible_ttfa_s, s.served_audible_ttfa_s
+    served_text = f" (served: {_ms(served.p50)}/{_ms(served.p95)}/{_ms(served.p99)})" \
+        if served is not None and s.ok < s.requests else ""
     return (f"cadence bench: {s.rate:g} req/s: {s.ok}/{s.requests} ok, audible TTFA p50/p95/p99 "
-            f"{_ms(t.p50)}/{_ms(t.p95)}/{_ms(t.p99)} ms, {s.underrun_requests} underrun requests, "
+            f"{_ms(t.p50)}/{_ms(t.p95)}/{_ms(t.p99)} ms{served_text}, {s.underrun_requests} underrun requests, "
             f"peak in flight {s.peak_in_flight}, listeners {s.listeners_mean:.0f} (peak {s.listeners_peak}): "
             f"{'holds' if s.sustained(slo_s) else 'does not hold'}")

@@ -66,6 +66,9 @@ def test_json_report_and_plots(tmp_path):
     assert "**10 req/s**" in report
     assert f"**${data['cost_per_million_chars']:.2f} per million characters**" in report
     assert "HTTP 503 x2" in report and "timeout after 1 s x1" in report
+    # the served alone: the three failures left out, p99 is a served request's
+    assert data["rates"][2]["served_audible_ttfa_s"]["p99"] == 0.06
+    assert "the served requests alone" in report and "20 req/s 60.0 / 60.0 / 60.0 ms (197 served)" in report
     assert "**Warning**" in report and "20 req/s 50.0 ms" in report
     assert "![ttfa_cdf.png](ttfa_cdf.png)" in report
 

@@ -35,6 +35,7 @@ def test_failures_silence_and_underruns_break_a_rate():
     failed = summarize(5, [0], [*good, rec(40, None, ok=False, error="HTTP 503: full")], 10, 1)
     assert failed.ok == 40 and failed.errors == {"HTTP 503": 1} and not failed.sustained(0.1)
     assert failed.audible_ttfa_s.max == math.inf
+    assert failed.served_audible_ttfa_s.n == 40 and failed.served_audible_ttfa_s.max == 0.05  # the refused left out
     silent = summarize(5, [0], [*good, rec(40, None)], 10, 1)
     assert silent.silent == 1 and not silent.sustained(0.1)
     assert silent.audible_ttfa_s.p95 == 0.05  # 1 of 41 is beyond p95 ...
