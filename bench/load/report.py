@@ -141,13 +141,14 @@ def render(data: dict, plots: list[str]) -> str:
         lines += ["", "## The engine during each rate", "",
                   "From the server's own `/metrics` before and after each measured trial (warm-up included): "
                   "its loop's host time per iteration by part, and its garbage-collection pauses.", "",
-                  "| rate | iterations | " + " | ".join(f"{p} ms" for p in parts) + " | GC pauses | GC total ms"
-                  " | GC max ms (since start) |",
-                  "|---|---|" + "---|" * len(parts) + "---|---|---|"]
+                  "| rate | iterations | " + " | ".join(f"{p} ms" for p in parts) + " | longest iteration ms "
+                  "(since start) | GC pauses | GC total ms | GC max ms (since start) |",
+                  "|---|---|" + "---|" * len(parts) + "---|---|---|---|"]
         for rate, m in engine:
             per = host_per_iteration_ms(m) or {}
             lines.append(f"| {rate:g} | {m.get('host_iterations', 0):.0f} | "
                          + " | ".join(f"{per[p]:.2f}" if p in per else "-" for p in parts)
+                         + f" | {m.get('host_iteration_max_s', 0) * 1e3:.1f}"
                          + f" | {m.get('gc_pauses', 0):.0f} | {m.get('gc_pause_sum_s', 0) * 1e3:.1f}"
                          + f" | {m.get('gc_pause_max_s', 0) * 1e3:.1f} |")
     if plots:

@@ -57,9 +57,10 @@ def pooled(trials: list[dict[str, float]]) -> dict[str, float] | None:
 
 
 def host_per_iteration_ms(server: dict[str, float] | None) -> dict[str, float] | None:
-    """The engine thread's time per loop iteration by part (drain, plan, launch, wait, read), ms."""
+    """The engine thread's time per loop iteration by part (drain, plan, launch, wait, read), ms. The
+    longest iteration (`host_iteration_max_s`) is a level, not a sum: it is no part."""
     if not server or not server.get("host_iterations"):
         return None
     n = server["host_iterations"]
     return {k[len("host_"):-len("_s")]: v / n * 1e3 for k, v in server.items()
-            if k.startswith("host_") and k.endswith("_s")}
+            if k.startswith("host_") and k.endswith("_s") and not k.endswith("_max_s")}

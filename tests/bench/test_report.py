@@ -127,3 +127,13 @@ def test_runs_at_different_rates_merge_into_one_sweep(tmp_path):
     report = (tmp_path / "out" / "report.md").read_text()
     assert "merged from 2 runs" in report and "`cadence bench high`" in report
     assert report.count("\n| ") >= 4
+
+
+def test_the_engine_table_shows_host_time_per_iteration_and_the_longest_iteration(tmp_path):
+    data = to_json(sweep(tmp_path), ["cadence", "bench"])
+    data["rates"][0]["server"] = {"host_iterations": 100.0, "host_plan_s": 0.5, "host_wait_s": 1.5,
+                                  "host_iteration_max_s": 0.08, "gc_pauses": 3.0, "gc_pause_sum_s": 0.006,
+                                  "gc_pause_max_s": 0.004}
+    report = render(data, [])
+    assert "| rate | iterations | plan ms | wait ms | longest iteration ms (since start) |" in report
+    assert "| 5 | 100 | 5.00 | 15.00 | 80.0 | 3 | 6.0 | 4.0 |" in report

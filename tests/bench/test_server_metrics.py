@@ -30,6 +30,8 @@ def test_during_differences_counts_and_keeps_levels():
     assert d["gc_pause_max_s"] == 0.002 and d["active_streams"] == 3.0  # as read after, not differenced
     per = host_per_iteration_ms(d)
     assert abs(per["plan"] - 8.0) < 1e-9 and abs(per["wait"] - 20.0) < 1e-9 and set(per) == {"plan", "wait"}
+    # the longest iteration is a level: no share of each iteration
+    assert set(host_per_iteration_ms({**d, "host_iteration_max_s": 0.08})) == {"plan", "wait"}
     assert during(before, None) is None and host_per_iteration_ms({"steps": 1.0}) is None
 
 
