@@ -78,6 +78,7 @@ def _config(tmp_path, text: str):
     ("[scheduler]\nrealtime_margin = 0.5\n", "[scheduler]: realtime_margin must be >= 1, got 0.5"),
     ("[scheduler]\nlookahead_buffer_s = -1\n", "[scheduler]: lookahead_buffer_s must be a number >= 0, got -1.0"),
     ("[engine]\ngil_switch_ms = 0\n", "[engine]: gil_switch_ms must be > 0, got 0.0"),
+    ("[engine]\nmax_context = 32\n", "[engine]: max_context must be in 64-32768, got 32"),
     ("[engine]\nprofile_seconds = 0\n", "[engine]: profile_seconds must be > 0, got 0.0"),
     ("[engine]\ncodec_precision = \"fp8\"\n", "[engine]: codec_precision must be one of fp32, tf32, bf16"),
     ("[server]\nport = \"eighty\"\n", "[server].port: expected int, got str 'eighty'"),

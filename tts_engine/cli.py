@@ -119,7 +119,7 @@ def _serve(args) -> int:
 
     engine = StreamingEngine(model, device=args.device, scheduler=settings.scheduler,
                              codec_precision=settings.engine.codec_precision, freeze_gc=settings.engine.gc_freeze,
-                             profile=profile)
+                             max_context=settings.engine.max_context, profile=profile)
     # The engine thread hands the GIL back and forth with the server's event loop on every device
     # wait; under load the loop runs Python in bursts (a chunk for each of dozens of streams), and
     # with the 5 ms default a waiting thread sits out up to 5 ms before it may take the GIL.

@@ -26,6 +26,10 @@ class EngineSettings:
     # Codec numerics: fp32 is exact; tf32 keeps fp32 weights on tensor-core convs; bf16 is what the
     # official package computes when loaded in bf16, its documented use. None: bf16 on CUDA, fp32 on CPU.
     codec_precision: str | None = None
+    # Positions each slot's KV cache holds (prompt plus speech frames): the longest stream. 2,048 holds
+    # the speech of ~1,480 characters; each 1,024 more hold ~760 more and, for the 1.7B model's 64
+    # slots, take ~7.5 GB more GPU memory. Text beyond what fits is refused up front (422 text_too_long).
+    max_context: int = 2048
     # After warm-up, everything then alive is exempt from cyclic GC, whose full collections otherwise
     # pause the engine thread for 0.1-0.2 s (engine/gcpause.py).
     gc_freeze: bool = True
@@ -39,6 +43,8 @@ class EngineSettings:
         if self.codec_precision not in (None, *CODEC_PRECISIONS):
             raise ValueError(f"codec_precision must be one of {', '.join(CODEC_PRECISIONS)}, "
                              f"got {self.codec_precision!r}")
+        if not 64 <= self.max_context <= 32768:
+            raise ValueError(f"max_context must be in 64-32768, got {self.max_context}")
         if not self.gil_switch_ms > 0:
             raise ValueError(f"gil_switch_ms must be > 0, got {self.gil_switch_ms}")
         if not self.profile_seconds > 0:

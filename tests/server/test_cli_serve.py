@@ -47,9 +47,13 @@ def test_address_in_use_is_a_one_line_error(tiny_checkpoint, capsys):
     assert f"cannot listen on 127.0.0.1:{port}" in line
 
 
-def test_serve_answers_speech_and_stops_on_sigint(tiny_checkpoint):
+def test_serve_answers_speech_and_stops_on_sigint(tiny_checkpoint, tmp_path):
+    # a context twice the default: the longest text a stream may carry follows it
+    config = tmp_path / "serve.toml"
+    config.write_text("[engine]\nmax_context = 4096\n")
     proc = subprocess.Popen([sys.executable, "-m", "tts_engine.cli", "serve", "--model", str(tiny_checkpoint),
-                             "--port", "0", "--log-level", "warning"], stderr=subprocess.PIPE, text=True)
+                             "--port", "0", "--log-level", "warning", "--config", str(config)],
+                            stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()
         match = re.search(r"listening on (http://[\d.]+:\d+)", line)
@@ -62,6 +66,14 @@ def test_serve_answers_speech_and_stops_on_sigint(tiny_checkpoint):
         r = httpx.post(url + "/v1/audio/speech", json={"input": "Hi.", "voice": "ryan", "max_frames": 3},
                        timeout=60)
         assert r.status_code == 200 and len(r.content) % 2 == 0
+        # 2,000 characters: over what the default context holds (~1,480), within this one's (~3,000)
+        long_text = ("The birch canoe slid on the smooth planks. " * 50)[:2000]
+        r = httpx.post(url + "/v1/audio/speech", json={"input": long_text, "voice": "ryan", "max_frames": 3},
+                       timeout=60)
+        assert r.status_code == 200 and len(r.content) > 0, r.text
+        r = httpx.post(url + "/v1/audio/speech", json={"input": long_text * 2, "voice": "ryan", "max_frames": 3},
+                       timeout=60)
+        assert r.status_code == 422 and "context of 4096 positions" in r.json()["error"]["message"], r.text
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)

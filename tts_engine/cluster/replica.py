@@ -39,7 +39,7 @@ class EngineReplica:
         self.server = with_api_keys(settings.server, os.environ)
         self.engine = StreamingEngine(model, device=device, scheduler=settings.scheduler,
                                       codec_precision=settings.engine.codec_precision,
-                                      freeze_gc=settings.engine.gc_freeze)
+                                      freeze_gc=settings.engine.gc_freeze, max_context=settings.engine.max_context)
         # as `cadence serve` does: the engine thread waits at most this long for the GIL (settings.py)
         sys.setswitchinterval(settings.engine.gil_switch_ms / 1e3)
         self._push = asyncio.create_task(self._push_metrics())
