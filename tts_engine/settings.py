@@ -29,6 +29,7 @@ class EngineSettings:
     # Positions each slot's KV cache holds (prompt plus speech frames): the longest stream. 2,048 holds
     # the speech of ~1,480 characters; each 1,024 more hold ~760 more and, for the 1.7B model's 64
     # slots, take ~7.5 GB more GPU memory. Text beyond what fits is refused up front (422 text_too_long).
+    # docs/performance.md's figures are at 2,048 (decode attention splits its keys by this length).
     max_context: int = 2048
     # After warm-up, everything then alive is exempt from cyclic GC, whose full collections otherwise
     # pause the engine thread for 0.1-0.2 s (engine/gcpause.py).
