@@ -29,7 +29,7 @@ MIN_RETRY_S, MAX_RETRY_S = 1.0, 30.0
 # The finish rate the SLO uses spans at least this long: a few finishes close together after an
 # idle spell would otherwise read as a burst rate the slots cannot keep.
 MIN_RATE_SPAN_S = 1.0
-SLOT_TO_AUDIO_ALPHA = 0.2
+SLOT_TO_AUDIO_ALPHA = 0.2  # weight of a new reading in the slot -> first audio average
 
 
 @dataclass(frozen=True)
