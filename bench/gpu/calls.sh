@@ -110,7 +110,7 @@ case "${1:-}" in
       pin=() more=()
       taskset -a -p -c "0-$last" "$pid" > /dev/null
       case $run in own-cores*) taskset -a -p -c "0-$((e - 1))" "$pid" > /dev/null; pin=(taskset -c "$e-$last") ;; esac
-      # Whisper on the CPU answers N = 50 slowly: that run gets twice the time (at 130 s it wrote nothing)
+      # Whisper on the CPU answers N = 50 slowly: that run gets twice the time (at 125 s it wrote nothing)
       s=${TAIL_S:-130}; case $run in *stt-cpu) more=(--config /tmp/stt-cpu.toml) s=$((s * 2)) ;; esac
       timeout "$s" "${pin[@]}" python3 -m bench.agent --transport twilio --agent-workers 8 \
         --cadence-url $U --conversations "${TAIL_N:-50}" "${more[@]}" --out "$OUT/tail-$run" 2>&1 | tail -3
