@@ -116,6 +116,7 @@ class FakeLoop:
         self.runner = runner or FakeRunner()
         self.pipeline = StepPipeline(depth)
         self.now = 1000.0
+        self.sched.admission.clock = lambda: self.now  # finishes (release) on the fake clock too
         self.dt = dt
         self.listeners: dict[str, Listener] = {}
         self.states: dict[str, StreamState] = {}

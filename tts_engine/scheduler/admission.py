@@ -83,10 +83,13 @@ class Admission:
                        "rejected_slo": 0}
         self._arrivals = _Rate()
         self._finishes = _Rate()
+        # Where a call gives no time: the engine's clock (the scheduler's `now` is time.monotonic() too);
+        # a simulation with a clock of its own sets its own, so that finishes and admissions share it.
+        self.clock = time.monotonic
 
     def try_admit(self, now: float | None = None) -> AdmissionDecision:
         """Call with `lock` held. Counts the stream as admitted when it is."""
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         cap = self.max_active + self.max_queued
         if self.admitted >= cap:
             return self._reject("caps", f"server is at capacity ({self.admitted} streams)",
@@ -130,7 +133,7 @@ class Admission:
             if self.admitted <= 0:
                 raise RuntimeError("admission released more streams than it admitted")
             self.admitted -= 1
-            self._finishes.add(time.monotonic() if now is None else now)
+            self._finishes.add(self.clock() if now is None else now)
 
     def text_waits(self, change: int) -> None:
         """Engine thread: a stream began (+1) or ended (-1) waiting for its text."""
@@ -148,4 +151,4 @@ class Admission:
 
     def arrivals_per_s(self, now: float | None = None) -> float:
         with self.lock:
-            return self._arrivals.per_s(time.monotonic() if now is None else now)
+            return self._arrivals.per_s(self.clock() if now is None else now)
