@@ -52,8 +52,9 @@ async def main():
     tone = (np.sin(np.arange(RATE) * 0.05) * 8000).astype(np.int16).tobytes()  # 1 s of bot speech
     marks = {}
 
-    frames = [TTSAudioRawFrame(audio=tone, sample_rate=RATE, num_channels=1, context_id="c"), SleepFrame(sleep=0.3),
-              InterruptionFrame(), SleepFrame(sleep=0.3)]
+    speech = TTSAudioRawFrame(audio=tone, sample_rate=RATE, num_channels=1, context_id="c")
+    speech.interruptible = INTERRUPTIBLE
+    frames = [speech, SleepFrame(sleep=0.3), InterruptionFrame(), SleepFrame(sleep=0.3)]
     original = output.process_frame
     async def stamped(frame, direction):
         if isinstance(frame, InterruptionFrame):
@@ -71,8 +72,9 @@ asyncio.run(asyncio.wait_for(main(), 60))
 """
 
 
-def _probe(setup: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE % setup], cwd=ROOT, capture_output=True, text=True,
+def _probe(setup: str, interruptible: bool = True) -> dict:
+    code = PROBE % f"{setup}\nINTERRUPTIBLE = {interruptible}"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -91,3 +93,10 @@ def test_pipecat_alone_plays_out_the_write_in_hand():
     got = _probe("")
     assert not got["patched"] and got["loud_before"] > 20
     assert got["loud_ms_after"] >= 50, got
+
+
+def test_audio_marked_not_interruptible_plays_on():
+    got = _probe("from agent.pipeline import AgentConfig\n"
+                 "from agent.server import create_app\n"
+                 "create_app(AgentConfig())", interruptible=False)
+    assert got["patched"] and got["loud_ms_after"] >= 50, got
