@@ -5,15 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import queue
 import re
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from pipecat.frames.frames import Frame, OutputAudioRawFrame, StartFrame, TTSAudioRawFrame
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import TransportParams
+
+ROOT = Path(__file__).resolve().parents[2]
+# What the agent server does to this process when it is made (its per-process replacements among it)
+AGENT_SERVER = "from agent.pipeline import AgentConfig\nfrom agent.server import create_app\ncreate_app(AgentConfig())"
+
+
+def fresh_interpreter(code: str) -> dict:
+    """Runs `code` in a new interpreter at the repository root: per-process replacements made by
+    another test in this one cannot leak in. Returns the JSON of its last line of output."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def tokens(text: str) -> list[str]:

@@ -5,12 +5,7 @@ may have made it already."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import AGENT_SERVER, fresh_interpreter
 
 PROBE = """
 import json, types
@@ -39,15 +34,11 @@ print(json.dumps({"before": before, "after": report()}))
 
 
 def _probe(setup: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE % setup], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return fresh_interpreter(PROBE % setup)
 
 
 def test_the_agent_server_passes_on_each_audio_packet_when_the_next_arrives():
-    got = _probe("from agent.pipeline import AgentConfig\n"
-                 "from agent.server import create_app\n"
-                 "create_app(AgentConfig())")
+    got = _probe(AGENT_SERVER)
     # aiortc's own: four later packets before the first frame leaves (80 ms at 20 ms a packet)
     assert got["before"]["in_order"] == [False, False, False, False, True]
     # the agent's: each frame leaves as the next packet arrives (20 ms)

@@ -7,12 +7,7 @@ Each check runs in a fresh interpreter: the replacement is per process."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import AGENT_SERVER, fresh_interpreter
 
 PROBE = """
 import asyncio, json, time
@@ -73,16 +68,11 @@ asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def _probe(setup: str, interruptible: bool = True) -> dict:
-    code = PROBE % f"{setup}\nINTERRUPTIBLE = {interruptible}"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return fresh_interpreter(PROBE % f"{setup}\nINTERRUPTIBLE = {interruptible}")
 
 
 def test_an_interruption_empties_the_track_and_the_bot_goes_silent_at_once():
-    got = _probe("from agent.pipeline import AgentConfig\n"
-                 "from agent.server import create_app\n"
-                 "create_app(AgentConfig())")
+    got = _probe(AGENT_SERVER)
     assert got["patched"] and got["loud_before"] > 20  # the bot spoke before the interruption
     # one 10 ms frame may be in the sender's hands when the interruption comes
     assert got["loud_ms_after"] <= 15, got
@@ -96,7 +86,5 @@ def test_pipecat_alone_plays_out_the_write_in_hand():
 
 
 def test_audio_marked_not_interruptible_plays_on():
-    got = _probe("from agent.pipeline import AgentConfig\n"
-                 "from agent.server import create_app\n"
-                 "create_app(AgentConfig())", interruptible=False)
+    got = _probe(AGENT_SERVER, interruptible=False)
     assert got["patched"] and got["loud_ms_after"] >= 50, got
