@@ -8,12 +8,14 @@ The engine thread turns its cost model into `sustainable` (the most decoding str
 that) after each measurement; admission compares the decoding count the new stream would make
 against it. Retry-After: the streams that must leave first, divided by the recent finish rate.
 
-First-audio SLO: a stream that finds every slot taken waits for a finish per stream ahead of it
-(admitted streams less those waiting for their text, which need no slot yet).
-Its first audio is predicted as that wait (at the recent finish rate) plus the time streams take
-from a slot to first audio now (an average the engine thread keeps). When that is over the SLO it
-is refused at once with Retry-After instead of queued: past capacity the queue stays as short as
-the SLO allows, and the admitted streams keep their first-audio time.
+First-audio SLO, a p95: a stream that finds every slot taken waits for k finishes, one per stream
+ahead of it (admitted streams less those waiting for their text, which need no slot yet). Finishes
+come about as a Poisson process at the recent finish rate r, so the wait's 95th percentile is about
+(k + 2 sqrt(k)) / r (the gamma distribution's: 3.0 / r for k = 1, 7.75 / r for k = 4). To it comes
+the time from a slot to first audio, taken as its recent mean plus twice its mean deviation, which
+the engine thread keeps. A stream whose first audio that puts past the SLO is refused at once with
+Retry-After instead of queued: past capacity the queue stays as short as the SLO allows, and the
+admitted streams keep their first-audio time.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ MIN_RETRY_S, MAX_RETRY_S = 1.0, 30.0
 # The finish rate the SLO uses spans at least this long: a few finishes close together after an
 # idle spell would otherwise read as a burst rate the slots cannot keep.
 MIN_RATE_SPAN_S = 1.0
-SLOT_TO_AUDIO_ALPHA = 0.2  # weight of a new reading in the slot -> first audio average
+SLOT_TO_AUDIO_ALPHA = 0.2  # weight of a new reading in the slot -> first audio mean and deviation
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ class Admission:
         self.first_audio_slo_s = first_audio_slo_s  # 0: off
         self.admitted = 0  # admitted and not yet finished
         self.sustainable = max_active  # decoding streams the cost model says stay real time
-        self.slot_to_audio_s = 0.0  # recent average, slot -> first audio sent
+        self.slot_to_audio_s = 0.0  # slot -> first audio sent: recent mean ...
+        self.slot_to_audio_dev_s = 0.0  # ... and mean deviation from it
         self.waiting_text = 0  # admitted streams whose text has not come (the engine thread counts them)
         self.counts = {"admitted": 0, "rejected": 0, "rejected_caps": 0, "rejected_underrun": 0,
                        "rejected_slo": 0}
@@ -97,7 +100,8 @@ class Admission:
         must_leave = self.admitted - self.waiting_text - self.max_active + 1
         if self.first_audio_slo_s and must_leave > 0:
             rate = self._finishes.recent_per_s(now)
-            first_audio_s = (must_leave / rate if rate > 0 else math.inf) + self.slot_to_audio_s
+            wait_s = (must_leave + 2 * math.sqrt(must_leave)) / rate if rate > 0 else math.inf
+            first_audio_s = wait_s + self.slot_to_audio_high_s()
             if first_audio_s > self.first_audio_slo_s:
                 predicted = "unknown (no stream finished lately)" if math.isinf(first_audio_s) \
                     else f"~{first_audio_s * 1e3:.0f} ms"
@@ -143,7 +147,13 @@ class Admission:
     def observe_first_audio(self, after_slot_s: float) -> None:
         """Engine thread: a stream's first audio went out this long after it got its slot."""
         with self.lock:
-            self.slot_to_audio_s += SLOT_TO_AUDIO_ALPHA * (after_slot_s - self.slot_to_audio_s)
+            error = after_slot_s - self.slot_to_audio_s
+            self.slot_to_audio_dev_s += SLOT_TO_AUDIO_ALPHA * (abs(error) - self.slot_to_audio_dev_s)
+            self.slot_to_audio_s += SLOT_TO_AUDIO_ALPHA * error
+
+    def slot_to_audio_high_s(self) -> float:
+        """Slot -> first audio as the SLO takes it: the mean plus twice the mean deviation."""
+        return self.slot_to_audio_s + 2 * self.slot_to_audio_dev_s
 
     def publish_capacity(self, sustainable: int) -> None:
         with self.lock:

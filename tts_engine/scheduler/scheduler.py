@@ -429,6 +429,7 @@ class Scheduler:
             "predicted_cycle_ms": self.cycle_s(decoding) * 1e3,
             "sustainable_streams": self.admission.sustainable,
             "slot_to_first_audio_ms": self.admission.slot_to_audio_s * 1e3,
+            "slot_to_first_audio_high_ms": self.admission.slot_to_audio_high_s() * 1e3,
             "cost_frame_step_ms": self.cost.frame_step_s(self.cost.bucket_for(max(1, decoding))) * 1e3,
             **{f"scheduler_{k}": float(v) for k, v in dict(self.stats).items()},
         }
