@@ -74,3 +74,25 @@ def test_loading_reports_progress_as_log_lines_or_a_bar(tiny_checkpoint, caplog,
     load_checkpoint(tiny_checkpoint, progress_bar=True)
     err = capsys.readouterr().err
     assert "loading model" in err and "100%" in err
+
+
+def test_loaded_weights_need_no_gradients_so_pointwise_convs_copy_nothing(tiny_checkpoint):
+    """A weight requiring grad makes the codec's pointwise-conv GEMM (matmul of [N, K] by [B, K, T]) copy its
+    input transposed and its output: on the GPU those copies were half a large codec call's kernel time."""
+    from tts_engine.loading import load_checkpoint
+
+    ckpt = load_checkpoint(tiny_checkpoint, progress_bar=False)
+    params = [*ckpt.model.parameters(), *ckpt.codec.parameters()]
+    assert params and not any(p.requires_grad for p in params)
+    codec = ckpt.codec.use_fused_kernels()
+    conv = codec.decoder[1].block[2].conv2  # a residual unit's pointwise conv, a GEMM on the fast path
+    x = torch.randn(2, conv.conv.in_channels, 64)
+    with torch.inference_mode(), torch.profiler.profile() as prof:
+        y = conv(x)
+    copies = [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::clone", "aten::contiguous")]
+    assert copies == []
+    torch.testing.assert_close(y, torch.nn.functional.conv1d(x, conv.conv.weight, conv.conv.bias))
+    conv.conv.weight.requires_grad_(True)  # the test can fail: the same product with a weight that needs grad
+    with torch.inference_mode(), torch.profiler.profile() as prof:
+        conv(x)
+    assert [e.name for e in prof.events() if e.name == "aten::copy_"]

@@ -45,7 +45,9 @@ def load_into(module: nn.Module, files: list[Path], *, prefix: str = "",
     `ignore_prefixes` are skipped (e.g. the codec encoder, which the engine never runs). Any
     missing, unexpected or mis-shaped tensor raises one CheckpointError naming all of them.
     Floating-point tensors are cast to `dtype` when given. `on_bytes(n)` after each tensor read
-    (n = its size on disk), for progress reporting.
+    (n = its size on disk), for progress reporting. The parameters come back without gradients: the
+    engine only infers, and a weight that requires grad makes torch.matmul(weight [N, K], x [B, K, T])
+    copy x transposed and its output (its fold for autograd), two full copies of every such product.
     """
     expected = expected_tensors(module)
     loaded: dict[str, torch.Tensor] = {}
@@ -74,6 +76,7 @@ def load_into(module: nn.Module, files: list[Path], *, prefix: str = "",
         lines += [f"  shape: {s}" for s in bad_shape]
         raise CheckpointError("\n".join(lines))
     module.load_state_dict(loaded, strict=True, assign=True)
+    module.requires_grad_(False)
     _materialize_buffers(module, device)
     return module
 
