@@ -231,3 +231,25 @@ def test_triton_decode_attention_interpreted_equals_reference():
 
 def test_runner_with_triton_attention_equals_torch_attention(tiny_checkpoint):
     run_interpreted(f"check_runner_triton_interpreted({str(tiny_checkpoint)!r})", timeout=900, module=__name__)
+
+
+def test_more_slots_than_the_largest_bucket_make_a_bucket_of_their_own(synth):
+    """`max_active_streams` past the bucket list (64): a step of every slot runs, each row its reference codes
+    (a batch past the list's last bucket was refused with "exceeds the largest bucket")."""
+    from tts_engine.runtime.runner import BUCKETS, ModelRunner
+
+    slots = max(BUCKETS) + 3
+    runner = ModelRunner(synth.model, max_slots=slots, max_context=32, use_triton=False, use_graphs=False)
+    assert runner.buckets == (*(b for b in BUCKETS if b < slots), slots)
+    assert new_runner(synth).buckets == (1, 2, 4, 8)  # 8 slots: the buckets up to them, as before
+    inputs = [make_input(synth, "Hi there.", Layout.STREAMING, GREEDY, frames=2),
+              make_input(synth, "Greedy one", Layout.STREAMING, GREEDY, voice="vivian", frames=2)]
+    d = Driver(runner)
+    rows = list(range(slots))
+    for slot in rows:
+        d.start(slot, inputs[slot % 2])
+    for _ in range(2):
+        d.step(rows)
+    want = generate_codes(synth.model, inputs)
+    for slot in (0, 1, slots - 1):
+        assert_codes_equal(d.codes(slot), want[slot % 2][:2], f"slot {slot}")

@@ -138,7 +138,9 @@ class ModelRunner(PromptPrefill):
         self.variants = (GENERAL,) if self.fused_sampler else (FAST, GENERAL)
         self.max_slots, self.max_context = max_slots, max_context
         self.scratch = max_slots
-        self.buckets = tuple(b for b in buckets if b <= max_slots) or (max_slots,)
+        # The largest bucket holds every slot: past the list's last one (a server with more slots than it), the
+        # slot count is a bucket of its own, so no batch the scheduler may form is refused.
+        self.buckets = (*(b for b in buckets if b < max_slots), max_slots)
 
         self.talker = FusedStack.from_stack(talker.model)
         # Steps past the GEMV ones: products as fp32 split-K partials summed by the launch after them (`fused.SplitK`:
