@@ -1,7 +1,7 @@
 """Where a codec call's device time goes, by kernel, and what its residual units' dilated convs cost laid out
 channels-first (as served) or channels-last: the numbers a codec kernel change starts from.
 
-    python -m bench.codec_profile --model /tmp/ckpt --out codec-profile.json [--layouts]
+    python -m bench.codec_profile --model /tmp/ckpt --out codec-profile.json [--layouts] [--ab codec_channels_last]
 
 Per shape (batch x frames after 30 frames of state, the codec as the server runs it: `served_codec`, bf16, its
 fast path, launched eagerly; a graph replays the same kernels): the graph replay time (CUDA events) and every
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -149,6 +150,44 @@ def conv_layouts(codec, b: int, t: int) -> list[dict]:
     return rows
 
 
+def ab_times(reference, shapes, names: list[str]) -> dict:
+    """{variant: {"BxT": graph replay ms, "snr_db_vs_fp32": dB}} for the defaults and, in the same process, with
+    each named codec option of `FastPathOptions` off; `reference`: the fp32 codec (its exact decode, TF32 off)."""
+    from bench.cuda_timing import cuda_time_ms, graph_of
+    from bench.stage_times import incremental_chunk
+    from tts_engine.runtime.codec_runner import served_codec
+    from tts_engine.runtime.options import FastPathOptions
+
+    probe = torch.randint(0, 2048, (2, 16, 24), generator=torch.Generator().manual_seed(0)).cuda()
+    exact = reference.decode_chunk(probe, reference.new_state(2))[0].float()
+    out: dict = {}
+    for name in ("defaults", *names):
+        options = FastPathOptions(**({} if name == "defaults" else {name: False}))
+        served, _ = served_codec(copy.deepcopy(reference), True, None, options)
+        err = (served.decode_chunk(probe, served.new_state(2))[0].float() - exact).pow(2).mean()
+        row = {"snr_db_vs_fp32": float(10 * torch.log10(exact.pow(2).mean() / err))}
+        for b, t in shapes:
+            row[f"{b}x{t}"] = cuda_time_ms(graph_of(incremental_chunk(served, b, t)))
+        key = name if name == "defaults" else f"{name}=False"
+        out[key] = row
+        print(key, {k: round(v, 3) for k, v in row.items()}, flush=True)
+        del served
+        torch.cuda.empty_cache()
+    return out
+
+
+def ab_names(text: str) -> list[str]:
+    """--ab's comma-separated codec options, each a boolean field of FastPathOptions."""
+    from tts_engine.runtime.options import FastPathOptions
+
+    fields = {f.name: f for f in dataclasses.fields(FastPathOptions)}
+    names = [n for n in text.split(",") if n]
+    for n in names:
+        if not n.startswith("codec_") or n not in fields or not isinstance(getattr(FastPathOptions(), n), bool):
+            raise SystemExit(f"--ab: {n!r} is not a boolean codec option of FastPathOptions")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.codec_profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, required=True)
@@ -156,16 +195,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--layouts", action="store_true", help="also time one dilated conv per block four ways")
     p.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES), help="BATCHxFRAMES,...")
+    p.add_argument("--ab", default="", help="codec options (FastPathOptions' boolean codec_* fields) to time off, "
+                   "each against the defaults in this process: graph replay per shape and PCM SNR against fp32")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    names = ab_names(args.ab)
     from tts_engine.loading import load_checkpoint
     from tts_engine.runtime.codec_runner import cuda_numerics, served_codec
 
     ckpt = load_checkpoint(args.model, device=torch.device("cuda"), dtype=torch.bfloat16)
     codec, _ = served_codec(copy.deepcopy(ckpt.codec.eval()), True, None)
-    del ckpt
-    results, layouts = [], []
+    results, layouts, ab = [], [], None
     with torch.inference_mode(), cuda_numerics(False):
+        if names:
+            ab = ab_times(ckpt.codec.eval(), shapes, names)
+        del ckpt
         for b, t in shapes:
             r = profile_shape(codec, b, t, args.reps)
             results.append(r)
@@ -175,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {k['us']:9.1f} us  x{k['launches']:<3d} {k['kernel']}")
         if args.layouts:
             layouts = conv_layouts(codec, *shapes[-1])
-    args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "shapes": results,
+    args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "ab": ab, "shapes": results,
                                     "conv_layouts": layouts}, indent=1))
     return 0
 

@@ -1,5 +1,6 @@
 """bench.codec_profile: the parts it names cover the decoder, and its four layouts of a dilated conv agree."""
 
+import pytest
 import torch
 
 from bench.codec_profile import as_ncw, conv_variants, top_parts
@@ -23,3 +24,13 @@ def test_the_layouts_of_a_dilated_conv_compute_the_same_conv():
         ref = torch.nn.functional.conv1d(x, conv.weight, dilation=3)
         for name, fn in variants.items():
             torch.testing.assert_close(as_ncw(fn(), 8), ref, msg=name, atol=1e-5, rtol=1e-5)
+
+
+def test_ab_takes_only_boolean_codec_options():
+    from bench.codec_profile import ab_names
+
+    assert ab_names("codec_rope_kv,codec_conv_windows") == ["codec_rope_kv", "codec_conv_windows"]
+    assert ab_names("") == []
+    for bad in ("codec_window_max", "cp_graphs", "nonsense"):
+        with pytest.raises(SystemExit, match="not a boolean codec option"):
+            ab_names(bad)
