@@ -1,7 +1,7 @@
 """Where a codec call's device time goes, by kernel, and what its residual units' dilated convs cost laid out
 channels-first (as served) or channels-last: the numbers a codec kernel change starts from.
 
-    python -m bench.codec_profile --model /tmp/ckpt --out codec-profile.json [--layouts] [--ab codec_channels_last]
+    python -m bench.codec_profile --model /tmp/ckpt --out codec-profile.json [--layouts] [--ab codec_rope_kv]
 
 Per shape (batch x frames after 30 frames of state, the codec as the server runs it: `served_codec`, bf16, its
 fast path, launched eagerly; a graph replays the same kernels): the graph replay time (CUDA events) and every
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -69,7 +68,6 @@ def profile_shape(codec, b: int, t: int, reps: int) -> dict:
     by_part: dict[str, float] = defaultdict(float)
     by_kernel: dict[str, float] = defaultdict(float)
     launches: dict[str, int] = defaultdict(int)
-    total = 0.0
     for evt in prof.events():
         kernels = getattr(evt, "kernels", [])
         if not kernels:
@@ -85,8 +83,7 @@ def profile_shape(codec, b: int, t: int, reps: int) -> dict:
             by_kernel[k.name[:100]] += k.duration / reps
             launches[k.name[:100]] += 1
             by_part[part] += k.duration / reps
-            total += k.duration / reps
-    return {"batch": b, "frames": t, "graph_replay_ms": replay_ms, "kernel_us": total,
+    return {"batch": b, "frames": t, "graph_replay_ms": replay_ms, "kernel_us": sum(by_part.values()),
             "top_kernels": [{"kernel": k, "us": v, "launches": launches[k] // reps}
                             for k, v in sorted(by_kernel.items(), key=lambda kv: -kv[1])[:30]],
             "by_part_us": dict(sorted(by_part.items(), key=lambda kv: -kv[1]))}
@@ -154,7 +151,7 @@ def ab_times(reference, shapes, names: list[str]) -> dict:
     """{variant: {"BxT": graph replay ms, "snr_db_vs_fp32": dB}} for the defaults and, in the same process, with
     each named codec option of `FastPathOptions` off; `reference`: the fp32 codec (its exact decode, TF32 off)."""
     from bench.cuda_timing import cuda_time_ms, graph_of
-    from bench.stage_times import incremental_chunk
+    from bench.stage_times import incremental_chunk, pcm_snr_db
     from tts_engine.runtime.codec_runner import served_codec
     from tts_engine.runtime.options import FastPathOptions
 
@@ -164,8 +161,7 @@ def ab_times(reference, shapes, names: list[str]) -> dict:
     for name in ("defaults", *names):
         options = FastPathOptions(**({} if name == "defaults" else {name: False}))
         served, _ = served_codec(copy.deepcopy(reference), True, None, options)
-        err = (served.decode_chunk(probe, served.new_state(2))[0].float() - exact).pow(2).mean()
-        row = {"snr_db_vs_fp32": float(10 * torch.log10(exact.pow(2).mean() / err))}
+        row = {"snr_db_vs_fp32": pcm_snr_db(served, probe, exact)}
         for b, t in shapes:
             row[f"{b}x{t}"] = cuda_time_ms(graph_of(incremental_chunk(served, b, t)))
         key = name if name == "defaults" else f"{name}=False"
@@ -180,10 +176,9 @@ def ab_names(text: str) -> list[str]:
     """--ab's comma-separated codec options, each a boolean field of FastPathOptions."""
     from tts_engine.runtime.options import FastPathOptions
 
-    fields = {f.name: f for f in dataclasses.fields(FastPathOptions)}
     names = [n for n in text.split(",") if n]
     for n in names:
-        if not n.startswith("codec_") or n not in fields or not isinstance(getattr(FastPathOptions(), n), bool):
+        if not n.startswith("codec_") or not isinstance(getattr(FastPathOptions(), n, None), bool):
             raise SystemExit(f"--ab: {n!r} is not a boolean codec option of FastPathOptions")
     return names
 

@@ -107,6 +107,13 @@ def incremental_chunk(codec, b: int, t: int):
     return run
 
 
+def pcm_snr_db(codec, probe: torch.Tensor, exact: torch.Tensor) -> float:
+    """The SNR (dB) of `codec`'s PCM for codes `probe` [B, Q, t] from fresh states against `exact` [B, t * spf] (fp32;
+    inf where equal)."""
+    err = (codec.decode_chunk(probe, codec.new_state(probe.shape[0]))[0].float() - exact).pow(2).mean()
+    return float("inf") if err == 0 else float(10 * torch.log10(exact.pow(2).mean() / err))
+
+
 def codec_times(codec, batches) -> dict:
     """The codec as the server runs it (runtime/codec_runner.py `served_codec`: bf16, its fast path) ->
     {batch: {"chunk_1f_ms", "chunk_2f_ms", "chunk_12f_ms"}} (1 frame: a stream's first chunk) and its PCM SNR
@@ -117,9 +124,7 @@ def codec_times(codec, batches) -> dict:
     out: dict = {}
     with torch.inference_mode(), cuda_numerics(False):
         probe = torch.randint(0, 2048, (1, 16, 24), generator=torch.Generator().manual_seed(0)).cuda()
-        ref = codec.decode_chunk(probe, codec.new_state(1))[0].float()
-        err = (served.decode_chunk(probe, served.new_state(1))[0].float() - ref).pow(2).mean()
-        out["snr_db_vs_fp32"] = float("inf") if err == 0 else float(10 * torch.log10(ref.pow(2).mean() / err))
+        out["snr_db_vs_fp32"] = pcm_snr_db(served, probe, codec.decode_chunk(probe, codec.new_state(1))[0].float())
         for b in batches:
             out[b] = {f"chunk_{t}f_ms": cuda_time_ms(graph_of(incremental_chunk(served, b, t))) for t in (1, 2, 12)}
             print(f"codec batch {b}: {out[b]}", flush=True)
