@@ -109,16 +109,19 @@ def test_a_changed_weight_changes_the_fused_output(device):
 
 @pytest.mark.parametrize("c_in,c_out,kernel,stride", [(6, 4, 2, 2), (6, 4, 16, 8), (5, 3, 6, 3), (4, 3, 5, 2)],
                          ids=["k=s", "k=2s", "k=2s-3", "k=5,s=2"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["first", "last"])
 @torch.inference_mode()
-def test_transposed_conv_as_gemm_equals_the_conv(c_in, c_out, kernel, stride):
+def test_transposed_conv_as_gemm_equals_the_conv(c_in, c_out, kernel, stride, channels_last):
     """The GEMM form of the causal transposed conv, streamed in chunks (its history) and whole, equals
-    torch's ConvTranspose1d; kernel 5 at stride 2 needs two frames of history."""
+    torch's ConvTranspose1d; kernel 5 at stride 2 needs two frames of history. Channels-last: accumulated
+    products per input frame, the output channels-last."""
     from tts_engine.model.codec_blocks import CausalConvTranspose1d, ConvCache
 
     torch.manual_seed(0)
     ref = CausalConvTranspose1d(c_in, c_out, kernel, stride).eval()
     gemm = copy.deepcopy(ref)
-    gemm.fuse()
+    gemm.fuse(channels_last=channels_last)
+    assert (gemm.cl_blocks is not None) == channels_last
     assert gemm.gemm_weight.shape == (c_out * stride, (ref.history_len + 1) * c_in)
     ref.slot = gemm.slot = 0
     x = torch.randn(2, c_in, 9)
@@ -130,12 +133,71 @@ def test_transposed_conv_as_gemm_equals_the_conv(c_in, c_out, kernel, stride):
     for a, b in ((0, 1), (1, 3), (3, 9)):
         want = ref(x[:, :, a:b], cache_ref)
         got = gemm(x[:, :, a:b], cache_gemm)
-        assert got.is_contiguous() and torch.allclose(got, want, atol=1e-5)
+        assert (got.transpose(1, 2) if channels_last else got).is_contiguous()
+        assert torch.allclose(got, want, atol=1e-5)
         pieces.append(got)
     assert torch.allclose(torch.cat(pieces, dim=-1), whole, atol=1e-5)
     assert torch.equal(cache_gemm.history[0], cache_ref.history[0])
     gemm.fuse(False)
-    assert gemm.gemm_weight is None and torch.equal(gemm(x), whole)
+    assert gemm.gemm_weight is None and gemm.cl_blocks is None and torch.equal(gemm(x), whole)
+
+
+@torch.inference_mode()
+def test_channels_last_blocks_equal_channels_first_ones(device):
+    """`use_fused_kernels(channels_last=...)`: the decoder blocks' activations channels-last (their dense convs
+    cuDNN's NHWC ones) or channels-first give the same chunks and states, both the reference's; off, no
+    channels-last weights remain."""
+    from tts_engine.model.codec_blocks import DecoderBlock, ResidualUnit
+
+    cfg, ref, last = _pair("tiny-speech_tokenizer", device)
+    first = copy.deepcopy(ref).use_fused_kernels(channels_last=False)
+    last.use_fused_kernels(channels_last=True)
+    layouts = []
+    for unit in (m for m in last.modules() if isinstance(m, ResidualUnit)):
+        unit.register_forward_hook(lambda _m, _a, out: layouts.append(out.transpose(1, 2).is_contiguous()))
+    blocks = [m for m in last.decoder if isinstance(m, DecoderBlock)]
+    assert all(b.block[2].conv1.cl_weight is not None and b.block[1].cl_blocks is not None for b in blocks)
+    assert last.decoder[0].cl_weight is None and last.pre_conv.cl_weight is None  # before the blocks
+    assert last.decoder[-1].cl_weight is not None  # the last conv, one channel out
+    codes = _codes(cfg, 5).to(device)
+    states = {name: m.new_state(2) for name, m in (("ref", ref), ("first", first), ("last", last))}
+    for a, b in ((0, 1), (1, 3), (3, 5)):
+        want, _ = ref.decode_chunk(codes[:, :, a:b], states["ref"])
+        got_first, _ = first.decode_chunk(codes[:, :, a:b], states["first"])
+        got_last, _ = last.decode_chunk(codes[:, :, a:b], states["last"])
+        assert torch.allclose(got_last, got_first, atol=2e-5, rtol=1e-4), (got_last - got_first).abs().max()
+        assert torch.allclose(got_last, want, atol=2e-5, rtol=1e-4)
+    assert layouts and all(layouts)
+    assert (states["last"].rows - states["ref"].rows).abs().max() <= 2e-5 * (1 + states["ref"].rows.abs().max())
+    last.use_fused_kernels(channels_last=False)
+    assert all(getattr(m, "cl_weight", None) is None and getattr(m, "cl_blocks", None) is None
+               for m in last.modules())
+
+
+@torch.inference_mode()
+def test_act1_inside_the_window_kernel_decodes_the_same(device, monkeypatch):
+    """`use_fused_kernels(act_in_window=...)`: a residual unit's first SnakeBeta inside its dilated conv's window
+    kernel gives the chunks and states of it on its own, and no residual unit runs act1 separately."""
+    from tts_engine.model import codec_blocks
+
+    cfg, _, inside = _pair("tiny-speech_tokenizer", device)
+    apart = copy.deepcopy(inside).use_fused_kernels(act_in_window=False)
+    fused_cats = []
+    cat = codec_blocks.conv_history_cat
+    monkeypatch.setattr(codec_blocks, "conv_history_cat",
+                        lambda h, x, cl=False, snake=None: fused_cats.append(snake is not None) or cat(h, x, cl, snake))
+    units = [m for m in inside.modules() if isinstance(m, codec_blocks.ResidualUnit)]
+    separate = []
+    for unit in units:
+        unit.act1.register_forward_hook(lambda *_: separate.append(1))
+    codes = _codes(cfg, 5).to(device)
+    s_in, s_apart = inside.new_state(2), apart.new_state(2)
+    for a, b in ((0, 1), (1, 3), (3, 5)):
+        got, _ = inside.decode_chunk(codes[:, :, a:b], s_in)
+        want, _ = apart.decode_chunk(codes[:, :, a:b], s_apart)
+        assert torch.equal(got, want)
+    assert torch.equal(s_in.rows, s_apart.rows)
+    assert sum(fused_cats) == len(units) * 3 and separate == []  # every unit of `inside`, three chunks
 
 
 @pytest.mark.parametrize("bias", [True, False])

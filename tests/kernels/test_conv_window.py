@@ -112,6 +112,41 @@ def test_bad_shapes_are_refused(device):
         conv_history_cat(history.to(torch.bfloat16), x)
 
 
+@pytest.mark.parametrize("c,k,d,t", CASES[2:8], ids=IDS[2:8])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["first", "last"])
+@DTYPES
+@torch.inference_mode()
+def test_history_cat_with_snake_equals_snake_then_cat(device, tiles, c, k, d, t, channels_last, dtype):
+    """A residual unit's act1 inside the window kernel: bit for bit SnakeBeta's kernel, then the concatenation;
+    the history keeps the activated inputs (the conv's)."""
+    from tts_engine.kernels.snake import snake_beta
+
+    b, n = 2, (k - 1) * d
+    state, x = _inputs(b, c, n, t, dtype, device, seed=c * 1000 + n * 10 + t + 2)
+    g = torch.Generator().manual_seed(c)
+    alpha, beta = ((torch.randn(c, generator=g) * 0.5).to(device, dtype) for _ in range(2))
+    ref_state = state.clone()
+    got = conv_history_cat(_history(state, c, n), x, channels_last, (alpha, beta))
+    want = conv_history_cat(_history(ref_state, c, n), snake_beta(x, alpha, beta), channels_last)
+    assert torch.equal(got, want) and torch.equal(state, ref_state)
+    assert not torch.equal(got, conv_history_cat_ref(_history(state.clone(), c, n), x))  # it is applied
+
+
+@pytest.mark.parametrize("c,k,d,t", CASES, ids=IDS)
+@DTYPES
+@torch.inference_mode()
+def test_history_cat_channels_last_equals_the_reference(device, tiles, c, k, d, t, dtype):
+    """The codec's channels-last blocks: the concatenation laid out channels-last, the history as before."""
+    b, n = 2, (k - 1) * d
+    state, x = _inputs(b, c, n, t, dtype, device, seed=c * 1000 + n * 10 + t + 1)
+    ref_state = state.clone()
+    got = conv_history_cat(_history(state, c, n), x, channels_last=True)
+    want = conv_history_cat_ref(_history(ref_state, c, n), x)
+    assert got.shape == (b, c, n + t) and got.transpose(1, 2).is_contiguous()
+    assert torch.equal(got, want)
+    assert torch.equal(state, ref_state)
+
+
 @pytest.mark.parametrize("window_max", [1 << 24, 2000], ids=["columns", "past-the-window-limit"])
 @torch.inference_mode()
 def test_the_codec_decodes_chunks_with_the_kernels(device, window_max, monkeypatch):
@@ -158,8 +193,8 @@ def test_the_codec_decodes_chunks_with_the_kernels(device, window_max, monkeypat
     assert torch.equal(states["kernels"].rows, states["torch"].rows)
     assert calls["columns"] > 0 and calls["cat"] > 0
     assert calls["columns"] + calls["cat"] == len(stateful) * len(chunks)
-    if window_max == 1 << 24:  # every dense conv a window GEMM: only the depthwise ones concatenate
-        dense = sum(1 for m in stateful if isinstance(m, CausalConv1d) and m.conv.groups == 1)
+    if window_max == 1 << 24:  # every dense conv a window GEMM but the channels-last ones, which cuDNN runs
+        dense = sum(1 for m in stateful if isinstance(m, CausalConv1d) and m.conv.groups == 1 and m.cl_weight is None)
         assert calls["columns"] == dense * len(chunks)
 
 

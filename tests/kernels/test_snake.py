@@ -62,3 +62,21 @@ def test_residual_bias_add_rejects_mismatched_inputs(device):
         residual_bias_add(x, x, torch.zeros(2, device=device))
     with pytest.raises(ValueError, match="must match"):
         residual_bias_add(x, torch.zeros(1, 3, 5, device=device), torch.zeros(3, device=device))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
+def test_channels_last_inputs_keep_their_layout_and_values(device, dtype, tol):
+    """The codec's channels-last blocks: x [B, C, T] with channels contiguous goes through the flat kernels and
+    comes back in that layout (no copy to channels-first), equal to the reference."""
+    g = torch.Generator().manual_seed(7)
+    x, y = ((torch.randn(2, 1500, 24, generator=g) * 2).to(device, dtype).transpose(1, 2) for _ in range(2))
+    alpha, beta, bias = ((torch.randn(24, generator=g) * 0.5).to(device, dtype) for _ in range(3))
+    for got, want in ((snake_beta(x, alpha, beta), snake_beta_ref(x, alpha, beta)),
+                      (snake_beta(x, alpha, beta, bias), snake_beta_ref(x, alpha, beta, bias))):
+        assert got.shape == x.shape and got.transpose(1, 2).is_contiguous() and not got.is_contiguous()
+        err = ((got.float() - want.float()).abs() / (1 + want.float().abs())).max().item()
+        assert err <= tol
+    got = residual_bias_add(x, y, bias)
+    assert got.transpose(1, 2).is_contiguous() and torch.equal(got, residual_bias_add_ref(x, y, bias))
+    got = residual_bias_add(x, y.contiguous(), bias)  # y channels-first: read in x's layout
+    assert got.transpose(1, 2).is_contiguous() and torch.equal(got, residual_bias_add_ref(x, y, bias))

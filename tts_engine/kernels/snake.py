@@ -12,6 +12,9 @@ implementation of sin, within bf16 rounding otherwise).
 broadcast kernel of their own): the sum is rounded to x's dtype first, as the conv's output is.
 `residual_bias_add(x, y, bias)` = x + (y + bias), the residual add after such a conv, rounded the same
 way: one kernel instead of two.
+
+Either layout of x [B, C, T]: channels-first (contiguous) or channels-last (`x.transpose(1, 2)` contiguous,
+as the codec's channels-last fast path keeps its decoder blocks); the output has x's layout.
 """
 
 from __future__ import annotations
@@ -70,6 +73,43 @@ if HAVE_TRITON:
         y = round_to(y + tl.load(bias_ptr + row % channels).to(tl.float32), x.dtype)
         tl.store(out_ptr + row * length + cols, round_to(x.to(tl.float32) + y, x.dtype).to(x.dtype), mask=ok)
 
+    @triton.jit
+    def _snake_beta_cl_kernel(x_ptr, alpha_ptr, beta_ptr, bias_ptr, out_ptr, channels, n,
+                              HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+        i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # element of [B, T, C] memory
+        ok = i < n
+        c = i % channels
+        freq = tl.exp(tl.load(alpha_ptr + c, mask=ok, other=0.0).to(tl.float32))
+        inv_mag = 1.0 / (tl.exp(tl.load(beta_ptr + c, mask=ok, other=0.0).to(tl.float32)) + 1e-9)
+        x = tl.load(x_ptr + i, mask=ok, other=0.0)
+        xf = x.to(tl.float32)
+        if HAS_BIAS:
+            xf = round_to(xf + tl.load(bias_ptr + c, mask=ok, other=0.0).to(tl.float32), x.dtype)
+        s = tl.sin(xf * freq)
+        tl.store(out_ptr + i, round_to(xf + inv_mag * (s * s), x.dtype).to(x.dtype), mask=ok)
+
+    @triton.jit
+    def _residual_bias_add_cl_kernel(x_ptr, y_ptr, bias_ptr, out_ptr, channels, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        ok = i < n
+        x = tl.load(x_ptr + i, mask=ok, other=0.0)
+        y = tl.load(y_ptr + i, mask=ok, other=0.0).to(tl.float32)
+        y = round_to(y + tl.load(bias_ptr + i % channels, mask=ok, other=0.0).to(tl.float32), x.dtype)
+        tl.store(out_ptr + i, round_to(x.to(tl.float32) + y, x.dtype).to(x.dtype), mask=ok)
+
+
+def channels_last(x: torch.Tensor) -> bool:
+    """Is x [B, C, T] laid out channels-last (x.transpose(1, 2) contiguous) and not also channels-first?"""
+    return x.dim() == 3 and x.shape[1] > 1 and x.shape[2] > 1 and x.transpose(1, 2).is_contiguous()
+
+
+def as_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """x [B, C, T] with channels-last memory (a copy unless it has it already)."""
+    return x if channels_last(x) else x.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+_CL_BLOCK = 1024  # elements a program of the channels-last kernels
+
 
 def _check(x: torch.Tensor, channels: int, *vectors: torch.Tensor | None) -> None:
     if x.dim() != 3 or x.shape[1] != channels or any(v is not None and v.numel() != channels for v in vectors):
@@ -88,6 +128,12 @@ def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
     if not HAVE_TRITON:
         return snake_beta_ref(x, alpha, beta, bias)
     _check(x, alpha.numel(), beta, bias)
+    if channels_last(x):
+        out = torch.empty_like(x)  # the same strides
+        _snake_beta_cl_kernel[(triton.cdiv(x.numel(), _CL_BLOCK),)](
+            x, alpha, beta, x if bias is None else bias, out, x.shape[1], x.numel(),
+            HAS_BIAS=bias is not None, BLOCK=_CL_BLOCK, num_warps=4)
+        return out
     x = x.contiguous()
     out = torch.empty_like(x)
     if x.numel() == 0:
@@ -105,6 +151,12 @@ def residual_bias_add(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor) -> t
     _check(x, bias.numel())
     if y.shape != x.shape or y.dtype != x.dtype:
         raise ValueError(f"y must match x {tuple(x.shape)} {x.dtype}, got {tuple(y.shape)} {y.dtype}")
+    if channels_last(x):
+        y = as_channels_last(y)
+        out = torch.empty_like(x)
+        _residual_bias_add_cl_kernel[(triton.cdiv(x.numel(), _CL_BLOCK),)](
+            x, y, bias, out, x.shape[1], x.numel(), BLOCK=_CL_BLOCK, num_warps=4)
+        return out
     x, y = x.contiguous(), y.contiguous()
     out = torch.empty_like(x)
     if x.numel() == 0:

@@ -280,7 +280,8 @@ class CodecDecoder(nn.Module):
                 self._history_shapes.append((module.conv.in_channels, module.history_len))
 
     def use_fused_kernels(self, on: bool = True, *, gemm_convs: bool = True, window_max: int | None = None,
-                          rope_kv: bool | None = None, conv_windows: bool | None = None) -> CodecDecoder:
+                          rope_kv: bool | None = None, conv_windows: bool | None = None,
+                          channels_last: bool | None = None, act_in_window: bool | None = None) -> CodecDecoder:
         """The fast path, after the weights are loaded and cast: SnakeBeta as one Triton kernel
         (kernels/snake.py) where Triton runs on the weights' device, the quantizer's projected table,
         the transformer's packed layers, and the transposed and pointwise convs as GEMMs
@@ -288,14 +289,19 @@ class CodecDecoder(nn.Module):
         as well while their input windows hold at most `window_max` elements (0: cuDNN always; the
         depthwise ones stay with cuDNN); `rope_kv`: the window transformer's RoPE and K/V window as one
         kernel a layer; `conv_windows`: each streaming conv's input window (concatenation, history shift,
-        columns) in one launch. None: `FastPathOptions`' codec_* default, the one place kernel defaults live.
-        Off, every op is the torch reference."""
+        columns) in one launch; `channels_last`: the activations channels-last from the first decoder block's
+        transposed conv to the last conv (kernels/snake.py; the dense convs there cuDNN's NHWC ones, never
+        window GEMMs); `act_in_window`: a residual unit's first SnakeBeta inside its dilated conv's window
+        kernel. None: `FastPathOptions`' codec_* default, the one place kernel defaults live. Off, every op is
+        the torch reference."""
         from ..runtime.options import FastPathOptions  # a leaf module of dataclasses: no cycle
 
         defaults = FastPathOptions()
         window_max = defaults.codec_window_max if window_max is None else window_max
         rope_kv = defaults.codec_rope_kv if rope_kv is None else rope_kv
         conv_windows = defaults.codec_conv_windows if conv_windows is None else conv_windows
+        channels_last = defaults.codec_channels_last if channels_last is None else channels_last
+        act_in_window = defaults.codec_act_in_window if act_in_window is None else act_in_window
         if window_max < 0:
             raise ValueError(f"window_max must be >= 0, got {window_max}")
         for module in self.modules():
@@ -308,6 +314,15 @@ class CodecDecoder(nn.Module):
                 module.as_gemm = on and gemm_convs
                 module.window_gemm_max = window_max if on and gemm_convs else 0
                 module.window_kernel = on and gemm_convs and conv_windows
+        # Channels-last from the first decoder block's transposed conv to the last conv (decoder.6, one channel out)
+        in_blocks = {id(m) for block in self.decoder[1:] for m in block.modules()}
+        for module in self.modules():
+            cl = on and gemm_convs and channels_last and id(module) in in_blocks
+            if isinstance(module, CausalConvTranspose1d):
+                module.fuse(on and gemm_convs, channels_last=cl)
+            elif isinstance(module, CausalConv1d):
+                module.set_channels_last(cl and module.history_len > 0 and module.conv.groups == 1)
+                module.act_in_window = on and gemm_convs and conv_windows and act_in_window
         self.quantizer.fuse(on)
         self.pre_transformer.fuse(on)
         self.pre_transformer.rope_kv_kernel = on and rope_kv

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..kernels.backend import runs_on
 from ..kernels.conv_window import conv_columns, conv_history_cat, conv_history_cat_ref, window_columns
-from ..kernels.snake import residual_bias_add, snake_beta, snake_beta_ref
+from ..kernels.snake import as_channels_last, channels_last, residual_bias_add, snake_beta, snake_beta_ref
 
 
 @dataclass
@@ -48,31 +48,60 @@ class CausalConv1d(nn.Module):
         # Fast path, streaming: the concatenation, history shift and (for a window GEMM) the columns as
         # one launch (kernels/conv_window.py) where Triton runs; off, torch's two or three copies.
         self.window_kernel = False
+        # Fast path, channels-last (`set_channels_last`): activations [B, C, T] whose transpose(1, 2) is
+        # contiguous, a dense conv as cuDNN's NHWC conv on them (torch converted channels-first inputs to NHWC
+        # and the output back in every call: ~2 ms of a 32-stream 12-frame chunk), a pointwise one as a plain
+        # GEMM of [B * T, C] rows. The weight [C_out, C_in, 1, k] in that layout, as cuDNN reads it.
+        self.register_buffer("cl_weight", None, persistent=False)
+        # Fast path: the activation before the conv (a residual unit's act1) inside the window kernel, one pass
+        # over the activations fewer (`use_fused_kernels(act_in_window=...)`).
+        self.act_in_window = False
 
-    def forward(self, x: torch.Tensor, cache: ConvCache | None = None, bias: bool = True) -> torch.Tensor:
-        """bias False: the conv without its bias, for a caller that adds it in its next kernel."""
+    @torch.no_grad()
+    def set_channels_last(self, on: bool) -> None:
+        c = self.conv
+        self.cl_weight = c.weight[:, :, None].contiguous(memory_format=torch.channels_last) if on else None
+
+    def forward(self, x: torch.Tensor, cache: ConvCache | None = None, bias: bool = True,
+                act: SnakeBeta | None = None) -> torch.Tensor:
+        """bias False: the conv without its bias, for a caller that adds it in its next kernel. act: x through
+        this activation first (inside the window kernel where it runs and `act_in_window`)."""
         n = self.history_len
         c = self.conv
         b, _, t = x.shape
         window_gemm = self.as_gemm and c.groups == 1 and (
-            n == 0 or b * c.in_channels * c.kernel_size[0] * t <= self.window_gemm_max)
+            n == 0 or (self.cl_weight is None and b * c.in_channels * c.kernel_size[0] * t <= self.window_gemm_max))
+        # The fast path's stream: concatenation, history shift (and the GEMM's columns) in one launch.
+        kernel = n > 0 and cache is not None and self.window_kernel and runs_on(x.device)
+        in_window = act is not None and act.fused and kernel and not window_gemm and self.act_in_window
+        if act is not None and not in_window:
+            x = act(x)
         if n > 0 and cache is None:
             x = F.pad(x, (n, 0))
         elif n > 0:
             history = cache.history[self.slot]
-            # The fast path's stream: concatenation, history shift (and the GEMM's columns) in one launch.
-            kernel = self.window_kernel and runs_on(x.device)
             if kernel and window_gemm:
                 return self._gemm(conv_columns(history, x, c.kernel_size[0], c.dilation[0]), bias)
-            x = (conv_history_cat if kernel else conv_history_cat_ref)(history, x)  # [B, C, n + t]
+            if kernel:
+                x = conv_history_cat(history, x, self.cl_weight is not None,
+                                     (act.alpha, act.beta) if in_window else None)
+            else:
+                x = conv_history_cat_ref(history, x, self.cl_weight is not None)
         if window_gemm:
             return self._gemm(x if n == 0 else window_columns(x, c.kernel_size[0], c.dilation[0]), bias)
+        if self.cl_weight is not None:  # [B, C, 1, T] channels-last in and out: no layout conversion
+            return F.conv2d(as_channels_last(x)[:, :, None], self.cl_weight, c.bias if bias else None,
+                            dilation=(1, c.dilation[0]))[:, :, 0]
         return F.conv1d(x, c.weight, c.bias if bias else None, c.stride, c.padding, c.dilation, c.groups)
 
     def _gemm(self, columns: torch.Tensor, bias: bool) -> torch.Tensor:
-        """columns [B, C_in * k, t] (`window_columns`) -> the conv's output [B, C_out, t]."""
+        """columns [B, C_in * k, t] (`window_columns`) -> the conv's output [B, C_out, t], channels-last where
+        the columns are (a pointwise conv's input)."""
         c = self.conv
-        y = torch.matmul(c.weight.view(c.out_channels, -1), columns)
+        w = c.weight.view(c.out_channels, -1)
+        if channels_last(columns):
+            return F.linear(columns.transpose(1, 2), w, c.bias if bias else None).transpose(1, 2)
+        y = torch.matmul(w, columns)
         return y + c.bias[:, None] if bias else y
 
 
@@ -95,15 +124,22 @@ class CausalConvTranspose1d(nn.Module):
         self.register_buffer("gemm_weight", None, persistent=False)  # [C_out * stride, (m + 1) * C_in]
         self.register_buffer("gemm_bias", None, persistent=False)  # [C_out * stride]
         self.window_kernel = False  # as CausalConv1d's: the concatenation and history shift in one launch
+        # Channels-last (`fuse(channels_last=True)`): the GEMM's rows reordered to r * C_out + o, so its output
+        # [B, t, stride * C_out] is already [B, t * stride, C_out] (no interleave copy), and its columns split
+        # per input frame, [m + 1, C_in, stride * C_out]: m + 1 accumulated products over shifted views of the
+        # input (no copy of its windows).
+        self.register_buffer("cl_blocks", None, persistent=False)
+        self.register_buffer("cl_bias", None, persistent=False)  # [stride * C_out]
 
     @torch.no_grad()
-    def fuse(self, on: bool = True) -> None:
+    def fuse(self, on: bool = True, channels_last: bool = False) -> None:
         """The transposed conv as one GEMM, after the weights are loaded. Output frame tau (its `stride`
         samples) depends on input frames tau - m .. tau only, so it is a conv of kernel m + 1 over frames
         into C_out * stride channels, then the samples interleaved: row o * stride + r of the GEMM is
         sample r of channel o; its column block q reads frame tau - m + q through tap (m - q) * stride + r
         (zero past the kernel). cuDNN ran these as backward-data convs (its generic `dgrad` kernels, the
         largest item of a small call's profile, 0.23-0.30 ms)."""
+        self.cl_blocks = self.cl_bias = None
         if not on:
             self.gemm_weight = self.gemm_bias = None
             return
@@ -114,6 +150,10 @@ class CausalConvTranspose1d(nn.Module):
         blocks = [taps[:, :, (n - 1 - q) * s:(n - q) * s].permute(1, 2, 0).reshape(c_out * s, c_in) for q in range(n)]
         self.gemm_weight = torch.cat(blocks, dim=1).contiguous()
         self.gemm_bias = self.conv.bias.repeat_interleave(s)
+        if channels_last:
+            rows = self.gemm_weight.view(c_out, s, n, c_in).transpose(0, 1)  # [s, C_out, m + 1, C_in]
+            self.cl_blocks = rows.permute(2, 3, 0, 1).reshape(n, c_in, s * c_out).contiguous()
+            self.cl_bias = self.gemm_bias.view(c_out, s).t().reshape(-1).contiguous()
 
     def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
         if self.gemm_weight is not None:
@@ -137,11 +177,24 @@ class CausalConvTranspose1d(nn.Module):
             x = F.pad(x, (m, 0))  # the reference's zero history
         elif m:  # [B, C_in, m + t], the history shifted (one launch with the window kernel)
             window = conv_history_cat if self.window_kernel and runs_on(x.device) else conv_history_cat_ref
-            x = window(cache.history[self.slot], x)
+            x = window(cache.history[self.slot], x, self.cl_blocks is not None)
+        if self.cl_blocks is not None:
+            return self._channels_last_forward(x, t)
         # Each output frame's m + 1 input frames side by side: [B, t, (m + 1) * C_in], one copy.
         frames = x.unfold(-1, m + 1, 1).permute(0, 2, 3, 1).reshape(b, t, (m + 1) * c_in)
         y = F.linear(frames, self.gemm_weight, self.gemm_bias)  # [B, t, C_out * stride]
         return y.view(b, t, -1, self.stride).permute(0, 2, 1, 3).reshape(b, -1, t * self.stride)
+
+    def _channels_last_forward(self, x: torch.Tensor, t: int) -> torch.Tensor:
+        """x [B, C_in, m + t] (history first, either layout) -> [B, C_out, t * stride], channels-last. Output frame
+        tau reads input frames tau .. tau + m of x, so block q multiplies the view x[:, :, q:q + t]; batched
+        products read strided views in place (the weights broadcast over the batch)."""
+        b, blocks = x.shape[0], self.cl_blocks
+        frames = x.transpose(1, 2)  # [B, m + t, C_in]
+        y = torch.baddbmm(self.cl_bias.expand(b, t, -1), frames[:, :t], blocks[0].expand(b, -1, -1))
+        for q in range(1, blocks.shape[0]):
+            y.baddbmm_(frames[:, q:q + t], blocks[q].expand(b, -1, -1))
+        return y.view(b, t * self.stride, -1).transpose(1, 2)  # rows r * C_out + o: sample r of channel o
 
 
 class SnakeBeta(nn.Module):
@@ -203,7 +256,7 @@ class ResidualUnit(nn.Module):
         if self.act1.fused and runs_on(x.device):
             # The convs' bias adds (broadcast kernels of their own after cuDNN) moved into the
             # kernels after them: conv1's into act2, conv2's into the residual add. 2 kernels fewer.
-            h = self.conv1(self.act1(x), cache, bias=False)
+            h = self.conv1(x, cache, bias=False, act=self.act1)
             y = self.conv2(self.act2(h, bias=self.conv1.conv.bias), cache, bias=False)
             return residual_bias_add(x, y, self.conv2.conv.bias)
         h = self.conv1(self.act1(x), cache)

@@ -59,7 +59,8 @@ def served_codec(codec: CodecDecoder, on_cuda: bool, precision: str | None,
     if on_cuda:
         o = options or FastPathOptions()
         codec.use_fused_kernels(window_max=o.codec_window_max, rope_kv=o.codec_rope_kv,
-                                conv_windows=o.codec_conv_windows)
+                                conv_windows=o.codec_conv_windows, channels_last=o.codec_channels_last,
+                                act_in_window=o.codec_act_in_window)
     return codec, precision
 
 

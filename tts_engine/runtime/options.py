@@ -87,10 +87,14 @@ class FastPathOptions:
     # those hold at most this many elements, cuDNN past it (0: cuDNN always); its window transformer's RoPE and K/V
     # window as one kernel a layer instead of nine torch ops (kernels/codec_rope_kv.py); each streaming conv's
     # concatenation, history shift and window columns as one launch instead of two or three copies
-    # (kernels/conv_window.py). Each lowers a stream's first one-frame chunk and the batched chunks.
+    # (kernels/conv_window.py). Each lowers a stream's first one-frame chunk and the batched chunks. The decoder
+    # blocks' activations channels-last: no layout conversion around their convs; a residual unit's first
+    # activation inside its dilated conv's window kernel: one pass fewer (both A/B candidates).
     codec_window_max: int = CODEC_WINDOW_MAX
     codec_rope_kv: bool = True
     codec_conv_windows: bool = True
+    codec_channels_last: bool = True
+    codec_act_in_window: bool = True
 
     def problems(self) -> list[tuple[str, str]]:
         """(field, what is wrong with it) for each bad value; empty if none."""
