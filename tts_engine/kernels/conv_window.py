@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from .backend import HAVE_TRITON, next_pow2
-from .snake import snake_beta_ref
+from .snake import as_channels_last, snake_beta_ref
 
 if HAVE_TRITON:
     import triton
@@ -75,7 +75,7 @@ def conv_history_cat_ref(history: torch.Tensor, x: torch.Tensor, channels_last: 
         x = snake_beta_ref(x, *snake)
     xcat = torch.cat([history, x], dim=-1)  # [B, C, n + t]
     if channels_last:
-        xcat = xcat.transpose(1, 2).contiguous().transpose(1, 2)
+        xcat = as_channels_last(xcat)
     history.copy_(xcat[..., -history.shape[-1]:])
     return xcat
 

@@ -304,23 +304,19 @@ class CodecDecoder(nn.Module):
         act_in_window = defaults.codec_act_in_window if act_in_window is None else act_in_window
         if window_max < 0:
             raise ValueError(f"window_max must be >= 0, got {window_max}")
+        # Channels-last from the first decoder block's transposed conv to the last conv (decoder.6, one channel out)
+        in_blocks = {id(m) for block in self.decoder[1:] for m in block.modules()}
         for module in self.modules():
+            cl = on and gemm_convs and channels_last and id(module) in in_blocks
             if isinstance(module, SnakeBeta):
                 module.fused = on
             elif isinstance(module, CausalConvTranspose1d):
-                module.fuse(on and gemm_convs)
+                module.fuse(on and gemm_convs, channels_last=cl)
                 module.window_kernel = on and gemm_convs and conv_windows
             elif isinstance(module, CausalConv1d):
                 module.as_gemm = on and gemm_convs
                 module.window_gemm_max = window_max if on and gemm_convs else 0
                 module.window_kernel = on and gemm_convs and conv_windows
-        # Channels-last from the first decoder block's transposed conv to the last conv (decoder.6, one channel out)
-        in_blocks = {id(m) for block in self.decoder[1:] for m in block.modules()}
-        for module in self.modules():
-            cl = on and gemm_convs and channels_last and id(module) in in_blocks
-            if isinstance(module, CausalConvTranspose1d):
-                module.fuse(on and gemm_convs, channels_last=cl)
-            elif isinstance(module, CausalConv1d):
                 module.set_channels_last(cl and module.history_len > 0 and module.conv.groups == 1)
                 module.act_in_window = on and gemm_convs and conv_windows and act_in_window
         self.quantizer.fuse(on)
