@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 
 from bench.load.corpus import prompt_for
-from tts_engine.engine.api import StreamOptions
+from tts_engine.engine.api import AdmissionError, StreamOptions
 from tts_engine.engine.core import HOST_PARTS, StreamingEngine
 from tts_engine.engine.profile import EngineProfile
 from tts_engine.prompt import VoiceSpec
@@ -72,17 +73,22 @@ async def measure(model: str | Path, rate: float, seconds: float, warmup_s: floa
     await engine.start(warmup=False)
     options = StreamOptions(voice=VoiceSpec(speaker="ryan", language="english"))
     rng = random.Random(seed)
-    served = 0
+    served = refused = 0
 
     async def one(text: str) -> None:
-        nonlocal served
-        async for _ in engine.open_stream(options, text, end_input=True).events():
+        nonlocal served, refused
+        try:
+            stream = engine.open_stream(options, text, end_input=True)
+        except AdmissionError:
+            refused += 1
+            return
+        async for _ in stream.events():
             pass
         served += 1
 
     tasks, before, t0 = [], None, time.monotonic()
     try:
-        for index in range(10**9):
+        for index in itertools.count():
             elapsed = time.monotonic() - t0
             if elapsed >= warmup_s + seconds:
                 break
@@ -103,7 +109,7 @@ async def measure(model: str | Path, rate: float, seconds: float, warmup_s: floa
     work = sum(ms for part, ms in parts.items() if part != "wait")
     return {"rate": rate, "seconds": seconds, "device_ms": device_ms, "iterations": iterations,
             "rows_per_iteration": rows, "host_ms_per_iteration": parts, "host_work_ms_per_iteration": work,
-            "host_work_us_per_row": work / rows * 1e3 if rows else None, "served": served}
+            "host_work_us_per_row": work / rows * 1e3 if rows else None, "served": served, "refused": refused}
 
 
 def main(argv: list[str] | None = None) -> int:
