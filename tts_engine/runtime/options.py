@@ -88,9 +88,9 @@ class FastPathOptions:
     # window as one kernel a layer instead of nine torch ops (kernels/codec_rope_kv.py); each streaming conv's
     # concatenation, history shift and window columns as one launch instead of two or three copies
     # (kernels/conv_window.py). Each lowers a stream's first one-frame chunk and the batched chunks. The decoder
-    # blocks' activations channels-last: no layout conversion around their convs (a 32-stream 12-frame chunk 21 %
-    # quicker; a lone one-frame chunk 0.07 ms slower: its dilated convs leave the window GEMMs for cuDNN); a
-    # residual unit's first activation inside its dilated conv's window kernel: one pass fewer.
+    # blocks' activations channels-last: no layout conversion around their convs (quicker for batched chunks; a
+    # lone one-frame chunk is slower, its dilated convs leaving the window GEMMs for cuDNN: docs/performance.md);
+    # a residual unit's first activation inside its dilated conv's window kernel: one pass fewer.
     codec_window_max: int = CODEC_WINDOW_MAX
     codec_rope_kv: bool = True
     codec_conv_windows: bool = True
