@@ -36,12 +36,16 @@ from tts_engine.runtime.runner import StepCodes
 NOISE_FRAMES = 16  # the longest codec call served from the stand-in's noise (the schedule's chunks are <= 12)
 
 
-def null_model(engine: StreamingEngine, device_s: float, max_active_streams: int) -> None:
-    """Replace the engine's model work by the stand-in (module docstring)."""
+def null_model(engine: StreamingEngine, device_s: float) -> list[float]:
+    """Replace the engine's model work by the stand-in (module docstring). Returns the seconds its frame
+    steps have slept so far, a one-element list the stand-in adds to."""
     runner, codec = engine.runner, engine.codec_runner
+    slept = [0.0]
 
     def frame_step_async(slots, frames, positions, step_text, after_codes=None):
+        t0 = time.perf_counter()
         time.sleep(device_s)
+        slept[0] += time.perf_counter() - t0
         codes = torch.randint(0, 2000, (len(slots), 16))
         if after_codes is not None:
             after_codes(codes)
@@ -53,13 +57,14 @@ def null_model(engine: StreamingEngine, device_s: float, max_active_streams: int
     codec.start = lambda *args, **kwargs: None
     # Loud noise, drawn once (a view of it per call costs the stand-in nothing): the onset trimmer passes it
     # through from the first chunk, as it does for speech.
-    noise = torch.rand(max_active_streams, NOISE_FRAMES * 1920) - 0.5
+    noise = torch.rand(engine.max_active, NOISE_FRAMES * 1920) - 0.5
 
     def decode(slots, codes):
         t = codes.shape[2]
         return noise[:len(slots), :t * 1920] if t <= NOISE_FRAMES else torch.rand(len(slots), t * 1920) - 0.5
 
     codec.decode = decode
+    return slept
 
 
 async def measure(model: str | Path, rate: float, seconds: float, warmup_s: float, device_ms: float,
@@ -69,7 +74,7 @@ async def measure(model: str | Path, rate: float, seconds: float, warmup_s: floa
     prof = EngineProfile(profile, warmup_s + seconds) if profile is not None else None
     engine = StreamingEngine(model, device="cpu", max_active_streams=max_active_streams,
                              max_queued_streams=max_active_streams, profile=prof)
-    null_model(engine, device_ms / 1e3, max_active_streams)
+    slept = null_model(engine, device_ms / 1e3)
     await engine.start(warmup=False)
     options = StreamOptions(voice=VoiceSpec(speaker="ryan", language="english"))
     rng = random.Random(seed)
@@ -93,10 +98,10 @@ async def measure(model: str | Path, rate: float, seconds: float, warmup_s: floa
             if elapsed >= warmup_s + seconds:
                 break
             if before is None and elapsed >= warmup_s:
-                before = dict(engine.stats)
+                before, slept_before = dict(engine.stats), slept[0]
             tasks.append(asyncio.create_task(one(prompt_for(seed, index).text)))
             await asyncio.sleep(rng.expovariate(rate))
-        after = dict(engine.stats)
+        after, slept_s = dict(engine.stats), slept[0] - slept_before
     finally:
         for task in tasks:
             task.cancel()
@@ -105,7 +110,7 @@ async def measure(model: str | Path, rate: float, seconds: float, warmup_s: floa
     iterations = after["host_iterations"] - before["host_iterations"]
     rows = (after["frames"] - before["frames"]) / max(1, iterations)
     parts = {p: (after[f"host_{p}_s"] - before[f"host_{p}_s"]) / max(1, iterations) * 1e3 for p in HOST_PARTS}
-    parts["launch"] = max(0.0, parts["launch"] - device_ms)  # the stand-in's device time
+    parts["launch"] -= slept_s / max(1, iterations) * 1e3  # the stand-in's device time, inside the launch
     work = sum(ms for part, ms in parts.items() if part != "wait")
     return {"rate": rate, "seconds": seconds, "device_ms": device_ms, "iterations": iterations,
             "rows_per_iteration": rows, "host_ms_per_iteration": parts, "host_work_ms_per_iteration": work,
