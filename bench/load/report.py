@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .server_metrics import host_per_iteration_ms
+from .server_metrics import device_per_iteration_ms, host_per_iteration_ms
 from .summary import cost_per_million_chars
 
 # Send lag above this means the client, not the server, shaped the arrival process: say so.
@@ -140,14 +140,16 @@ def render(data: dict, plots: list[str]) -> str:
         parts = list(dict.fromkeys(p for _, m in engine for p in host_per_iteration_ms(m) or {}))
         lines += ["", "## The engine during each rate", "",
                   "From the server's own `/metrics` before and after each measured trial (warm-up included): "
-                  "its loop's host time per iteration by part, and its garbage-collection pauses.", "",
-                  "| rate | iterations | " + " | ".join(f"{p} ms" for p in parts) + " | longest iteration ms "
-                  "(since start) | GC pauses | GC total ms | GC max ms (since start) |",
-                  "|---|---|" + "---|" * len(parts) + "---|---|---|---|"]
+                  "its loop's host time per iteration by part, the device's busy time per iteration (CUDA "
+                  "events from each step's start to its end), and its garbage-collection pauses.", "",
+                  "| rate | iterations | " + " | ".join(f"{p} ms" for p in parts) + " | device ms | longest "
+                  "iteration ms (since start) | GC pauses | GC total ms | GC max ms (since start) |",
+                  "|---|---|" + "---|" * len(parts) + "---|---|---|---|---|"]
         for rate, m in engine:
             per = host_per_iteration_ms(m) or {}
             lines.append(f"| {rate:g} | {m.get('host_iterations', 0):.0f} | "
                          + " | ".join(f"{per[p]:.2f}" if p in per else "-" for p in parts)
+                         + f" | {device_per_iteration_ms(m)}"
                          + f" | {m.get('host_iteration_max_s', 0) * 1e3:.1f}"
                          + f" | {m.get('gc_pauses', 0):.0f} | {m.get('gc_pause_sum_s', 0) * 1e3:.1f}"
                          + f" | {m.get('gc_pause_max_s', 0) * 1e3:.1f} |")

@@ -64,3 +64,10 @@ def host_per_iteration_ms(server: dict[str, float] | None) -> dict[str, float] |
     n = server["host_iterations"]
     return {k[len("host_"):-len("_s")]: v / n * 1e3 for k, v in server.items()
             if k.startswith("host_") and k.endswith("_s") and not k.endswith("_max_s")}
+
+
+def device_per_iteration_ms(server: dict[str, float]) -> str:
+    """The device's busy time per engine iteration (`device_busy_s`, 0 on a CPU engine), as the report prints it."""
+    if not server.get("device_busy_s") or not server.get("host_iterations"):
+        return "-"
+    return f"{server['device_busy_s'] / server['host_iterations'] * 1e3:.2f}"

@@ -135,5 +135,7 @@ def test_the_engine_table_shows_host_time_per_iteration_and_the_longest_iteratio
                                   "host_iteration_max_s": 0.08, "gc_pauses": 3.0, "gc_pause_sum_s": 0.006,
                                   "gc_pause_max_s": 0.004}
     report = render(data, [])
-    assert "| rate | iterations | plan ms | wait ms | longest iteration ms (since start) |" in report
-    assert "| 5 | 100 | 5.00 | 15.00 | 80.0 | 3 | 6.0 | 4.0 |" in report
+    assert "| rate | iterations | plan ms | wait ms | device ms | longest iteration ms (since start) |" in report
+    assert "| 5 | 100 | 5.00 | 15.00 | - | 80.0 | 3 | 6.0 | 4.0 |" in report  # a CPU server: no device time
+    data["rates"][0]["server"]["device_busy_s"] = 1.25
+    assert "| 5 | 100 | 5.00 | 15.00 | 12.50 | 80.0 | 3 | 6.0 | 4.0 |" in render(data, [])

@@ -7,6 +7,7 @@ stream's prefill beside the steps in flight."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -67,7 +68,11 @@ def test_concurrent_streams_on_cuda_equal_the_cpu_reference(cuda_engine, tiny_ch
                                            t, end_input=True) for i, t in enumerate(texts)]
         return await asyncio.gather(*(collect(s) for s in streams))
 
-    for events, (ref_s16, frames) in zip(asyncio.run(run()), refs):
+    busy0, t0 = cuda_engine.stats["device_busy_s"], time.monotonic()
+    results = asyncio.run(run())
+    # The device's busy time (each step's CUDA events, start to end) is counted, and within the wall time.
+    assert 0 < cuda_engine.stats["device_busy_s"] - busy0 < time.monotonic() - t0
+    for events, (ref_s16, frames) in zip(results, refs):
         assert isinstance(events[-1], DoneEvent) and events[-1].reason == "eos"
         assert events[-1].frames == frames - 1
         assert_pcm_close(pcm_of(events), ref_s16)

@@ -94,6 +94,7 @@ class LaunchedStep:
     c0: torch.Tensor | None = None  # [B] codebook-0 ids on the host (a view of pinned memory on CUDA)
     pcm: list[torch.Tensor | None] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] float, host
     event: torch.cuda.Event | None = None  # end of the step on the default stream
+    begin: torch.cuda.Event | None = None  # its start there: device_s
     # Chunk batches holding a stream's first chunk, launched before the others: their PCM (and c0)
     # is on the host once early_event has fired, before the rest of the step (engine: first audio).
     early_batches: tuple[int, ...] = ()
@@ -126,6 +127,14 @@ class LaunchedStep:
     def wait(self) -> None:
         if self.event is not None:
             self.event.synchronize()
+
+    def device_s(self) -> float | None:
+        """After wait(), on CUDA: the default stream's time from the step's start to its end. Steps run
+        one after another there, so their sum over a window is the device's busy time in it, plus any
+        time inside a step in which the device waited for the host to queue the step's next work."""
+        if self.begin is None or self.event is None:
+            return None
+        return self.begin.elapsed_time(self.event) / 1e3
 
     def result(self, eos_id: int | None) -> StepResult:
         """Call after wait(). eos_id None: EOS never ends a stream (random weights)."""
@@ -169,6 +178,9 @@ class StepExecutor:
     def launch(self, plan: StepPlan, entries: dict[str, StreamEntry]) -> LaunchedStep:
         _mark(entries, (p.stream_id for p in plan.prefills), "launch_began", time.monotonic())
         step = LaunchedStep(plan, _Timer(self.cuda))
+        if self.cuda:
+            step.begin = torch.cuda.Event(enable_timing=True)
+            step.begin.record()
         self._prefills(plan, entries, step)
         # Chunks after the codes half of the frame step (they may hold its frames) and before its
         # talker half, which no chunk needs: first audio comes a talker step sooner.
@@ -177,7 +189,7 @@ class StepExecutor:
         else:
             self._launch_chunks(plan, entries, step)
         if self.cuda:
-            step.event = torch.cuda.Event()
+            step.event = torch.cuda.Event(enable_timing=True)
             step.event.record()
             if self.fences is not None:
                 self.fences.record(plan, step.event)
