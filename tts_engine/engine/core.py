@@ -140,7 +140,8 @@ class StreamingEngine:
                       "ttfa_sum_s": 0.0, "ttfa_count": 0, "invariant_violations": 0,
                       **{f"ttfa_{part}_sum_s": 0.0 for part in (*TTFA_PARTS, "issue", *ISSUE_PARTS)},
                       **{f"host_{part}_s": 0.0 for part in HOST_PARTS}, "host_launch_cpu_s": 0.0, "host_cpu_s": 0.0,
-                      "host_iterations": 0, "host_iteration_max_s": 0.0, "device_busy_s": 0.0}
+                      "host_iterations": 0, "host_iteration_max_s": 0.0,
+                      **{f"device_{part}_s": 0.0 for part in ("busy", "frame", "codec")}}
         self.delivery = Delivery(self.scheduler, self._entries, self.stats)  # events out to the streams
         self.commands = Commands(self._commands, self.intake, self.tokenizer, self.scheduler, self.delivery,
                                  self._entries)  # and commands in
@@ -321,8 +322,11 @@ class StreamingEngine:
     def _read(self, launched: LaunchedStep) -> None:
         result = launched.result(self._eos_id)
         device_s = launched.device_s()
-        if device_s is not None:  # beside host_<part>_s: which of the two sets the step cycle
+        if device_s is not None:  # beside host_<part>_s: which of the two sets the step cycle, and what fills it
+            t = result.timings
             self.stats["device_busy_s"] += device_s
+            self.stats["device_frame_s"] += t.frame_s or 0.0
+            self.stats["device_codec_s"] += sum(t.chunk_s)
         if launched.plan.frames is not None:  # the batch and time of the latest frame step
             self.stats["last_batch"] = len(launched.plan.frames.rows)
             if result.timings.frame_s is not None:
