@@ -61,7 +61,7 @@ from . import pipeline
 from .pipeline import AgentConfig, describe_tts
 from .piper_voice import load_voice, piper_model_path
 from .stt import bundled_whisper_model, load_whisper, whisper_device_label, whisper_setup
-from .webrtc_audio import interruptions_empty_the_track, one_packet_audio_receivers
+from .webrtc_audio import arrival_audio_receivers, interruptions_empty_the_track
 
 MAX_BODY_BYTES = 64 * 1024  # an SDP offer is a few KB
 MAX_CANDIDATES = 32  # a browser trickles a handful; aiortc pairs each with every local one, on the loop
@@ -311,7 +311,7 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int =
         SmallWebRTCRequestHandler,
     )
 
-    one_packet_audio_receivers()  # the user's audio reaches the VAD 60 ms sooner (agent/webrtc_audio.py)
+    arrival_audio_receivers()  # the user's audio reaches the VAD 80 ms sooner (agent/webrtc_audio.py)
     interruptions_empty_the_track()  # and an interruption silences the bot up to 40 ms sooner
     if not (web_dir / "index.html").is_file():
         raise FileNotFoundError(f"the page is missing: {web_dir / 'index.html'}")

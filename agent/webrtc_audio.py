@@ -1,16 +1,20 @@
-"""WebRTC audio for the agent: received audio goes on as soon as each packet is known complete, and
-an interruption silences the bot at once.
+"""WebRTC audio for the agent: received audio goes on as each packet arrives, and an interruption
+silences the bot at once.
 
-aiortc's audio receiver holds four packets (80 ms) before it hands the first one on. That buffer is
-for playout, where it smooths jitter; the agent does not play what it receives, it feeds the VAD and
-the recogniser, so the four packets are only a delay: the end of every user's sentence reaches the
-turn-taking 60 ms late, and so does the start of every interruption. With one packet a frame leaves
-when the next packet shows it whole. Loss and reordering are handled as before: the buffer still
-waits for a missing packet until it overflows (16 packets), whatever the prefetch.
+aiortc's audio receiver holds four packets (80 ms) before it hands the first one on, and waits for a
+missing packet until its buffer overflows (16 packets, 320 ms). That buffer is for playout, where it
+smooths jitter; the agent does not play what it receives, it feeds the VAD and the recogniser, so
+the held packets are only a delay: the end of every user's sentence would reach the turn-taking
+80 ms late, and so would the start of every interruption, and one lost packet would stall both for
+a third of a second. An audio RTP packet is a whole frame (Opus, G.711), so the agent's receivers
+hand each packet on as it arrives. A packet older than one already handed on is late: the decoder
+has moved past it, and it is dropped (the recogniser hears a 20 ms gap, as it would on a loss).
 
-aiortc has no setting for it (the receiver builds its buffer itself), so the receiver module's class
-is replaced once per process by one whose audio prefetch is one packet. The benchmark's listeners
-use the same, as a browser's adaptive buffer holds about one packet on a clean link.
+The benchmark's listeners do play what they hear, so theirs hold one packet, as a browser's adaptive
+buffer does on a clean link.
+
+aiortc has no setting for either (the receiver builds its buffer itself), so the receiver module's
+class is replaced once per process.
 
 Sent audio: pipecat's SmallWebRTC output hands its track one write of audio (40 ms by default) and
 waits until the track has sent it. On an interruption pipecat drops what it has queued but lets that
@@ -21,24 +25,50 @@ write is of audio that must not be interrupted.
 
 from __future__ import annotations
 
-AUDIO_PREFETCH = 1  # packets
+LISTENER_PREFETCH = 1  # packets a listener holds
+_policy = ["aiortc"]  # what audio receivers made from now on in this process do: "arrival" or "one packet"
+
+
+def arrival_audio_receivers() -> None:
+    """From now on, every aiortc audio receiver made in this process hands on each packet as it arrives
+    and drops one that comes after a later packet (video receivers are unchanged). For the agent's input."""
+    _install("arrival")
 
 
 def one_packet_audio_receivers() -> None:
-    """From now on, every aiortc audio receiver in this process hands on each packet once the next
-    one shows it complete (video receivers are unchanged). Idempotent."""
-    import aiortc.rtcrtpreceiver as receiver
+    """From now on, every aiortc audio receiver made in this process hands on each packet once the next
+    one shows it complete (video receivers are unchanged). For the benchmark's listeners."""
+    _install("one packet")
 
-    if getattr(receiver.JitterBuffer, "one_packet", False):
+
+def _install(policy: str) -> None:
+    """Idempotent. A process has one role (agent or listener); where it has both (a test run), each
+    receiver gets the policy of the latest call before it was made."""
+    import aiortc.rtcrtpreceiver as receiver
+    from aiortc.jitterbuffer import JitterFrame
+    from aiortc.utils import uint16_add
+
+    _policy[0] = policy
+    if getattr(receiver.JitterBuffer, "cadence_audio", False):
         return
 
-    class OnePacketAudio(receiver.JitterBuffer):
-        one_packet = True
+    class CadenceAudio(receiver.JitterBuffer):
+        cadence_audio = True
 
         def __init__(self, capacity: int, prefetch: int = 0, is_video: bool = False):
-            super().__init__(capacity, prefetch if is_video else AUDIO_PREFETCH, is_video)
+            self.policy = "video" if is_video else _policy[0]
+            super().__init__(capacity, LISTENER_PREFETCH if self.policy == "one packet" else prefetch, is_video)
+            self._next: int | None = None  # arrival: the sequence number after the last packet handed on
 
-    receiver.JitterBuffer = OnePacketAudio
+        def add(self, packet):
+            if self.policy != "arrival":
+                return super().add(packet)
+            if self._next is not None and uint16_add(packet.sequence_number, -self._next) >= 0x8000:
+                return False, None  # late (or a duplicate)
+            self._next = uint16_add(packet.sequence_number, 1)
+            return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
+
+    receiver.JitterBuffer = CadenceAudio
 
 
 def interruptions_empty_the_track() -> None:

@@ -1,4 +1,5 @@
-"""The agent's WebRTC receivers hand each audio packet on once the next one arrives (agent/webrtc_audio.py).
+"""The agent's WebRTC receivers hand each audio packet on as it arrives; the benchmark's listeners, once the
+next one arrives (agent/webrtc_audio.py).
 
 Each check runs in a fresh interpreter: the replacement is per process, and another test in this one
 may have made it already."""
@@ -25,6 +26,7 @@ def receive(sequence):
 def report():
     video = RTCRtpReceiver("video", types.SimpleNamespace(state="new"))._RTCRtpReceiver__jitter_buffer
     return {"in_order": receive([0, 1, 2, 3, 4]), "lost_then_late": receive([0, 2, 3, 1]),
+            "wrapping": receive([65534, 65535, 0, 1]), "duplicate": receive([5, 6, 6, 7]),
             "video_prefetch": video._prefetch}
 
 before = report()
@@ -37,17 +39,27 @@ def _probe(setup: str) -> dict:
     return fresh_interpreter(PROBE % setup)
 
 
-def test_the_agent_server_passes_on_each_audio_packet_when_the_next_arrives():
+def test_the_agent_server_passes_on_each_audio_packet_as_it_arrives():
     got = _probe(AGENT_SERVER)
-    # aiortc's own: four later packets before the first frame leaves (80 ms at 20 ms a packet)
+    # aiortc's own: four later packets before the first frame leaves (80 ms at 20 ms a packet), and a
+    # missing packet holds back the ones after it
     assert got["before"]["in_order"] == [False, False, False, False, True]
-    # the agent's: each frame leaves as the next packet arrives (20 ms)
-    assert got["after"]["in_order"] == [False, True, True, True, True]
-    # a missing packet is still waited for, so nothing is skipped or reordered
-    assert got["after"]["lost_then_late"] == [False, False, False, True]
+    assert got["before"]["lost_then_late"] == [False, False, False, False]
+    # the agent's: each packet leaves as it arrives; one later than a packet already handed on is dropped
+    assert got["after"]["in_order"] == [True] * 5
+    assert got["after"]["lost_then_late"] == [True, True, True, False]
+    assert got["after"]["wrapping"] == [True] * 4  # sequence numbers wrap at 2^16
+    assert got["after"]["duplicate"] == [True, True, False, True]
     assert got["after"]["video_prefetch"] == got["before"]["video_prefetch"]
 
 
-def test_the_benchmark_listeners_use_the_same_receivers():
+def test_the_benchmark_listeners_hold_one_packet():
     got = _probe("from bench.voice.client import peer_connection\npeer_connection()")
+    assert got["after"]["in_order"] == [False, True, True, True, True]
+    # a missing packet is still waited for, so a listener plays nothing out of order
+    assert got["after"]["lost_then_late"] == [False, False, False, True]
+
+
+def test_in_one_process_each_receiver_gets_the_latest_policy():
+    got = _probe(AGENT_SERVER + "\nfrom bench.voice.client import peer_connection\npeer_connection()")
     assert got["after"]["in_order"] == [False, True, True, True, True]
