@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tts_engine.prompt import Layout
 from tts_engine.scheduler.config import SchedulerConfig
 from tts_engine.scheduler.policy import due_chunks, select_frame_rows, select_prefills, urgency
@@ -149,10 +151,35 @@ def test_with_the_codec_tick_chunks_after_the_first_wait_for_a_tick():
     assert due_chunks(s, on_tick=False) == []  # 2 frames ready, no tick
     assert due_chunks(s, on_tick=True) == [(2, 2)]  # every ready frame, not the schedule's 2 then 4
     assert due_chunks(s, on_tick=False, urgent=True) == [(2, 2)]  # its listener is about to run dry
+    assert due_chunks(s, on_tick=False, free_chunks=2) == [(2, 2)]  # the second chunk free of the tick too
+    s.frames_launched = 3
+    assert due_chunks(s, on_tick=False, free_chunks=2) == []  # ... as its schedule says: 2 frames
+    s.frames_launched = 4
     s.frames_launched = 12  # 10 ready: pieces of at most the schedule's largest entry
     assert due_chunks(s, on_tick=True) == [(2, 4), (6, 4), (10, 2)]
     s.max_frames = 12  # end of stream: no tick needed
     assert due_chunks(s, on_tick=False) == [(2, 4), (6, 4), (10, 2)]
+
+
+@pytest.mark.parametrize("free_chunks, steps", [(1, 3), (2, 2)])
+def test_the_second_chunk_comes_a_step_sooner_free_of_the_tick(free_chunks, steps):
+    """Under arrivals (a tick step holding a prefill moves to the next step), a second chunk held for a
+    tick reaches its listener up to three engine steps after the first; free of the tick, two. At ~19 ms
+    a step (128 streams) three steps are ~57 ms of the first chunk's 80 ms: a slower step runs it dry."""
+    from tests.scheduler.fake_runner import FakeLoop
+
+    loop = FakeLoop(SchedulerConfig(codec_tick_steps=2, codec_tick_free_chunks=free_chunks), depth=2)
+    arrivals: dict[str, list[int]] = {}
+    for step in range(60):
+        if step % 3 == 0 and step < 30:
+            loop.open(f"s{step}", forced=40, schedule=(1, 2, 4, 8, 12))
+        heard = {sid: len(lis.audio) for sid, lis in loop.listeners.items()}
+        loop.step()
+        for sid, lis in loop.listeners.items():
+            arrivals.setdefault(sid, []).extend([step] * (len(lis.audio) - heard[sid]))
+    loop.run()
+    assert all(lis.frames == 39 and lis.done for lis in loop.listeners.values())
+    assert max(a[1] - a[0] for a in arrivals.values()) == steps, arrivals
 
 
 def test_the_codec_tick_merges_streams_into_one_codec_call():
@@ -160,8 +187,8 @@ def test_the_codec_tick_merges_streams_into_one_codec_call():
     per tick, where their own schedules give each phase its own call."""
     from tests.scheduler.fake_runner import FakeLoop
 
-    def codec_calls(tick: int) -> tuple[int, int]:
-        loop = FakeLoop(SchedulerConfig(codec_tick_steps=tick), depth=1)
+    def codec_calls(tick: int, free_chunks: int = 1) -> tuple[int, int]:
+        loop = FakeLoop(SchedulerConfig(codec_tick_steps=tick, codec_tick_free_chunks=free_chunks), depth=1)
         for i in range(6):
             loop.open(f"s{i}", forced=40, schedule=(1, 2, 4, 8))
             loop.step()
@@ -174,6 +201,8 @@ def test_the_codec_tick_merges_streams_into_one_codec_call():
     calls_on, chunks_on = codec_calls(3)
     assert calls_on < calls_off * 0.7, (calls_on, calls_off)
     assert chunks_on / calls_on > 2 * chunks_off / calls_off  # streams per call
+    calls_two_free, _ = codec_calls(3, free_chunks=2)  # each stream's second chunk a call of its own phase
+    assert calls_on < calls_two_free < calls_off, (calls_on, calls_two_free, calls_off)
 
 
 def test_streaming_text_gates_frames():

@@ -24,6 +24,11 @@ class SchedulerConfig:
     # per schedule phase (~2 streams a call at 30 req/s on the H200, 2/3 of the device time).
     # None: CODEC_TICK_CUDA on CUDA, off on CPU (a simulation of the step loop chose 2).
     codec_tick_steps: int | None = None
+    # With the tick: a stream's first this many chunks follow its chunk schedule, each as soon as its frames
+    # are launched; the tick holds the later ones. The second chunk must reach the listener before the first
+    # one's 80 ms have played: at a tick it comes an engine step later, which at 128 streams (~19 ms a step)
+    # is past that for one stream in ten.
+    codec_tick_free_chunks: int = 2
     # With the tick: a stream whose listener has less audio than this left gets its chunk now.
     codec_tick_urgent_s: float = 0.04
     # With the tick: a tick step that would hold a prefill moves to the next step (Scheduler._on_tick).
@@ -60,6 +65,8 @@ class SchedulerConfig:
     def validate(self) -> SchedulerConfig:
         if self.max_active_streams < 1:
             raise ValueError(f"max_active_streams must be >= 1, got {self.max_active_streams}")
+        if self.codec_tick_free_chunks < 1:
+            raise ValueError(f"codec_tick_free_chunks must be >= 1, got {self.codec_tick_free_chunks}")
         for name in ("max_queued_streams", "starvation_steps", "codec_tick_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

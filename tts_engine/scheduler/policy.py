@@ -78,15 +78,16 @@ def flushing(s: StreamState) -> bool:
     return bool(s.flush_targets) and s.frames_launched >= s.flush_targets[0]
 
 
-def due_chunks(s: StreamState, on_tick: bool | None = None, urgent: bool = False) -> list[tuple[int, int]]:
+def due_chunks(s: StreamState, on_tick: bool | None = None, urgent: bool = False,
+               free_chunks: int = 1) -> list[tuple[int, int]]:
     """(first absolute frame, frames) of each chunk due now, in order.
 
     on_tick None: the stream's chunk schedule. A chunk is due once its frames are launched; a
     shorter one when no more frames will come (end of stream) or a flush waits for them.
 
-    on_tick True/False (the codec tick, `SchedulerConfig.codec_tick_steps`): the first chunk as
-    the schedule says, as soon as its frames are launched; after it, chunks are due only on a tick
-    step (or at the end, for a flush, or while `urgent`: its listener is about to run dry), holding
+    on_tick True/False (the codec tick, `SchedulerConfig.codec_tick_steps`): the first `free_chunks`
+    chunks as the schedule says, as soon as their frames are launched; after them, chunks are due
+    only on a tick step (or at the end, for a flush, or while `urgent`: its listener is about to run dry), holding
     every ready frame in pieces of at most the schedule's largest entry. Streams that get a frame
     every step then all hold the same number of frames at a tick and share one codec call,
     instead of one small call per stream's phase."""
@@ -96,7 +97,7 @@ def due_chunks(s: StreamState, on_tick: bool | None = None, urgent: bool = False
     short_ok = s.launches_over or flushing(s)
     sched = s.chunk_schedule
     while ready > 0:
-        if on_tick is not None and planned > 0:
+        if on_tick is not None and planned >= free_chunks:
             if not (on_tick or short_ok or urgent):
                 break
             want = max(sched)

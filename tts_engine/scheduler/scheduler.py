@@ -235,7 +235,8 @@ class Scheduler:
         per_stream: list[list[Chunk]] = []
         last: set[tuple[str, int]] = set()  # (stream, first frame) of each stream's final chunk
         for s in sorted(decoding, key=lambda s: s.arrival):
-            due = due_chunks(s, on_tick, urgent=s.audible and s.buffered_s(now) < self.cfg.codec_tick_urgent_s)
+            due = due_chunks(s, on_tick, urgent=s.audible and s.buffered_s(now) < self.cfg.codec_tick_urgent_s,
+                             free_chunks=self.cfg.codec_tick_free_chunks)
             if not due:
                 continue
             if short and deferrable(s, now, self.cfg) and not (s.launches_over or flushing(s)):
