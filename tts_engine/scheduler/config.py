@@ -26,8 +26,8 @@ class SchedulerConfig:
     codec_tick_steps: int | None = None
     # With the tick: a stream's first this many chunks follow its chunk schedule, each as soon as its frames
     # are launched; the tick holds the later ones. The second chunk must reach the listener before the first
-    # one's 80 ms have played: at a tick it comes an engine step later, which at 128 streams (~19 ms a step)
-    # is past that for one stream in ten.
+    # one's 80 ms have played; held for a tick it comes an engine step later, and with many streams a step is
+    # long enough for that to run the listener dry (docs/performance.md).
     codec_tick_free_chunks: int = 2
     # With the tick: a stream whose listener has less audio than this left gets its chunk now.
     codec_tick_urgent_s: float = 0.04

@@ -87,10 +87,10 @@ def due_chunks(s: StreamState, on_tick: bool | None = None, urgent: bool = False
 
     on_tick True/False (the codec tick, `SchedulerConfig.codec_tick_steps`): the first `free_chunks`
     chunks as the schedule says, as soon as their frames are launched; after them, chunks are due
-    only on a tick step (or at the end, for a flush, or while `urgent`: its listener is about to run dry), holding
-    every ready frame in pieces of at most the schedule's largest entry. Streams that get a frame
-    every step then all hold the same number of frames at a tick and share one codec call,
-    instead of one small call per stream's phase."""
+    only on a tick step (or at the end, for a flush, or while `urgent`: its listener is about to run
+    dry), holding every ready frame in pieces of at most the schedule's largest entry. Streams that
+    get a frame every step then all hold the same number of frames at a tick and share one codec
+    call, instead of one small call per stream's phase."""
     out = []
     chunked, planned = s.frames_chunked, s.chunks_planned
     ready = s.audible_frames_ready()
