@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One session's GPU measurements in a few device calls, back to back on one warm machine (it keeps /tmp and the
-# processes started with setsid for 30 s idle). The agent's packages travel in three parts (bench/gpu/agent_pack.sh;
-# carry .gpu/p1..p3, one a call); results go under $OUT.
+# processes started with setsid for 30 s idle), each as `CADENCE_COMMIT=<sha> bash bench/gpu/calls.sh ...`. The
+# agent's packages travel in three parts (bench/gpu/agent_pack.sh; carry .gpu/p1..p3, one a call); results go under
+# $OUT.
 #   [".whl", ".gpu/p1"]         bash bench/gpu/calls.sh sweep main .
 #   [".whl", ".gpu/p2", ".ab"]  bash bench/gpu/calls.sh sweep branch .ab/tree && bash bench/gpu/calls.sh servers
 #     sweep NAME TREE [NAME TREE ...]: for each, the engine in TREE (e.g. .ab/tree from `git archive BRANCH tts_engine
@@ -18,6 +19,8 @@
 #                                                                its own against shared ones (TAIL_RUNS)
 #   [".whl"]                     bash bench/gpu/calls.sh soak    bench.soak (SOAK_MINUTES, 9), its own server
 set -u
+# The device's copy of the tree carries stale git metadata: the reports name the commit given here, or "unknown".
+export CADENCE_COMMIT=${CADENCE_COMMIT:-unknown}
 [ -d .gpu ] && { bash bench/gpu/agent.sh stage > /dev/null || exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 ready() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$1/ready', timeout=2)" 2>/dev/null; }

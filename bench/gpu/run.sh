@@ -14,6 +14,7 @@
 # DEADLINE (epoch seconds, default start + 585) is when everything must have stopped, inside one
 # device call's limit; a part that cannot finish by then is skipped.
 set -u
+export CADENCE_COMMIT=${CADENCE_COMMIT:-unknown}  # the device's copy carries stale git metadata
 [ $# -gt 0 ] || { sed -n 2,15p "$0"; exit 2; }
 source bench/gpu/setup.sh
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 585 ))}; PORT=${PORT:-8000}; TAG=$(IFS=-; echo "$*")
