@@ -130,8 +130,10 @@ class LaunchedStep:
 
     def device_s(self) -> float | None:
         """After wait(), on CUDA: the default stream's time from the step's start to its end. Steps run
-        one after another there, so their sum over a window is the device's busy time in it, plus any
-        time inside a step in which the device waited for the host to queue the step's next work."""
+        one after another there, so their sum over a window estimates the device's busy time in it, with
+        any time inside a step in which the device waited for the host to queue the step's next work.
+        An estimate: event times on a stream that also waits on another (the prefill stream) can run a
+        few % over (CUDA's event timing is not exact across streams)."""
         if self.begin is None or self.event is None:
             return None
         return self.begin.elapsed_time(self.event) / 1e3
