@@ -8,7 +8,8 @@
 #     sweep NAME TREE [NAME TREE ...]: for each, the engine in TREE (e.g. .ab/tree from `git archive BRANCH tts_engine
 #     | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES, AB_WARMUP, AB_DURATION;
 #     BENCH_ARGS: more of its arguments, e.g. "--text-chars 500,1500" for the long-form mix, "--client-processes 4"
-#     past ~100 req/s; SERVE_ARGS: more `cadence serve` arguments), the 1.7B random-weight checkpoint made first;
+#     past ~100 req/s; SERVE_ARGS: more `cadence serve` arguments; TOML_<NAME>: settings file lines for NAME's server
+#     alone, for an A/B of settings on one tree), the 1.7B random-weight checkpoint made first;
 #     servers: `cadence serve` left running on :8000 for the agent's benchmarks
 #   [".gpu/p3"]                  bash bench/gpu/calls.sh agent   the agent's packages; Whisper's speed on the CPU and
 #                                                                the GPU; bench.agent and bench.voice against :8000,
@@ -44,7 +45,9 @@ wait_ready() {  # port, seconds
 # One client address opens every stream of the benchmarks: per-client limits lifted (the engine's own caps stay).
 printf '[server]\nmax_streams_per_client = 100000\nmax_ws_connections_per_client = 100000\n' > /tmp/lifted.toml
 sweep() {  # name, engine tree: its server on :8002, this tree's `cadence bench` against it, its /metrics after
-  serve 8002 "$2" --config /tmp/lifted.toml ${SERVE_ARGS:-}; wait_ready 8002 200 || return 1
+  local toml="TOML_$1"  # TOML_<name>: more settings for this one, e.g. TOML_t4='[scheduler]\ncodec_tick_steps = 4'
+  { cat /tmp/lifted.toml; printf '%b\n' "${!toml:-}"; } > "/tmp/settings-$1.toml"
+  serve 8002 "$2" --config "/tmp/settings-$1.toml" ${SERVE_ARGS:-}; wait_ready 8002 200 || return 1
   (cd "$2" && PYTHONPATH=/tmp/site:$PWD python3 -c "import tts_engine.engine.core as c; print('$1:', c.__file__)")
   local n=$(echo "${AB_RATES:-20,50,75,100,150}" | tr ',' ' ' | wc -w) w=${AB_WARMUP:-5} d=${AB_DURATION:-25}
   timeout $((n * (w + d + 25) + 30)) python3 -c 'import argparse, sys
