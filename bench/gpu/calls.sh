@@ -5,7 +5,7 @@
 # $OUT.
 #   [".whl", ".gpu/p1"]         bash bench/gpu/calls.sh sweep main .
 #   [".whl", ".gpu/p2", ".ab"]  bash bench/gpu/calls.sh sweep branch .ab/tree && bash bench/gpu/calls.sh servers
-#     sweep NAME TREE [NAME TREE ...]: for each, the engine in TREE (e.g. .ab/tree from `git archive BRANCH tts_engine
+#     sweep NAME TREE [NAME TREE ...]: for each ($OUT/NAME.tgz), the engine in TREE (e.g. .ab/tree from `git archive BRANCH tts_engine
 #     | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES, AB_WARMUP, AB_DURATION;
 #     BENCH_ARGS: more of its arguments, e.g. "--text-chars 500,1500" for the long-form mix, "--client-processes 4"
 #     past ~100 req/s; SERVE_ARGS: more `cadence serve` arguments; TOML_<NAME>: settings file lines for NAME's server
@@ -60,6 +60,7 @@ args = p.parse_args(["bench", *sys.argv[1:]]); sys.exit(args.func(args))' --url 
   echo "$1: bench rc $?"; grep "req/s" "/tmp/bench-$1.log" | cut -c1-200
   metrics 8002 "$OUT/$1/metrics.txt"
   cp /tmp/serve-8002.log "$OUT/$1/serve.log"; kill "$(cat /tmp/serve-8002.pid)"; sleep 3
+  tar -czf "$OUT/$1.tgz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"  # one file a sweep: a call brings back at most 8
 }
 case "${1:-}" in
   sweep)
