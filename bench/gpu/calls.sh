@@ -5,8 +5,9 @@
 # $OUT.
 #   [".whl", ".gpu/p1"]         bash bench/gpu/calls.sh sweep main .
 #   [".whl", ".gpu/p2", ".ab"]  bash bench/gpu/calls.sh sweep branch .ab/tree && bash bench/gpu/calls.sh servers
-#     sweep NAME TREE [NAME TREE ...]: for each ($OUT/NAME.tgz), the engine in TREE (e.g. .ab/tree from `git archive BRANCH tts_engine
-#     | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES, AB_WARMUP, AB_DURATION;
+#     sweep NAME TREE [NAME TREE ...]: for each (results in $OUT/NAME.tgz), the engine in TREE (e.g. .ab/tree from
+#     `git archive BRANCH tts_engine | tar -x -C .ab/tree`) on :8002 under this tree's `cadence bench` (AB_RATES,
+#     AB_WARMUP, AB_DURATION;
 #     BENCH_ARGS: more of its arguments, e.g. "--text-chars 500,1500" for the long-form mix, "--client-processes 4"
 #     past ~100 req/s; SERVE_ARGS: more `cadence serve` arguments; TOML_<NAME>: settings file lines for NAME's server
 #     alone, for an A/B of settings on one tree), the 1.7B random-weight checkpoint made first;
