@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from bench.load.corpus import prompt_for
+from bench.load.server_metrics import during, host_per_iteration_ms
 from tts_engine.engine.api import AdmissionError, StreamOptions
 from tts_engine.engine.core import HOST_PARTS, StreamingEngine
 from tts_engine.engine.profile import EngineProfile
@@ -107,9 +108,11 @@ async def measure(model: str | Path, rate: float, seconds: float, warmup_s: floa
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await engine.stop()
-    iterations = after["host_iterations"] - before["host_iterations"]
-    rows = (after["frames"] - before["frames"]) / max(1, iterations)
-    parts = {p: (after[f"host_{p}_s"] - before[f"host_{p}_s"]) / max(1, iterations) * 1e3 for p in HOST_PARTS}
+    trial = during(before, after)
+    iterations = trial["host_iterations"]
+    rows = trial["frames"] / max(1, iterations)
+    per = host_per_iteration_ms(trial) or {}
+    parts = {p: per.get(p, 0.0) for p in HOST_PARTS}
     parts["launch"] -= slept_s / max(1, iterations) * 1e3  # the stand-in's device time, inside the launch
     work = sum(ms for part, ms in parts.items() if part != "wait")
     return {"rate": rate, "seconds": seconds, "device_ms": device_ms, "iterations": iterations,

@@ -154,7 +154,6 @@ def test_with_the_codec_tick_chunks_after_the_first_wait_for_a_tick():
     assert due_chunks(s, on_tick=False, free_chunks=2) == [(2, 2)]  # the second chunk free of the tick too
     s.frames_launched = 3
     assert due_chunks(s, on_tick=False, free_chunks=2) == []  # ... as its schedule says: 2 frames
-    s.frames_launched = 4
     s.frames_launched = 12  # 10 ready: pieces of at most the schedule's largest entry
     assert due_chunks(s, on_tick=True) == [(2, 4), (6, 4), (10, 2)]
     s.max_frames = 12  # end of stream: no tick needed
