@@ -1,11 +1,9 @@
 """Engine-thread bookkeeping of one stream beside its scheduler state: the handle its events go to,
-its text and prompt, its output formatting, and the codes of frames not yet decoded to PCM."""
+its text and prompt, and its output formatting."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import torch
+from dataclasses import dataclass
 
 from ..prompt import Prompt
 from ..scheduler.request import StreamState
@@ -62,14 +60,4 @@ class StreamEntry:
     tokenizer: StreamingTokenizer | None
     out: StreamOutput
     prompt: Prompt | None = None
-    # frame index -> its [16] codes, on the runner's device, from the frame step until its chunk
-    frames: dict[int, torch.Tensor] = field(default_factory=dict)
     trace: FirstAudioTrace | None = None
-
-    def keep_frame(self, frame: int, codes: torch.Tensor) -> None:
-        if frame >= self.state.audible_skip:  # a dropped frame 0 is never decoded
-            self.frames[frame] = codes
-
-    def take_frames(self, first: int, count: int) -> torch.Tensor:
-        """Frames first .. first + count - 1 -> codes [16, count], removed from the entry."""
-        return torch.stack([self.frames.pop(f) for f in range(first, first + count)], dim=1)

@@ -7,10 +7,10 @@ Launch order (the default CUDA stream runs them in this order):
               before the frame step: a new stream's prefill runs beside the steps in flight
   codes half  ModelRunner.frame_step_async -> StepCodes: codes [B, 16] on the device (with CUDA
               graphs a view of the graph's static output, which the next replay overwrites: it
-              is cloned on the device at once, stream-ordered, so before any later replay) and
+              is copied into `FrameCodes` at once, stream-ordered, so before any later replay) and
               their pinned host copy, which the runner queues right after the code predictor;
               codebook 0 of the host copy is the EOS check, the device rows stay for the codec.
-  chunks      [B, 16, t] codes from those device rows -> CodecRunner.launch -> PCM, copied to
+  chunks      [B, 16, t] codes gathered from `FrameCodes` -> CodecRunner.launch -> PCM, copied to
               pinned host memory. Queued from the runner's `after_codes` hook, between the frame
               step's two halves: no chunk needs the talker half.
   talker half the rest of the frame step (without a frame step, the chunks alone)
@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..runtime.codec_runner import CodecRunner
+from ..runtime.frame_codes import FrameCodes
 from ..runtime.runner import ModelRunner
 from ..scheduler.plan import StepPlan, StepResult, StepTimings
 from ..voices.rows import embed_clone_prompt
@@ -173,6 +174,8 @@ class StepExecutor:
         self.cuda = runner.device.type == "cuda"
         self.eos_allowed = eos_allowed
         self.max_code = codec_runner.codec.cfg.codebook_size - 1
+        self.codes = FrameCodes(runner.max_slots, runner.max_context, codec_runner.codec.cfg.num_quantizers,
+                                runner.device)
         # With the prefill stream, work on two CUDA streams: a prefill there waits for its slot's last step.
         self.fences = SlotFences() if runner.prefill_stream is not None else None
 
@@ -229,11 +232,11 @@ class StepExecutor:
     def _launch_chunks(self, plan: StepPlan, entries: dict[str, StreamEntry], step: LaunchedStep) -> None:
         calls = []
         for index, batch in enumerate(plan.chunks):
-            frames = [entries[c.stream_id].take_frames(c.first_frame, c.num_frames) for c in batch.chunks]
-            # A final chunk shorter than the call is padded with copies of its last frame.
-            frames = [f if f.shape[1] == batch.num_frames else
-                      torch.cat([f, f[:, -1:].expand(-1, batch.num_frames - f.shape[1])], dim=1) for f in frames]
-            codes = torch.stack(frames)  # [B, 16, t], on the default stream, after the frames it reads
+            chunks = batch.chunks
+            # [B, 16, t] on the default stream, after the steps that wrote them; a final chunk shorter than the
+            # call is padded with copies of its last frame.
+            codes = self.codes.take([c.slot for c in chunks], [c.first_frame for c in chunks],
+                                    [c.num_frames for c in chunks], batch.num_frames)
             # A chunk planned before its EOS check may hold the EOS frame (codebook-0 id past the
             # codec's range); its audio is cut there, so only the ids need to be valid.
             codes[:, 0].clamp_(max=self.max_code)
@@ -280,10 +283,7 @@ class StepExecutor:
         def after_codes(codes: torch.Tensor) -> None:
             nonlocal t1
             timer.stop("frame", t0)  # the codes half; the talker half is timed after the chunks
-            if self.cuda:
-                codes = codes.clone()  # [B, 16]: the graph's output buffer is overwritten by the next replay
-            for r, frame_codes in zip(rows, codes):
-                entries[r.stream_id].keep_frame(r.frame, frame_codes)
+            self.codes.keep([r.slot for r in rows], [r.frame for r in rows], codes)
             self._launch_chunks(plan, entries, step)
             t1 = timer.start()
 
