@@ -105,35 +105,36 @@ def test_s16le_rounds_and_clips():
     assert np.frombuffer(to_s16le(pcm), dtype="<i2").tolist() == [0, 32767, -32767, 32767, -32767, 1, -3]
 
 
-def test_a_batch_converted_at_once_sends_the_bytes_each_row_would_alone():
-    """The engine converts a codec call's PCM for all its streams at once (`to_s16`) and hands each
-    stream its row; a stream whose onset trimmer is still holding silence takes the float path."""
-    from tts_engine.engine.audio import to_s16
+def test_a_stream_sends_the_int16_samples_it_is_given_from_its_onset_on():
+    """A codec call makes int16 samples for all its streams (`CodecRunner.decode(s16=True)`); a stream sends
+    its row unchanged from its onset on, and finds that onset as the float trimmer does in s16 / 32767."""
+    from tts_engine.engine.audio import HOP, WINDOW, OnsetTrimmer, to_s16
     from tts_engine.engine.streamout import StreamOutput
 
     rng = np.random.default_rng(0)
     batch = np.zeros((3, 3 * 1920), dtype=np.float32)
     batch[0] = rng.uniform(-1.2, 1.2, batch.shape[1])  # loud (and clipping) from the start
     batch[1, 2000:] = 0.3 * np.sin(np.arange(batch.shape[1] - 2000) / 5)  # silence, then a tone
-    s16 = to_s16(batch)
+    s16 = to_s16(batch)  # row 2 stays silent
     for row in range(3):
-        assert s16[row].tobytes() == to_s16le(batch[row])
-    for row in range(3):
-        alone, batched = StreamOutput("a", -45.0), StreamOutput("b", -45.0)
+        out, trimmer, sent = StreamOutput("a", -45.0), OnsetTrimmer(-45.0), b""
         for first in (1, 2, 3):  # three one-frame chunks of the row
-            part = slice((first - 1) * 1920, first * 1920)
-            want = alone.audio(batch[row, part], first, 1, final=first == 3)
-            got = batched.audio(batch[row, part], first, 1, final=first == 3, s16=s16[row, part])
-            assert (want is None) == (got is None)
-            if want is not None:
-                assert got.pcm == want.pcm and got.start_s == want.start_s
-        assert batched.samples_sent == alone.samples_sent
-        assert batched.trimmer.trimmed_samples == alone.trimmer.trimmed_samples
+            part = s16[row, (first - 1) * 1920:first * 1920]
+            event = out.audio(part, first, 1, final=first == 3)
+            sent += event.pcm if event is not None else b""
+            trimmer.push(part.astype(np.float32) / 32767)
+        kept = len(sent) // 2
+        assert sent == s16[row, s16.shape[1] - kept:].tobytes()
+        onset = s16.shape[1] - kept
+        held = 0 if kept else WINDOW + HOP  # a silent stream holds its last window back
+        assert out.trimmer.trimmed_samples == trimmer.trimmed_samples == onset - held
+        assert (onset == 0, 2000 - 240 <= onset <= 2000, kept == 0)[row]  # the tone's onset less the 10 ms guard
 
 
 def test_word_timings_only_where_enabled(tiny_checkpoint):
     """A stream without word timings (the non-streaming layout) keeps no words: its tokens are not
     decoded on the engine thread; one with them sends each word once its next word has begun."""
+    from tts_engine.engine.audio import to_s16
     from tts_engine.engine.streamout import StreamOutput
     from tts_engine.text import TextTokenizer
 
@@ -146,6 +147,6 @@ def test_word_timings_only_where_enabled(tiny_checkpoint):
         out.add_tokens(ids, tok)
     assert outs[False].words == [] and outs[False].tokens == 0
     assert [w for _, w in outs[True].words] and outs[True].tokens == len(ids)
-    events = {enabled: out.audio(pcm, 1, len(ids), final=True) for enabled, out in outs.items()}
+    events = {enabled: out.audio(to_s16(pcm), 1, len(ids), final=True) for enabled, out in outs.items()}
     assert events[False].words == ()
     assert " ".join(w.word for w in events[True].words) == tok.decode(ids).strip()

@@ -16,6 +16,7 @@ from tts_engine.engine.api import AudioEvent, DoneEvent, StreamOptions
 from tts_engine.engine.audio import to_s16le
 from tts_engine.engine.core import StreamingEngine
 from tts_engine.prompt import Layout, VoiceSpec
+from tts_engine.runtime.codec_runner import pcm_to_s16
 from tts_engine.sampling import SamplingParams
 
 TEXTS = ["Hi there, friend.", "A second voice joins in.", "Three is a crowd.", "Four.", "And a fifth one.",
@@ -33,17 +34,19 @@ def test_due_chunks_are_batched_by_length_and_equal_per_stream_decodes(tiny_chec
     pcm_of: dict[str, list[torch.Tensor]] = {}
     decode = engine.codec_runner.decode  # the executor's codec entry point
 
-    def spy(slots: list[int], codes: torch.Tensor) -> torch.Tensor:
-        # Runs on the engine thread, where _entries may be read; the warm-up call has no stream.
+    def spy(slots: list[int], codes: torch.Tensor, *, s16: bool = False) -> torch.Tensor:
+        # Runs on the engine thread, where _entries may be read; the warm-up call has no stream. The float
+        # PCM is kept; the executor gets what it asked for (decode(s16=True) is it converted: test_codec_runner).
         pcm = decode(slots, codes)
+        out = pcm_to_s16(pcm) if s16 else pcm
         by_slot = {e.state.slot: e.state.id for e in engine._entries.values() if e.state.slot is not None}
         if not by_slot:
-            return pcm
+            return out
         for i, slot in enumerate(slots):
             codes_of.setdefault(by_slot[slot], []).append(codes[i])
             pcm_of.setdefault(by_slot[slot], []).append(pcm[i])
         calls.append((engine.step_count, list(slots), codes.shape[2]))
-        return pcm
+        return out
 
     engine.codec_runner.decode = spy
     # Hold the engine loop until every stream is open, so that the first three start together.

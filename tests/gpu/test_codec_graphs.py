@@ -13,7 +13,7 @@ import torch
 from tts_engine.config import CONFIG_DIR, CodecConfig
 from tts_engine.model.codec import CodecDecoder
 from tts_engine.model.codec_init import random_codec_decoder
-from tts_engine.runtime.codec_runner import BUCKETS, CHUNK_SIZES, CodecRunner
+from tts_engine.runtime.codec_runner import BUCKETS, CHUNK_SIZES, CodecRunner, pcm_to_s16
 
 pytestmark = pytest.mark.gpu
 
@@ -75,6 +75,12 @@ def test_graph_replay_equals_eager_for_every_captured_chunk_and_bucket(codec):
     # Above the largest bucket and the largest chunk: split into captured pieces.
     pair.step(list(range(MAX_STREAMS)), 13, TOL)
     pair.step(pair.next_slots(5), 30, TOL)
+    # The int16 samples a replay makes beside its PCM (what the engine sends) are the eager PCM's, converted.
+    for t, n in ((2, 32), (3, 7)):  # 3: two replays
+        slots, codes = pair.next_slots(n), torch.randint(0, 2048, (n, 16, t), generator=pair.gen)
+        got, want = pair.graphs.decode(slots, codes, s16=True), pcm_to_s16(pair.eager.decode(slots, codes))
+        assert got.dtype == want.dtype == torch.int16
+        assert (got.int() - want.int()).abs().max().item() <= TOL * 32767 + 1, (t, n)
 
     g, e = pair.graphs.state, pair.eager.state
     assert torch.equal(g.frames[:MAX_STREAMS], e.frames[:MAX_STREAMS])

@@ -10,7 +10,7 @@ import torch
 from tts_engine.config import CONFIG_DIR, CodecConfig
 from tts_engine.model.codec import CodecDecoder
 from tts_engine.model.codec_init import random_codec_decoder
-from tts_engine.runtime.codec_runner import CodecRunner
+from tts_engine.runtime.codec_runner import CodecRunner, pcm_to_s16
 
 TOL = 1e-4
 SPF = 1920
@@ -166,11 +166,13 @@ def test_capture_needs_cuda(codec):
 class _FakeGraph:
     """Stands in for a CUDA graph on CPU: replay runs the eager step into the static output."""
 
-    def __init__(self, runner: CodecRunner, slot_ids, codes, pcm, error: float):
-        self.runner, self.slot_ids, self.codes, self.pcm, self.error = runner, slot_ids, codes, pcm, error
+    def __init__(self, runner: CodecRunner, slot_ids, codes, pcm, s16, error: float):
+        self.runner, self.slot_ids, self.codes, self.error = runner, slot_ids, codes, error
+        self.pcm, self.s16 = pcm, s16
 
     def replay(self) -> None:
         self.pcm.copy_(self.runner._step(self.slot_ids, self.codes) + self.error)
+        self.s16.copy_(pcm_to_s16(self.pcm))
 
 
 @torch.inference_mode()
@@ -183,12 +185,48 @@ def test_verify_graphs_drops_graphs_that_disagree_with_eager_and_restores_scratc
     for (t, bucket), error in (((1, 1), 0.0), ((2, 2), 0.5), ((3, 2), float("nan"))):
         slot_ids = torch.full((bucket,), runner.scratch)
         codes = torch.zeros(bucket, 16, t, dtype=torch.long)
-        pcm = torch.zeros(bucket, t * SPF)
-        runner.graphs[(t, bucket)] = _Graph(_FakeGraph(runner, slot_ids, codes, pcm, error), slot_ids, codes, pcm)
+        pcm, s16 = torch.zeros(bucket, t * SPF), torch.zeros(bucket, t * SPF, dtype=torch.int16)
+        runner.graphs[(t, bucket)] = _Graph(_FakeGraph(runner, slot_ids, codes, pcm, s16, error), slot_ids, codes,
+                                            pcm, s16)
     errors = runner.verify_graphs()
     assert errors[(1, 1)] == 0.0 and errors[(2, 2)] == pytest.approx(0.5)
     assert set(runner.graphs) == {(1, 1)}
     assert all(_same(_snapshot(runner, slot), snap) for slot, snap in enumerate(before))
+
+
+def test_pcm_to_s16_makes_the_hosts_int16_samples():
+    """On the device what `engine.audio.to_s16` makes on the host: clamped, scaled, rounded half to even (the
+    halves at 0.5 / 32767 and 2.5 / 32767 included), from fp32 and from the bf16 the served codec gives."""
+    from tts_engine.engine.audio import to_s16
+
+    gen = torch.Generator().manual_seed(0)
+    pcm = torch.cat([torch.rand(4096, generator=gen) * 2.6 - 1.3,
+                     torch.tensor([0.0, 1.0, -1.0, 0.5 / 32767, 2.5 / 32767, -1.5 / 32767, 7.0, -7.0])])
+    for x in (pcm, pcm.bfloat16()):
+        got = pcm_to_s16(x)
+        assert got.dtype == torch.int16
+        assert got.numpy().tolist() == to_s16(x.float().numpy()).tolist()
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("graphs", [False, True])
+def test_decode_to_s16_is_the_float_decode_converted(codec, graphs):
+    """`decode(s16=True)` gives `pcm_to_s16` of what the float decode gives from the same state, eagerly and
+    from a graph's own int16 output (a stand-in graph here; tests/gpu replays real ones)."""
+    from tts_engine.runtime.codec_runner import _Graph
+
+    floats, ints = (CodecRunner(codec, max_streams=2, buckets=(2,), chunk_sizes=(1, 2)) for _ in range(2))
+    if graphs:
+        for t in (1, 2):
+            slot_ids, codes = torch.full((2,), ints.scratch), torch.zeros(2, 16, t, dtype=torch.long)
+            pcm, s16 = torch.zeros(2, t * SPF), torch.zeros(2, t * SPF, dtype=torch.int16)
+            ints.graphs[(t, 2)] = _Graph(_FakeGraph(ints, slot_ids, codes, pcm, s16, 0.0), slot_ids, codes, pcm, s16)
+        ints.use_graphs = True
+    for t, seed in ((1, 1), (2, 2), (3, 3)):  # 3 = two replays
+        codes = _codes(t, seed, batch=2)
+        want = pcm_to_s16(floats.decode([0, 1], codes))
+        got = ints.decode([0, 1], codes, s16=True)
+        assert got.dtype == torch.int16 and torch.equal(got, want)
 
 
 def test_the_served_codec_takes_its_kernel_choices_from_the_options():

@@ -66,10 +66,9 @@ class Delivery:
 
     def audio(self, entry: StreamEntry, out: AudioReady, launched: LaunchedStep) -> None:
         skip = entry.state.audible_skip
-        pcm, s16 = launched.host_pcm(out.batch)
         n = out.num_frames * SAMPLES_PER_FRAME
-        event = entry.out.audio(pcm[out.row, :n], out.first_frame + skip, out.num_frames, final=out.final,
-                                first_audible_frame=skip, s16=s16[out.row, :n])
+        event = entry.out.audio(launched.host_pcm(out.batch)[out.row, :n], out.first_frame + skip, out.num_frames,
+                                final=out.final, first_audible_frame=skip)
         if event is None:
             return
         now = time.monotonic()

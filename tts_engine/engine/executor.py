@@ -10,8 +10,8 @@ Launch order (the default CUDA stream runs them in this order):
               is copied into `FrameCodes` at once, stream-ordered, so before any later replay) and
               their pinned host copy, which the runner queues right after the code predictor;
               codebook 0 of the host copy is the EOS check, the device rows stay for the codec.
-  chunks      [B, 16, t] codes gathered from `FrameCodes` -> CodecRunner.launch -> PCM, copied to
-              pinned host memory. Queued from the runner's `after_codes` hook, between the frame
+  chunks      [B, 16, t] codes gathered from `FrameCodes` -> CodecRunner.decode -> int16 PCM, copied
+              to pinned host memory. Queued from the runner's `after_codes` hook, between the frame
               step's two halves: no chunk needs the talker half.
   talker half the rest of the frame step (without a frame step, the chunks alone)
   event       one after the step; `LaunchedStep.wait()` blocks on it when the step is read
@@ -34,7 +34,6 @@ from ..runtime.frame_codes import FrameCodes
 from ..runtime.runner import ModelRunner
 from ..scheduler.plan import StepPlan, StepResult, StepTimings
 from ..voices.rows import embed_clone_prompt
-from .audio import to_s16
 from .entry import StreamEntry
 
 
@@ -93,7 +92,7 @@ class LaunchedStep:
     plan: StepPlan
     timer: _Timer
     c0: torch.Tensor | None = None  # [B] codebook-0 ids on the host (a view of pinned memory on CUDA)
-    pcm: list[torch.Tensor | None] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] float, host
+    pcm: list[torch.Tensor | None] = field(default_factory=list)  # per ChunkBatch: [n, t * 1920] int16, host
     event: torch.cuda.Event | None = None  # end of the step on the default stream
     begin: torch.cuda.Event | None = None  # its start there: device_s
     # Chunk batches holding a stream's first chunk, launched before the others: their PCM (and c0)
@@ -102,16 +101,11 @@ class LaunchedStep:
     early_event: torch.cuda.Event | None = None
     early_sent: set[tuple[int, int]] = field(default_factory=set)  # (batch, row) already delivered
     early_delivered: bool = False  # its early first audio has been looked at (engine._deliver_early)
-    _host_pcm: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
-    def host_pcm(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Once the chunk batch's PCM is on the host (after `wait` or `wait_early`): its rows
-        [n, samples] as float32 and as s16 (`audio.to_s16`), converted once for all its streams."""
-        cached = self._host_pcm.get(batch)
-        if cached is None:
-            pcm = self.pcm[batch].numpy()
-            cached = self._host_pcm[batch] = (pcm, to_s16(pcm))
-        return cached
+    def host_pcm(self, batch: int) -> np.ndarray:
+        """Once the chunk batch's PCM is on the host (after `wait` or `wait_early`): its rows [n, samples]
+        as int16 samples (the codec call made them: `CodecRunner.decode(s16=True)`)."""
+        return self.pcm[batch].numpy()
 
     def early_ready(self) -> bool:
         """Never blocks: is the early first audio on the host (True when there is none, and on CPU)?"""
@@ -254,9 +248,9 @@ class StepExecutor:
                 step.early_event = torch.cuda.Event()
                 step.early_event.record()
             t0 = step.timer.start()
-            pcm = self.codec_runner.decode(slots, codes)
+            pcm = self.codec_runner.decode(slots, codes, s16=True)
             step.timer.stop(f"chunk{index}", t0)
-            step.pcm[index] = pcm.float().to("cpu", non_blocking=True)
+            step.pcm[index] = pcm.to("cpu", non_blocking=True)
         if step.early_batches and step.early_event is None and self.cuda:
             step.early_event = torch.cuda.Event()
             step.early_event.record()

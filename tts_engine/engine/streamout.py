@@ -47,15 +47,15 @@ class StreamOutput:
         frames = frame - first_audible_frame
         return (frames * SAMPLES_PER_FRAME - self.trimmer.trimmed_samples) / SAMPLE_RATE
 
-    def audio(self, pcm: np.ndarray, first_frame: int, num_frames: int, *, final: bool,
-              first_audible_frame: int = 1, s16: np.ndarray | None = None) -> AudioEvent | None:
-        """PCM of frames [first_frame, first_frame + num_frames) -> an event, or None while the
-        stream is still silent. s16: the same PCM already converted (`audio.to_s16`, a whole
-        chunk batch at once), used once the onset trimmer passes audio through unchanged."""
-        if self.trimmer.started and s16 is not None:
-            data, samples = s16.tobytes(), len(s16)
+    def audio(self, s16: np.ndarray, first_frame: int, num_frames: int, *, final: bool,
+              first_audible_frame: int = 1) -> AudioEvent | None:
+        """int16 PCM (`audio.to_s16`) of frames [first_frame, first_frame + num_frames) -> an event, or None
+        while the stream is still silent. Sent as it is once the onset trimmer passes audio through; until
+        then the trimmer looks at it as float (s16 / 32767), whose s16 is the same samples again."""
+        if self.trimmer.started:
+            data, samples = s16.astype("<i2", copy=False).tobytes(), len(s16)
         else:
-            out = self.trimmer.push(pcm)
+            out = self.trimmer.push(s16.astype(np.float32) / np.float32(32767.0))
             if len(out) == 0:
                 return None
             data, samples = to_s16le(out), len(out)

@@ -70,6 +70,13 @@ class _Graph:
     slot_ids: torch.Tensor  # [bucket] static input
     codes: torch.Tensor  # [bucket, Q, t] static input
     pcm: torch.Tensor  # [bucket, t * samples_per_frame] static output
+    s16: torch.Tensor  # the same as int16 samples (`pcm_to_s16`), made by the same replay
+
+
+def pcm_to_s16(pcm: torch.Tensor) -> torch.Tensor:
+    """float PCM -> int16 samples on its device, as `engine.audio.to_s16` makes them on the host: clamped to
+    [-1, 1], times 32767 in fp32, rounded half to even."""
+    return pcm.float().clamp(-1.0, 1.0).mul_(32767.0).round_().to(torch.int16)
 
 
 @contextlib.contextmanager
@@ -209,19 +216,21 @@ class CodecRunner:
         return pieces
 
     @torch.inference_mode()
-    def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+    def decode(self, slots: list[int], codes: torch.Tensor, *, s16: bool = False) -> torch.Tensor:
         """Continue the streams in `slots` (distinct) by codes [B, Q, t] -> PCM [B, t * spf] on the
-        codec's device, ready in the caller's stream order. Batches above the largest bucket and
-        chunks longer than the captured lengths are split; each slot's state advances by t frames."""
+        codec's device, ready in the caller's stream order: in the codec's dtype, or with `s16` as int16
+        samples (`pcm_to_s16`; a graph makes them in its replay: half the bytes to copy, no host
+        conversion). Batches above the largest bucket and chunks longer than the captured lengths are
+        split; each slot's state advances by t frames."""
         self._check(slots, codes)
-        return self._decode(slots, codes)
+        return self._decode(slots, codes, s16)
 
-    def _decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+    def _decode(self, slots: list[int], codes: torch.Tensor, s16: bool = False) -> torch.Tensor:
         step = self.buckets[-1]
-        out = [self._decode_group(slots[i:i + step], codes[i:i + step]) for i in range(0, len(slots), step)]
+        out = [self._decode_group(slots[i:i + step], codes[i:i + step], s16) for i in range(0, len(slots), step)]
         return out[0] if len(out) == 1 else torch.cat(out)
 
-    def _decode_group(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+    def _decode_group(self, slots: list[int], codes: torch.Tensor, s16: bool) -> torch.Tensor:
         n, bucket = len(slots), self._bucket(len(slots))
         pieces, start = [], 0
         for t in self._split(codes.shape[2], bucket):
@@ -231,9 +240,11 @@ class CodecRunner:
                 graph.slot_ids.copy_(staged(slots + [self.scratch] * (bucket - n), self.device), non_blocking=True)
                 graph.codes[:n].copy_(chunk, non_blocking=True)  # padding rows keep old, valid codes
                 graph.graph.replay()
-                pieces.append(graph.pcm[:n].clone())  # the static output is overwritten by the next replay
+                # the static output is overwritten by the next replay
+                pieces.append((graph.s16 if s16 else graph.pcm)[:n].clone())
             else:
-                pieces.append(self._eager(slots, chunk, bucket if self.pad_batches else n))
+                pcm = self._eager(slots, chunk, bucket if self.pad_batches else n)
+                pieces.append(pcm_to_s16(pcm) if s16 else pcm)
             start += t
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
 
@@ -284,7 +295,8 @@ class CodecRunner:
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, pool=pool):
                         pcm = self._step(slot_ids, codes)
-                    self.graphs[(t, bucket)] = _Graph(graph, slot_ids, codes, pcm)
+                        s16 = pcm_to_s16(pcm)
+                    self.graphs[(t, bucket)] = _Graph(graph, slot_ids, codes, pcm, s16)
                     phase.step(f"{t} frames x {bucket}")
             torch.cuda.synchronize()
             errors = self.verify_graphs()
