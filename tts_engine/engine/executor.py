@@ -101,11 +101,16 @@ class LaunchedStep:
     early_event: torch.cuda.Event | None = None
     early_sent: set[tuple[int, int]] = field(default_factory=set)  # (batch, row) already delivered
     early_delivered: bool = False  # its early first audio has been looked at (engine._deliver_early)
+    _host_pcm: dict[int, np.ndarray] = field(default_factory=dict)
 
     def host_pcm(self, batch: int) -> np.ndarray:
         """Once the chunk batch's PCM is on the host (after `wait` or `wait_early`): its rows [n, samples]
-        as int16 samples (the codec call made them: `CodecRunner.decode(s16=True)`)."""
-        return self.pcm[batch].numpy()
+        as int16 samples (the codec call made them: `CodecRunner.decode(s16=True)`), one array for all its
+        streams."""
+        pcm = self._host_pcm.get(batch)
+        if pcm is None:
+            pcm = self._host_pcm[batch] = self.pcm[batch].numpy()
+        return pcm
 
     def early_ready(self) -> bool:
         """Never blocks: is the early first audio on the host (True when there is none, and on CPU)?"""
