@@ -173,9 +173,8 @@ async def measure(model: str | Path, rate: float, seconds: float, warmup_s: floa
                 "ops_per_row": ops / n / rows if rows else None,
                 "launching_ops_per_row": launching / n / rows if rows else None,
                 "top_ops_per_iteration": {name: count / n for name, count in top}}
-    return {"rate": rate, "seconds": seconds, "device_ms": device_ms, "iterations": iterations,
-            "rows_per_iteration": rows, "host_ms_per_iteration": parts, "host_work_ms_per_iteration": work,
-            "host_work_us_per_row": work / rows * 1e3 if rows else None, "served": served, "refused": refused}
+    return {**common, "device_ms": device_ms, "host_ms_per_iteration": parts, "host_work_ms_per_iteration": work,
+            "host_work_us_per_row": work / rows * 1e3 if rows else None}
 
 
 def main(argv: list[str] | None = None) -> int:
