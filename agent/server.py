@@ -61,7 +61,7 @@ from . import pipeline
 from .pipeline import AgentConfig, describe_tts
 from .piper_voice import load_voice, piper_model_path
 from .stt import bundled_whisper_model, load_whisper, whisper_device_label, whisper_setup
-from .webrtc_audio import arrival_audio_receivers, interruptions_empty_the_track
+from .webrtc_audio import arrival_audio_receivers, interruptions_empty_the_track, ten_ms_opus_packets
 
 MAX_BODY_BYTES = 64 * 1024  # an SDP offer is a few KB
 MAX_CANDIDATES = 32  # a browser trickles a handful; aiortc pairs each with every local one, on the loop
@@ -313,6 +313,7 @@ def create_app(cfg: AgentConfig, *, web_dir: Path = WEB_DIR, max_sessions: int =
 
     arrival_audio_receivers()  # the user's audio reaches the VAD 80 ms sooner (agent/webrtc_audio.py)
     interruptions_empty_the_track()  # and an interruption silences the bot up to 40 ms sooner
+    ten_ms_opus_packets()  # the bot's audio leaves in 10 ms packets: heard ~15 ms sooner
     if not (web_dir / "index.html").is_file():
         raise FileNotFoundError(f"the page is missing: {web_dir / 'index.html'}")
     if cfg.stt_base_url is None and cfg.whisper_model is None:

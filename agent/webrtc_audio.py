@@ -1,5 +1,5 @@
-"""WebRTC audio for the agent: received audio goes on as each packet arrives, and an interruption
-silences the bot at once.
+"""WebRTC audio for the agent: received audio goes on as each packet arrives, sent audio leaves in 10 ms
+packets, and an interruption silences the bot at once.
 
 aiortc's audio receiver holds four packets (80 ms) before it hands the first one on, and waits for a
 missing packet until its buffer overflows (16 packets, 320 ms). That buffer is for playout, where it
@@ -16,7 +16,12 @@ buffer does on a clean link.
 aiortc has no setting for either (the receiver builds its buffer itself), so the receiver module's
 class is replaced once per process.
 
-Sent audio: pipecat's SmallWebRTC output hands its track one write of audio (40 ms by default) and
+Sent audio goes out in 10 ms Opus packets, not aiortc's 20 ms: a piece of the bot's audio leaves with the
+next 10 ms tick instead of waiting for a second piece to fill its packet, and a listener's buffer of one
+packet holds 10 ms instead of 20. aiortc fixes the packet length in its encoder, so the encoder class is
+replaced once per process, as the receivers are.
+
+pipecat's SmallWebRTC output hands its track one write of audio (40 ms by default) and
 waits until the track has sent it. On an interruption pipecat drops what it has queued but lets that
 write play out, so the user hears up to 40 ms more of the bot after it was interrupted. The output
 class is replaced once per process by one that also empties the track on an interruption, unless the
@@ -26,6 +31,7 @@ write is of audio that must not be interrupted.
 from __future__ import annotations
 
 LISTENER_PREFETCH = 1  # packets a listener holds
+OPUS_RATE = 48000  # Opus's clock, whatever the audio's rate
 _policy = ["aiortc"]  # what audio receivers made from now on in this process do: "arrival" or "one packet"
 
 
@@ -69,6 +75,27 @@ def _install(policy: str) -> None:
             return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
 
     receiver.JitterBuffer = CadenceAudio
+
+
+def ten_ms_opus_packets() -> None:
+    """From now on, every aiortc Opus encoder made in this process packs 10 ms of audio a packet (libopus's
+    frame_duration, and the resampler that cuts its input). Idempotent."""
+    import aiortc.codecs as codecs
+    from av import AudioResampler
+
+    if getattr(codecs.OpusEncoder, "ten_ms", False):
+        return
+
+    class TenMsOpus(codecs.OpusEncoder):
+        ten_ms = True
+
+        def __init__(self):
+            super().__init__()
+            self.codec.options = {**self.codec.options, "frame_duration": "10"}
+            self.resampler = AudioResampler(format="s16", layout="stereo", rate=OPUS_RATE,
+                                            frame_size=OPUS_RATE // 100)
+
+    codecs.OpusEncoder = TenMsOpus
 
 
 def interruptions_empty_the_track() -> None:

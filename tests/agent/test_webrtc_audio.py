@@ -63,3 +63,42 @@ def test_the_benchmark_listeners_hold_one_packet():
 def test_in_one_process_each_receiver_gets_the_latest_policy():
     got = _probe(AGENT_SERVER + "\nfrom bench.voice.client import peer_connection\npeer_connection()")
     assert got["after"]["in_order"] == [False, True, True, True, True]
+
+
+OPUS_PROBE = """
+import fractions, json
+import numpy as np
+from av import AudioFrame
+from aiortc import codecs
+from aiortc.jitterbuffer import JitterFrame
+from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+
+def send():
+    # The encoder and decoder a real Opus sender and receiver get; six 10 ms frames of a tone, as the
+    # bot's output track hands them on.
+    params = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=111)
+    encoder, decoder = codecs.get_encoder(params), codecs.get_decoder(params)
+    packets, stamps, samples = [], [], []
+    for i in range(6):
+        tone = (8000 * np.sin(np.arange(480 * i, 480 * (i + 1)) / 7)).astype(np.int16)[None, :]
+        frame = AudioFrame.from_ndarray(tone, format="s16", layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = 48000, 480 * i, fractions.Fraction(1, 48000)
+        payloads, stamp = encoder.encode(frame)
+        packets.append(len(payloads))
+        if payloads:
+            stamps.append(stamp)
+            samples += [f.samples for f in decoder.decode(JitterFrame(payloads[0], stamp))]
+    return {"packets": packets, "stamps": stamps, "samples": samples}
+
+before = send()
+%s
+print(json.dumps({"before": before, "after": send()}))
+"""
+
+
+def test_the_agent_server_sends_10_ms_opus_packets():
+    """aiortc's encoder fills a 20 ms packet from two 10 ms frames; the agent's sends each 10 ms frame at once,
+    stamped 480 ticks (10 ms of Opus's 48 kHz clock) apart, and a receiver decodes each to 10 ms."""
+    got = fresh_interpreter(OPUS_PROBE % AGENT_SERVER)
+    assert got["before"] == {"packets": [0, 1] * 3, "stamps": [0, 960, 1920], "samples": [960] * 3}
+    assert got["after"] == {"packets": [1] * 6, "stamps": [480 * i for i in range(6)], "samples": [480] * 6}
