@@ -53,7 +53,7 @@ class StreamOutput:
         while the stream is still silent. Sent as it is once the onset trimmer passes audio through; until
         then the trimmer looks at it as float (s16 / 32767), whose s16 is the same samples again."""
         if self.trimmer.started:
-            data, samples = s16.astype("<i2", copy=False).tobytes(), len(s16)
+            data, samples = s16.tobytes(), len(s16)
         else:
             out = self.trimmer.push(s16.astype(np.float32) / np.float32(32767.0))
             if len(out) == 0:
